@@ -1,0 +1,208 @@
+//! The one message shape every part of Tidings moves around.
+
+use std::collections::BTreeMap;
+use std::fmt;
+
+use chrono::{DateTime, Utc};
+use serde::{Deserialize, Serialize};
+use uuid::Uuid;
+
+use crate::error::DecodeError;
+use crate::message::Message;
+
+/// Whether a message states a fact or asks for something to be done.
+///
+/// Events are named in the past tense (`OrderPlaced`) and fan out to every
+/// consumer group of their topic. Commands are named in the imperative
+/// (`PlaceOrder`) and go to exactly one handler's queue.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Kind {
+    /// A fact that already happened.
+    Event,
+    /// A request addressed to one handler.
+    Command,
+}
+
+impl Kind {
+    /// The lower-case name used on the wire (`event` or `command`).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Kind::Event => "event",
+            Kind::Command => "command",
+        }
+    }
+
+    /// Parses the wire name.
+    pub fn parse(s: &str) -> Option<Kind> {
+        match s {
+            "event" => Some(Kind::Event),
+            "command" => Some(Kind::Command),
+            _ => None,
+        }
+    }
+}
+
+impl fmt::Display for Kind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// Free-form string headers carried with a message (tracing context, tenant, ...).
+pub type Headers = BTreeMap<String, String>;
+
+/// The content type of JSON payloads, the default.
+pub const JSON: &str = "application/json";
+
+/// A message with everything a broker, a consumer or an operator needs to know about it.
+///
+/// Maps one-to-one onto CloudEvents 1.0 (see [`crate::cloudevents`]):
+/// `id`, `type` and `source` are the CloudEvents attributes of the same
+/// name, `occurred_at` is `time`, `aggregate_key` is `subject`, and the rest
+/// travel as extension attributes.
+#[derive(Clone, PartialEq, Eq)]
+pub struct Envelope {
+    /// Unique id (UUIDv7, so ids sort by creation time). Consumers deduplicate on it.
+    pub id: Uuid,
+    /// The message type, e.g. `OrderPlaced`.
+    pub message_type: String,
+    /// Schema version of the payload for this type, starting at 1.
+    pub version: u32,
+    /// Event or command.
+    pub kind: Kind,
+    /// The producing service, e.g. `checkout`.
+    pub source: String,
+    /// The aggregate type, e.g. `order`.
+    pub aggregate_type: String,
+    /// The aggregate key, e.g. an order id. Order is kept per key.
+    pub aggregate_key: String,
+    /// When the fact happened (or the command was issued).
+    pub occurred_at: DateTime<Utc>,
+    /// The id shared by every message of one business flow.
+    pub correlation_id: Uuid,
+    /// The id of the message that caused this one, if any.
+    pub causation_id: Option<Uuid>,
+    /// Extra headers.
+    pub headers: Headers,
+    /// MIME type of `payload`.
+    pub content_type: String,
+    /// The payload bytes.
+    pub payload: Vec<u8>,
+}
+
+impl fmt::Debug for Envelope {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        // The payload is left out on purpose: it may hold personal data and is
+        // rarely useful in a log line. `payload_len` says how big it is.
+        f.debug_struct("Envelope")
+            .field("id", &self.id)
+            .field("message_type", &self.message_type)
+            .field("version", &self.version)
+            .field("kind", &self.kind)
+            .field("source", &self.source)
+            .field("aggregate_type", &self.aggregate_type)
+            .field("aggregate_key", &self.aggregate_key)
+            .field("occurred_at", &self.occurred_at)
+            .field("correlation_id", &self.correlation_id)
+            .field("causation_id", &self.causation_id)
+            .field("headers", &self.headers.keys().collect::<Vec<_>>())
+            .field("content_type", &self.content_type)
+            .field("payload_len", &self.payload.len())
+            .finish()
+    }
+}
+
+impl Envelope {
+    /// Wraps a typed message, with a fresh id and correlation id.
+    ///
+    /// ```
+    /// use tidings_core::{Envelope, Kind, Message};
+    /// use serde::{Deserialize, Serialize};
+    ///
+    /// #[derive(Serialize, Deserialize)]
+    /// struct OrderPlaced { order_id: String }
+    ///
+    /// impl Message for OrderPlaced {
+    ///     const TYPE: &'static str = "OrderPlaced";
+    ///     const VERSION: u32 = 1;
+    ///     const KIND: Kind = Kind::Event;
+    ///     const AGGREGATE: &'static str = "order";
+    ///     const TOPIC: &'static str = "orders";
+    ///     fn key(&self) -> String { self.order_id.clone() }
+    /// }
+    ///
+    /// let env = Envelope::new("checkout", &OrderPlaced { order_id: "o-1".into() }).unwrap();
+    /// assert_eq!(env.message_type, "OrderPlaced");
+    /// assert_eq!(env.aggregate_key, "o-1");
+    /// let back: OrderPlaced = env.decode().unwrap();
+    /// assert_eq!(back.order_id, "o-1");
+    /// ```
+    pub fn new<M: Message>(source: impl Into<String>, message: &M) -> Result<Self, DecodeError> {
+        let payload = serde_json::to_vec(message).map_err(|e| DecodeError::Payload {
+            message_type: M::TYPE.to_owned(),
+            version: M::VERSION,
+            reason: e.to_string(),
+        })?;
+        let id = Uuid::now_v7();
+        Ok(Envelope {
+            id,
+            message_type: M::TYPE.to_owned(),
+            version: M::VERSION,
+            kind: M::KIND,
+            source: source.into(),
+            aggregate_type: M::AGGREGATE.to_owned(),
+            aggregate_key: message.key(),
+            occurred_at: Utc::now(),
+            correlation_id: id,
+            causation_id: None,
+            headers: Headers::new(),
+            content_type: JSON.to_owned(),
+            payload,
+        })
+    }
+
+    /// Marks this message as caused by `cause`: same correlation id, causation id = `cause.id`.
+    pub fn caused_by(mut self, cause: &Envelope) -> Self {
+        self.correlation_id = cause.correlation_id;
+        self.causation_id = Some(cause.id);
+        self
+    }
+
+    /// Adds a header.
+    pub fn header(mut self, name: impl Into<String>, value: impl Into<String>) -> Self {
+        self.headers.insert(name.into(), value.into());
+        self
+    }
+
+    /// Whether this envelope carries a message of type `M` (type name only; see [`Envelope::decode`]).
+    pub fn is<M: Message>(&self) -> bool {
+        self.message_type == M::TYPE
+    }
+
+    /// Decodes the payload as `M`, checking its type name and version.
+    ///
+    /// An envelope of another type, of a version this code does not know,
+    /// or whose payload does not parse returns an error naming which; it
+    /// never panics.
+    pub fn decode<M: Message>(&self) -> Result<M, DecodeError> {
+        if self.message_type != M::TYPE {
+            return Err(DecodeError::UnexpectedType {
+                expected: M::TYPE.to_owned(),
+                found: self.message_type.clone(),
+            });
+        }
+        if self.version != M::VERSION {
+            return Err(DecodeError::UnsupportedVersion {
+                message_type: self.message_type.clone(),
+                version: self.version,
+                supported: M::VERSION,
+            });
+        }
+        serde_json::from_slice(&self.payload).map_err(|e| DecodeError::Payload {
+            message_type: self.message_type.clone(),
+            version: self.version,
+            reason: e.to_string(),
+        })
+    }
+}

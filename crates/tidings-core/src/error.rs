@@ -1,0 +1,156 @@
+//! Errors, and how each one says whether trying again can help.
+
+use std::time::Duration;
+
+/// What a caller should do about an error.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ErrorClass {
+    /// A passing fault (network, lock, overload): try again after a backoff.
+    Transient,
+    /// Try again, but not before this delay (a rate limit, a `Retry-After`).
+    RetryAfter(Duration),
+    /// Trying again cannot help (bad input, a bug): dead-letter it.
+    Permanent,
+}
+
+impl ErrorClass {
+    /// Whether a retry may succeed.
+    pub fn is_retryable(self) -> bool {
+        !matches!(self, ErrorClass::Permanent)
+    }
+}
+
+/// Why bytes could not become an [`Envelope`](crate::Envelope) or a typed message.
+///
+/// Always permanent: the same bytes will fail the same way.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum DecodeError {
+    /// The bytes are not a CloudEvents 1.0 message.
+    #[error("malformed envelope: {reason}")]
+    Malformed {
+        /// What is wrong, naming the attribute.
+        reason: String,
+    },
+    /// A consumer received a type it has no handler or decoder for.
+    #[error("unexpected message type {found:?} (expected {expected:?})")]
+    UnexpectedType {
+        /// The type the code asked for.
+        expected: String,
+        /// The type the envelope carries.
+        found: String,
+    },
+    /// The type is known but this version is not.
+    #[error("{message_type} version {version} is not supported (this code reads version {supported})")]
+    UnsupportedVersion {
+        /// The message type.
+        message_type: String,
+        /// The version found.
+        version: u32,
+        /// The version the code reads.
+        supported: u32,
+    },
+    /// The payload does not match the type's shape.
+    #[error("invalid {message_type} v{version} payload: {reason}")]
+    Payload {
+        /// The message type.
+        message_type: String,
+        /// Its version.
+        version: u32,
+        /// The parser's complaint (field and position).
+        reason: String,
+    },
+}
+
+/// The error type of Tidings' stores, transports, relay and runtime.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum Error {
+    /// A database statement failed.
+    #[error("database error while {operation}: {source}")]
+    Database {
+        /// What Tidings was doing (`claiming an outbox batch`).
+        operation: &'static str,
+        /// The driver's error.
+        #[source]
+        source: sqlx::Error,
+    },
+    /// A message could not be decoded.
+    #[error(transparent)]
+    Decode(#[from] DecodeError),
+    /// A transport (broker or database log) failed.
+    #[error("{transport} transport error: {reason}")]
+    Transport {
+        /// Which transport (`nats`, `pg-log`).
+        transport: &'static str,
+        /// What happened.
+        reason: String,
+        /// Whether trying again may help.
+        retryable: bool,
+    },
+    /// A configuration value is wrong.
+    #[error("invalid configuration {key}: {reason}")]
+    Config {
+        /// The option, e.g. `relay.batch_size`.
+        key: String,
+        /// Why it is refused.
+        reason: String,
+    },
+    /// The component was shut down.
+    #[error("shut down")]
+    Shutdown,
+}
+
+impl Error {
+    /// Wraps a database error with what Tidings was doing.
+    pub fn db(operation: &'static str) -> impl FnOnce(sqlx::Error) -> Error {
+        move |source| Error::Database { operation, source }
+    }
+
+    /// Whether and when to try again.
+    pub fn class(&self) -> ErrorClass {
+        match self {
+            Error::Database { source, .. } => classify_sqlx(source),
+            Error::Decode(_) => ErrorClass::Permanent,
+            Error::Transport { retryable, .. } => {
+                if *retryable {
+                    ErrorClass::Transient
+                } else {
+                    ErrorClass::Permanent
+                }
+            }
+            Error::Config { .. } => ErrorClass::Permanent,
+            Error::Shutdown => ErrorClass::Permanent,
+        }
+    }
+}
+
+/// Classifies a driver error.
+///
+/// Connection, pool and I/O faults are transient, and so are the database
+/// errors that mean "lost a race, try again": PostgreSQL serialization
+/// failures and deadlocks (`40001`, `40P01`), lock timeouts (`55P03`),
+/// too many connections (`53300`), shutdown (`57P01`..`57P03`), and SQLite's
+/// `SQLITE_BUSY`/`SQLITE_LOCKED`. Everything else (constraint violations,
+/// decode errors, missing rows) is a bug or bad data and is permanent.
+pub fn classify_sqlx(error: &sqlx::Error) -> ErrorClass {
+    use sqlx::Error as E;
+    match error {
+        E::Io(_) | E::Tls(_) | E::Protocol(_) | E::PoolTimedOut | E::PoolClosed | E::WorkerCrashed => {
+            ErrorClass::Transient
+        }
+        E::Database(db) => match db.code().as_deref() {
+            Some("40001" | "40P01" | "55P03" | "53300" | "57P01" | "57P02" | "57P03" | "08000"
+            | "08003" | "08006") => ErrorClass::Transient,
+            // SQLite: 5 = SQLITE_BUSY, 6 = SQLITE_LOCKED, and their extended codes.
+            Some(code) if code == "5" || code == "6" || code.parse::<i32>().is_ok_and(|c| c & 0xff == 5 || c & 0xff == 6) => {
+                ErrorClass::Transient
+            }
+            _ => ErrorClass::Permanent,
+        },
+        _ => ErrorClass::Permanent,
+    }
+}
+
+/// Shorthand for results in Tidings.
+pub type Result<T, E = Error> = std::result::Result<T, E>;

@@ -1,0 +1,54 @@
+//! The shapes every Tidings crate shares.
+//!
+//! - [`Envelope`]: the one message shape, convertible losslessly to and from
+//!   CloudEvents 1.0 JSON ([`cloudevents`]).
+//! - [`Message`]: typed events and commands declared in Rust.
+//! - [`transport`]: the [`Publisher`] the relay drives and the [`Subscriber`]
+//!   the consumer runtime reads, with explicit acknowledgement ([`AckKind`]).
+//! - [`store`]: the small traits a database store implements: [`Outbox`],
+//!   [`RelayStore`], [`ConsumerStore`], [`FailureStore`], [`LagSource`].
+//! - [`Error`] and [`ErrorClass`]: every error says whether to retry.
+//! - [`Backoff`]: capped exponential backoff with jitter.
+//!
+//! Users normally depend on the `tidings` facade crate, which re-exports this one.
+//!
+//! ```
+//! use tidings_core::{cloudevents, Envelope, Kind, Message};
+//! use serde::{Deserialize, Serialize};
+//!
+//! #[derive(Serialize, Deserialize)]
+//! struct OrderPlaced { order_id: String, total_cents: u64 }
+//!
+//! impl Message for OrderPlaced {
+//!     const TYPE: &'static str = "OrderPlaced";
+//!     const VERSION: u32 = 1;
+//!     const KIND: Kind = Kind::Event;
+//!     const AGGREGATE: &'static str = "order";
+//!     const TOPIC: &'static str = "orders";
+//!     fn key(&self) -> String { self.order_id.clone() }
+//! }
+//!
+//! let env = Envelope::new("checkout", &OrderPlaced { order_id: "o-1".into(), total_cents: 4200 })?;
+//! let wire = cloudevents::to_json(&env);
+//! assert_eq!(cloudevents::from_json(&wire)?, env);
+//! # Ok::<(), tidings_core::DecodeError>(())
+//! ```
+#![warn(missing_docs, missing_debug_implementations, unreachable_pub)]
+
+pub mod backoff;
+pub mod cloudevents;
+pub mod envelope;
+pub mod error;
+pub mod message;
+pub mod store;
+pub mod transport;
+
+pub use backoff::Backoff;
+pub use envelope::{Envelope, Headers, Kind};
+pub use error::{DecodeError, Error, ErrorClass, Result, classify_sqlx};
+pub use message::Message;
+pub use store::{
+    ClaimedBatch, ConsumerLag, ConsumerStore, DeadLetter, DeadLetterFilter, Failure, FailureStore, LagReport,
+    LagSource, Outbox, RelayStore,
+};
+pub use transport::{AckKind, Acker, Delivery, OutgoingMessage, Publisher, RawMessage, Subscriber, Subscription};

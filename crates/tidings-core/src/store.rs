@@ -1,0 +1,211 @@
+//! What a database store provides: the outbox, the relay's claims, the
+//! consumers' idempotency and effects records, and the failure store.
+//!
+//! Each ability is its own small trait, so that a store can grow into them
+//! one at a time and callers ask only for what they use.
+
+use std::time::Duration;
+
+use async_trait::async_trait;
+use chrono::{DateTime, Utc};
+use sqlx::{Database, Transaction};
+use uuid::Uuid;
+
+use crate::envelope::Headers;
+use crate::error::Result;
+use crate::transport::OutgoingMessage;
+
+/// Writes messages into the outbox inside the caller's own transaction.
+#[async_trait]
+pub trait Outbox: Send + Sync + 'static {
+    /// The database the outbox lives in.
+    type Database: Database;
+
+    /// Adds `message` to the outbox on `conn`, which should be the caller's
+    /// open transaction: the message then exists if and only if that
+    /// transaction commits.
+    async fn enqueue(
+        &self,
+        conn: &mut <Self::Database as Database>::Connection,
+        message: &OutgoingMessage,
+    ) -> Result<()>;
+
+    /// Tells relays that new messages were committed. Call it after commit;
+    /// calls are coalesced, and relays poll anyway, so a missed wake-up only
+    /// delays delivery by one polling interval.
+    fn wake(&self);
+}
+
+/// Claims batches of committed outbox records for the relay.
+#[async_trait]
+pub trait RelayStore: Send + Sync + 'static {
+    /// A claimed batch; dropping it without completing releases it.
+    type Batch: ClaimedBatch;
+
+    /// Claims up to `limit` of the oldest unsent records, in commit order per key.
+    async fn claim(&self, limit: usize) -> Result<Self::Batch>;
+
+    /// Waits until a producer signals new records or `timeout` passes.
+    async fn wait_for_work(&self, timeout: Duration);
+}
+
+/// A batch of outbox records claimed by one relay.
+#[async_trait]
+pub trait ClaimedBatch: Send + 'static {
+    /// The records, oldest first.
+    fn messages(&self) -> &[OutgoingMessage];
+
+    /// Marks the records sent (deletes them, or stamps them for retention).
+    async fn complete(self) -> Result<()>;
+
+    /// Gives the records back unsent, to be claimed again.
+    async fn release(self) -> Result<()>;
+}
+
+/// The consumer-side records that make handling idempotent.
+#[async_trait]
+pub trait ConsumerStore: Outbox {
+    /// Opens a transaction for one handler run.
+    async fn begin(&self) -> Result<Transaction<'static, Self::Database>>;
+
+    /// Records that `consumer` processed `message_id`, on the handler's
+    /// transaction. Returns `false` if it was already recorded (a duplicate).
+    async fn mark_processed(
+        &self,
+        conn: &mut <Self::Database as Database>::Connection,
+        consumer: &str,
+        message_id: Uuid,
+    ) -> Result<bool>;
+
+    /// Whether the side effect `effect` of (`consumer`, `message_id`) is recorded as done.
+    async fn effect_recorded(
+        &self,
+        conn: &mut <Self::Database as Database>::Connection,
+        consumer: &str,
+        message_id: Uuid,
+        effect: &str,
+    ) -> Result<bool>;
+
+    /// Records the side effect as done, on the handler's transaction.
+    async fn record_effect(
+        &self,
+        conn: &mut <Self::Database as Database>::Connection,
+        consumer: &str,
+        message_id: Uuid,
+        effect: &str,
+        idempotency_key: &str,
+    ) -> Result<()>;
+}
+
+/// One failed attempt at handling a message.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct Failure {
+    /// The attempt number, from 1.
+    pub attempt: u32,
+    /// When it failed.
+    pub at: DateTime<Utc>,
+    /// `transient` or `permanent`.
+    pub class: String,
+    /// The error, with its sources.
+    pub error: String,
+}
+
+/// A message a consumer gave up on, with everything needed to understand and redrive it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DeadLetter {
+    /// The dead letter's own id.
+    pub id: Uuid,
+    /// The consumer that failed.
+    pub consumer: String,
+    /// The topic it was read from.
+    pub topic: String,
+    /// The message id, when the message could be decoded.
+    pub message_id: Option<Uuid>,
+    /// The message type, when known.
+    pub message_type: Option<String>,
+    /// The aggregate key, when known.
+    pub aggregate_key: Option<String>,
+    /// Transport headers.
+    pub headers: Headers,
+    /// The raw body as received.
+    pub body: Vec<u8>,
+    /// Attempts made.
+    pub attempts: u32,
+    /// Every failure, oldest first.
+    pub errors: Vec<Failure>,
+    /// When it was first dead-lettered.
+    pub created_at: DateTime<Utc>,
+}
+
+/// Which dead letters to list.
+#[derive(Debug, Clone, Default)]
+pub struct DeadLetterFilter {
+    /// Only this consumer's.
+    pub consumer: Option<String>,
+    /// Only this message type.
+    pub message_type: Option<String>,
+    /// At most this many (newest first); unlimited when `None`.
+    pub limit: Option<u32>,
+}
+
+impl DeadLetterFilter {
+    /// Only `consumer`'s dead letters.
+    pub fn consumer(mut self, consumer: impl Into<String>) -> Self {
+        self.consumer = Some(consumer.into());
+        self
+    }
+
+    /// Only messages of `message_type`.
+    pub fn message_type(mut self, message_type: impl Into<String>) -> Self {
+        self.message_type = Some(message_type.into());
+        self
+    }
+
+    /// At most `n` results.
+    pub fn limit(mut self, n: u32) -> Self {
+        self.limit = Some(n);
+        self
+    }
+}
+
+/// Where consumers put what they could not handle.
+#[async_trait]
+pub trait FailureStore: Send + Sync + 'static {
+    /// Stores a dead letter. Storing the same (consumer, message id) again
+    /// updates it (attempts and history) instead of adding a second one.
+    async fn dead_letter(&self, letter: &DeadLetter) -> Result<()>;
+
+    /// Lists dead letters, newest first.
+    async fn dead_letters(&self, filter: &DeadLetterFilter) -> Result<Vec<DeadLetter>>;
+}
+
+/// Lag of one consumer group on one topic.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct ConsumerLag {
+    /// The consumer group.
+    pub consumer: String,
+    /// The topic.
+    pub topic: String,
+    /// Messages on the topic the group has not yet committed past.
+    pub pending: u64,
+}
+
+/// The figures that say whether the system keeps up.
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+pub struct LagReport {
+    /// Outbox records not yet sent.
+    pub outbox_pending: u64,
+    /// Age of the oldest unsent outbox record.
+    pub oldest_unsent_age: Option<Duration>,
+    /// Per consumer group and topic (database-log transport).
+    pub consumers: Vec<ConsumerLag>,
+    /// Dead letters stored.
+    pub dead_letters: u64,
+}
+
+/// Reports lag figures.
+#[async_trait]
+pub trait LagSource: Send + Sync + 'static {
+    /// Measures the figures now.
+    async fn lag(&self) -> Result<LagReport>;
+}

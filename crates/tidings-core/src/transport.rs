@@ -1,0 +1,133 @@
+//! What a transport (a broker, or the database log) must do.
+//!
+//! A transport has two halves. The [`Publisher`] is driven by the relay: it
+//! takes a batch of outbox records and returns only once the transport has
+//! *confirmed* every one (JetStream PubAck, RabbitMQ publisher confirm, a
+//! committed log insert). The [`Subscriber`] hands the consumer runtime a
+//! stream of [`Delivery`] values, each acknowledged with an [`AckKind`].
+
+use std::fmt;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use futures::stream::BoxStream;
+
+use crate::envelope::{Envelope, Headers};
+use crate::error::{DecodeError, Result};
+
+/// One message for a publisher: where it goes and what it is.
+#[derive(Debug, Clone)]
+pub struct OutgoingMessage {
+    /// The topic (events) or queue (commands).
+    pub topic: String,
+    /// The message.
+    pub envelope: Envelope,
+}
+
+/// Sends messages to a transport and waits until it has them.
+#[async_trait]
+pub trait Publisher: Send + Sync + 'static {
+    /// Publishes `batch` and returns once the transport confirmed every message.
+    ///
+    /// Messages of one aggregate key must reach the transport in slice order.
+    /// On error, any prefix of the batch may have been published: the relay
+    /// publishes the whole batch again, so consumers may see duplicates (they
+    /// deduplicate on the envelope id), never a gap.
+    async fn publish(&self, batch: &[OutgoingMessage]) -> Result<()>;
+}
+
+/// A message as it came off a transport, before decoding.
+#[derive(Clone)]
+pub struct RawMessage {
+    /// The topic it was read from.
+    pub topic: String,
+    /// The partitioning key, when the transport has one.
+    pub key: Option<String>,
+    /// Transport headers.
+    pub headers: Headers,
+    /// The body: a CloudEvents JSON document (structured mode).
+    pub body: Vec<u8>,
+}
+
+impl fmt::Debug for RawMessage {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("RawMessage")
+            .field("topic", &self.topic)
+            .field("key", &self.key)
+            .field("headers", &self.headers.keys().collect::<Vec<_>>())
+            .field("body_len", &self.body.len())
+            .finish()
+    }
+}
+
+impl RawMessage {
+    /// Decodes the body into an envelope.
+    pub fn decode(&self) -> Result<Envelope, DecodeError> {
+        crate::cloudevents::from_json(&self.body)
+    }
+}
+
+/// How a delivery is settled, after async-nats' `AckKind`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum AckKind {
+    /// Done: never deliver it again.
+    Ack,
+    /// Not done: deliver it again, after the delay if one is given.
+    Nak(Option<Duration>),
+    /// Still working on it: extend the deadline before redelivery.
+    Progress,
+    /// Never deliver it again, and do not count it as done (it was dead-lettered elsewhere).
+    Term,
+}
+
+/// Settles one delivery with its transport.
+#[async_trait]
+pub trait Acker: Send + Sync + 'static {
+    /// Settles the delivery. `Progress` may be sent any number of times before a final kind.
+    async fn ack(&self, kind: AckKind) -> Result<()>;
+}
+
+/// A message delivered to a consumer, with the handle to settle it.
+pub struct Delivery {
+    /// The message.
+    pub message: RawMessage,
+    /// How many times the transport has delivered it, 1 for the first time (0 if unknown).
+    pub delivery_count: u32,
+    acker: Box<dyn Acker>,
+}
+
+impl fmt::Debug for Delivery {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Delivery")
+            .field("message", &self.message)
+            .field("delivery_count", &self.delivery_count)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Delivery {
+    /// A delivery settled through `acker`.
+    pub fn new(message: RawMessage, delivery_count: u32, acker: impl Acker) -> Self {
+        Delivery {
+            message,
+            delivery_count,
+            acker: Box::new(acker),
+        }
+    }
+
+    /// Settles the delivery.
+    pub async fn ack(&self, kind: AckKind) -> Result<()> {
+        self.acker.ack(kind).await
+    }
+}
+
+/// A stream of deliveries for one consumer group on one topic.
+pub type Subscription = BoxStream<'static, Result<Delivery>>;
+
+/// Reads messages from a transport as a member of a consumer group.
+#[async_trait]
+pub trait Subscriber: Send + Sync + 'static {
+    /// Subscribes `group` to `topic`. Every group gets every message of the
+    /// topic; within one group each message is handled by one member.
+    async fn subscribe(&self, group: &str, topic: &str) -> Result<Subscription>;
+}
