@@ -39,6 +39,7 @@ pub mod backoff;
 pub mod cloudevents;
 pub mod envelope;
 pub mod error;
+pub mod log;
 pub mod message;
 pub mod store;
 pub mod transport;

@@ -47,6 +47,12 @@ pub trait RelayStore: Send + Sync + 'static {
 
     /// Waits until a producer signals new records or `timeout` passes.
     async fn wait_for_work(&self, timeout: Duration);
+
+    /// Deletes sent records kept past their retention; returns how many.
+    /// Stores that delete records when they are sent have nothing to do.
+    async fn cleanup(&self) -> Result<u64> {
+        Ok(0)
+    }
 }
 
 /// A batch of outbox records claimed by one relay.

@@ -1,0 +1,102 @@
+//! The database-log transport on PostgreSQL.
+
+use async_trait::async_trait;
+use sqlx::Row;
+use tidings_core::log::{LogBackend, LogEntry, LogPosition};
+use tidings_core::{Error, OutgoingMessage, RawMessage, Result, cloudevents};
+use tokio::sync::watch;
+
+use crate::PgStore;
+
+#[async_trait]
+impl LogBackend for PgStore {
+    fn name(&self) -> &'static str {
+        "pg-log"
+    }
+
+    async fn append(&self, batch: &[OutgoingMessage]) -> Result<()> {
+        let topics: Vec<&str> = batch.iter().map(|m| m.topic.as_str()).collect();
+        let keys: Vec<&str> = batch.iter().map(|m| m.envelope.aggregate_key.as_str()).collect();
+        let bodies: Vec<Vec<u8>> = batch.iter().map(|m| cloudevents::to_json(&m.envelope)).collect();
+        // One statement, one transaction: the batch is confirmed when it commits.
+        sqlx::query(
+            "INSERT INTO tidings_log (topic, aggregate_key, body)
+             SELECT t, k, b FROM UNNEST($1::text[], $2::text[], $3::bytea[]) WITH ORDINALITY AS u(t, k, b, n)
+             ORDER BY n",
+        )
+        .bind(&topics)
+        .bind(&keys)
+        .bind(&bodies)
+        .execute(&self.inner.pool)
+        .await
+        .map_err(|e| Error::Transport {
+            transport: "pg-log",
+            reason: format!("appending {} messages failed: {e}", batch.len()),
+            retryable: tidings_core::classify_sqlx(&e).is_retryable(),
+        })?;
+        self.inner.wake.log_appended();
+        Ok(())
+    }
+
+    async fn read(&self, topic: &str, after: LogPosition, limit: usize) -> Result<Vec<LogEntry>> {
+        // Only rows of transactions older than the oldest one still running:
+        // those can no longer be joined by a row that sorts before them.
+        let rows = sqlx::query(
+            "SELECT txid, seq, aggregate_key, body FROM tidings_log
+             WHERE topic = $1 AND (txid, seq) > ($2, $3)
+               AND txid < pg_snapshot_xmin(pg_current_snapshot())::text::bigint
+             ORDER BY txid, seq LIMIT $4",
+        )
+        .bind(topic)
+        .bind(after.txid)
+        .bind(after.seq)
+        .bind(i64::try_from(limit).unwrap_or(i64::MAX))
+        .fetch_all(&self.inner.pool)
+        .await
+        .map_err(Error::db("reading the log"))?;
+        Ok(rows
+            .into_iter()
+            .map(|r| LogEntry {
+                at: LogPosition { txid: r.get(0), seq: r.get(1) },
+                message: RawMessage {
+                    topic: topic.to_owned(),
+                    key: r.get(2),
+                    headers: Default::default(),
+                    body: r.get(3),
+                },
+            })
+            .collect())
+    }
+
+    async fn load_offset(&self, group: &str, topic: &str) -> Result<LogPosition> {
+        let row: Option<(i64, i64)> =
+            sqlx::query_as("SELECT txid, seq FROM tidings_log_offsets WHERE consumer_group = $1 AND topic = $2")
+                .bind(group)
+                .bind(topic)
+                .fetch_optional(&self.inner.pool)
+                .await
+                .map_err(Error::db("loading a log offset"))?;
+        Ok(row.map(|(txid, seq)| LogPosition { txid, seq }).unwrap_or_default())
+    }
+
+    async fn commit_offset(&self, group: &str, topic: &str, at: LogPosition) -> Result<()> {
+        sqlx::query(
+            "INSERT INTO tidings_log_offsets (consumer_group, topic, txid, seq) VALUES ($1, $2, $3, $4)
+             ON CONFLICT (consumer_group, topic) DO UPDATE
+               SET txid = EXCLUDED.txid, seq = EXCLUDED.seq, updated_at = now()
+               WHERE (tidings_log_offsets.txid, tidings_log_offsets.seq) < (EXCLUDED.txid, EXCLUDED.seq)",
+        )
+        .bind(group)
+        .bind(topic)
+        .bind(at.txid)
+        .bind(at.seq)
+        .execute(&self.inner.pool)
+        .await
+        .map_err(Error::db("storing a log offset"))?;
+        Ok(())
+    }
+
+    fn append_signal(&self) -> watch::Receiver<u64> {
+        self.inner.wake.log_signal()
+    }
+}

@@ -1,0 +1,42 @@
+//! Lag figures.
+
+use std::time::Duration;
+
+use async_trait::async_trait;
+use tidings_core::{ConsumerLag, Error, LagReport, LagSource, Result};
+
+use crate::{SqliteStore, now_millis};
+
+#[async_trait]
+impl LagSource for SqliteStore {
+    async fn lag(&self) -> Result<LagReport> {
+        let pool = &self.inner.pool;
+        let (pending, oldest): (i64, Option<i64>) =
+            sqlx::query_as("SELECT count(*), min(created_at) FROM tidings_outbox WHERE published_at IS NULL")
+                .fetch_one(pool)
+                .await
+                .map_err(Error::db("measuring outbox lag"))?;
+        let consumers: Vec<(String, String, i64)> = sqlx::query_as(
+            "SELECT o.consumer_group, o.topic,
+                    (SELECT count(*) FROM tidings_log l WHERE l.topic = o.topic AND l.seq > o.seq)
+             FROM tidings_log_offsets o ORDER BY 1, 2",
+        )
+        .fetch_all(pool)
+        .await
+        .map_err(Error::db("measuring consumer lag"))?;
+        let dead: i64 = sqlx::query_scalar("SELECT count(*) FROM tidings_dead_letters")
+            .fetch_one(pool)
+            .await
+            .map_err(Error::db("counting dead letters"))?;
+        let now = now_millis();
+        Ok(LagReport {
+            outbox_pending: pending.max(0) as u64,
+            oldest_unsent_age: oldest.map(|t| Duration::from_millis((now - t).max(0) as u64)),
+            consumers: consumers
+                .into_iter()
+                .map(|(consumer, topic, pending)| ConsumerLag { consumer, topic, pending: pending.max(0) as u64 })
+                .collect(),
+            dead_letters: dead.max(0) as u64,
+        })
+    }
+}

@@ -1,0 +1,95 @@
+//! The database-log transport on SQLite.
+
+use async_trait::async_trait;
+use sqlx::Row;
+use tidings_core::log::{LogBackend, LogEntry, LogPosition};
+use tidings_core::{Error, OutgoingMessage, RawMessage, Result, cloudevents};
+use tokio::sync::watch;
+
+use crate::{SqliteStore, now_millis};
+
+#[async_trait]
+impl LogBackend for SqliteStore {
+    fn name(&self) -> &'static str {
+        "sqlite-log"
+    }
+
+    async fn append(&self, batch: &[OutgoingMessage]) -> Result<()> {
+        let transport_error = |e: sqlx::Error| Error::Transport {
+            transport: "sqlite-log",
+            reason: format!("appending {} messages failed: {e}", batch.len()),
+            retryable: tidings_core::classify_sqlx(&e).is_retryable(),
+        };
+        let mut tx = self.inner.pool.begin().await.map_err(transport_error)?;
+        let now = now_millis();
+        for m in batch {
+            sqlx::query("INSERT INTO tidings_log (topic, aggregate_key, body, created_at) VALUES ($1, $2, $3, $4)")
+                .bind(&m.topic)
+                .bind(&m.envelope.aggregate_key)
+                .bind(cloudevents::to_json(&m.envelope))
+                .bind(now)
+                .execute(&mut *tx)
+                .await
+                .map_err(transport_error)?;
+        }
+        tx.commit().await.map_err(transport_error)?;
+        self.inner.log_signal.send_modify(|n| *n = n.wrapping_add(1));
+        Ok(())
+    }
+
+    async fn read(&self, topic: &str, after: LogPosition, limit: usize) -> Result<Vec<LogEntry>> {
+        let rows = sqlx::query(
+            "SELECT seq, aggregate_key, body FROM tidings_log WHERE topic = $1 AND seq > $2 ORDER BY seq LIMIT $3",
+        )
+        .bind(topic)
+        .bind(after.seq)
+        .bind(i64::try_from(limit).unwrap_or(i64::MAX))
+        .fetch_all(&self.inner.pool)
+        .await
+        .map_err(Error::db("reading the log"))?;
+        Ok(rows
+            .into_iter()
+            .map(|r| LogEntry {
+                at: LogPosition { txid: 0, seq: r.get(0) },
+                message: RawMessage {
+                    topic: topic.to_owned(),
+                    key: r.get(1),
+                    headers: Default::default(),
+                    body: r.get(2),
+                },
+            })
+            .collect())
+    }
+
+    async fn load_offset(&self, group: &str, topic: &str) -> Result<LogPosition> {
+        let seq: Option<i64> =
+            sqlx::query_scalar("SELECT seq FROM tidings_log_offsets WHERE consumer_group = $1 AND topic = $2")
+                .bind(group)
+                .bind(topic)
+                .fetch_optional(&self.inner.pool)
+                .await
+                .map_err(Error::db("loading a log offset"))?;
+        Ok(LogPosition { txid: 0, seq: seq.unwrap_or(0) })
+    }
+
+    async fn commit_offset(&self, group: &str, topic: &str, at: LogPosition) -> Result<()> {
+        sqlx::query(
+            "INSERT INTO tidings_log_offsets (consumer_group, topic, seq, updated_at) VALUES ($1, $2, $3, $4)
+             ON CONFLICT (consumer_group, topic) DO UPDATE
+               SET seq = excluded.seq, updated_at = excluded.updated_at
+               WHERE tidings_log_offsets.seq < excluded.seq",
+        )
+        .bind(group)
+        .bind(topic)
+        .bind(at.seq)
+        .bind(now_millis())
+        .execute(&self.inner.pool)
+        .await
+        .map_err(Error::db("storing a log offset"))?;
+        Ok(())
+    }
+
+    fn append_signal(&self) -> watch::Receiver<u64> {
+        self.inner.log_signal.subscribe()
+    }
+}
