@@ -1,0 +1,157 @@
+//! `tidings`: the operator's command.
+
+use std::io::IsTerminal;
+use std::process::ExitCode;
+use std::time::Duration;
+
+use anyhow::Context;
+use clap::{Args, Parser, Subcommand};
+use tidings_core::LagSource;
+use tidings_example_checkout::DemoOptions;
+use tidings_example_checkout::demo::{self, DEFAULT_DATABASE};
+use tidings_store_postgres::PgStore;
+use tidings_store_sqlite::SqliteStore;
+
+/// Reliable events for Rust backends: transactional outbox, relay, idempotent consumers.
+#[derive(Debug, Parser)]
+#[command(name = "tidings", version)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Run a reference system in one process.
+    #[command(subcommand)]
+    Demo(Demo),
+    /// Create or upgrade Tidings' tables.
+    Migrate(DatabaseArg),
+    /// Outbox backlog, consumer lag and dead letters.
+    Lag {
+        #[command(flatten)]
+        database: DatabaseArg,
+        /// Print the figures as one JSON object.
+        #[arg(long)]
+        json: bool,
+    },
+}
+
+#[derive(Debug, Args)]
+struct DatabaseArg {
+    /// `postgres://user@host/db`, or `sqlite://path` (the embedded default).
+    #[arg(long, env = "TIDINGS_DATABASE_URL", default_value = DEFAULT_DATABASE)]
+    database: String,
+}
+
+#[derive(Debug, Subcommand)]
+enum Demo {
+    /// PlaceOrder -> OrderPlaced -> inventory, email, analytics, loyalty; then a summary.
+    Checkout {
+        /// Orders to place.
+        #[arg(long, default_value_t = 1000)]
+        orders: usize,
+        /// `postgres://user@host/db`, or `sqlite://path`.
+        #[arg(long, env = "TIDINGS_DATABASE_URL", default_value = DEFAULT_DATABASE)]
+        database: String,
+        /// Fraction of deliveries to redeliver a second time (0 to 1).
+        #[arg(long, default_value_t = 0.0, value_parser = fraction)]
+        duplicate_rate: f64,
+        /// Fraction of orders the inventory service cannot handle (0 to 1).
+        #[arg(long, default_value_t = 0.0, value_parser = fraction)]
+        poison_rate: f64,
+        /// Seconds to wait for every message to be handled.
+        #[arg(long, default_value_t = 300)]
+        timeout: u64,
+        /// Print the summary as one JSON object on stdout.
+        #[arg(long)]
+        json: bool,
+    },
+}
+
+fn fraction(s: &str) -> Result<f64, String> {
+    let f: f64 = s.parse().map_err(|_| format!("{s:?} is not a number"))?;
+    if (0.0..=1.0).contains(&f) { Ok(f) } else { Err(format!("{f} is not between 0 and 1")) }
+}
+
+#[tokio::main]
+async fn main() -> ExitCode {
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "warn,sqlx=error".into()),
+        )
+        .with_writer(std::io::stderr)
+        .init();
+    match run(Cli::parse()).await {
+        Ok(code) => code,
+        Err(e) => {
+            eprintln!("error: {e:#}");
+            ExitCode::from(2)
+        }
+    }
+}
+
+async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
+    match cli.command {
+        Command::Demo(Demo::Checkout { orders, database, duplicate_rate, poison_rate, timeout, json }) => {
+            let summary = demo::run(DemoOptions {
+                orders,
+                database: Some(database),
+                duplicate_rate,
+                poison_rate,
+                progress: !json && std::io::stderr().is_terminal(),
+                drain_timeout: Duration::from_secs(timeout),
+                ..DemoOptions::default()
+            })
+            .await?;
+            if json {
+                println!("{}", serde_json::to_string(&summary)?);
+            } else {
+                println!("{summary}");
+            }
+            Ok(if summary.ok() { ExitCode::SUCCESS } else { ExitCode::FAILURE })
+        }
+        Command::Migrate(db) => {
+            match open(&db.database).await? {
+                Store::Pg(s) => s.migrate().await?,
+                Store::Sqlite(s) => s.migrate().await?,
+            }
+            println!("migrated {}", db.database.split('@').next_back().unwrap_or_default());
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::Lag { database, json } => {
+            let report = match open(&database.database).await? {
+                Store::Pg(s) => s.lag().await?,
+                Store::Sqlite(s) => s.lag().await?,
+            };
+            if json {
+                println!("{}", serde_json::to_string(&report)?);
+            } else {
+                println!("outbox pending      {}", report.outbox_pending);
+                println!(
+                    "oldest unsent age   {}",
+                    report.oldest_unsent_age.map_or("-".to_owned(), |d| format!("{:.1} s", d.as_secs_f64()))
+                );
+                println!("dead letters        {}", report.dead_letters);
+                for c in &report.consumers {
+                    println!("consumer {:<20} topic {:<20} pending {}", c.consumer, c.topic, c.pending);
+                }
+            }
+            Ok(ExitCode::SUCCESS)
+        }
+    }
+}
+
+enum Store {
+    Pg(PgStore),
+    Sqlite(SqliteStore),
+}
+
+async fn open(url: &str) -> anyhow::Result<Store> {
+    if url.starts_with("postgres:") || url.starts_with("postgresql:") {
+        let host = url.split('@').next_back().unwrap_or(url);
+        Ok(Store::Pg(PgStore::connect(url).await.with_context(|| format!("connecting to PostgreSQL at {host}"))?))
+    } else {
+        Ok(Store::Sqlite(SqliteStore::connect(url).await.with_context(|| format!("opening SQLite database {url}"))?))
+    }
+}

@@ -1,0 +1,72 @@
+//! The consumer runtime: subscribe a [`Handler`] to topics and let the
+//! runtime make it idempotent, patient with transient failures, quick to
+//! give up on poison, bounded in concurrency and ordered per key.
+//!
+//! # The stack, outermost first
+//!
+//! Every delivery goes through the same layers, in this order:
+//!
+//! 1. **Key lanes (ordering and concurrency).** The message's aggregate key
+//!    picks one of [`ConsumerConfig::lanes`] lanes. A lane handles one message
+//!    at a time, so a key's messages run in order while different keys run
+//!    in parallel; full lanes stop reading from the transport (backpressure).
+//! 2. **Decode.** Bytes that are not a valid envelope are dead-lettered at
+//!    once with the decoding error: they can never succeed.
+//! 3. **Retry.** A failed attempt is retried after a capped, jittered
+//!    backoff (or the handler's `retry_after` delay), in the lane, so the
+//!    key's later messages wait behind it and order holds.
+//! 4. **Dead letter.** A permanent error, or the last of
+//!    [`ConsumerConfig::max_attempts`] transient ones, stores the message with
+//!    its full error history in the failure store and settles it: the rest
+//!    of the stream flows. (Later messages of the same key are then handled;
+//!    parking them until the dead letter is redriven is a planned option.)
+//! 5. **Timeout.** Each attempt has [`ConsumerConfig::handler_timeout`]; past
+//!    it the attempt is rolled back and counts as a transient failure.
+//! 6. **Transaction and idempotency.** Each attempt opens a transaction and
+//!    first inserts the processed marker (consumer, message id). If it is
+//!    already there, the delivery is a duplicate: rolled back, acknowledged,
+//!    nothing else runs. Otherwise the handler runs on the same transaction
+//!    and the marker commits with its writes, or not at all.
+//! 7. **Handler.** Your code, with a [`Context`]: the envelope, the
+//!    transaction, [`Context::emit`] (outbox, same transaction) and
+//!    [`Context::once`] (the effects ledger).
+//!
+//! Retry wraps the transaction rather than the reverse so that each attempt
+//! starts clean; dead-lettering sits outside retry so that only exhausted
+//! messages reach it. Failures of Tidings' own database calls (begin,
+//! marker, commit) are retried without counting as attempts: an outage of
+//! the database is not the message's fault and must not dead-letter it.
+//!
+//! ```no_run
+//! use sqlx::Sqlite;
+//! use tidings_consumer::{Consumer, Context, Handler, HandlerError};
+//! use tidings_store_sqlite::SqliteStore;
+//! use tokio_util::sync::CancellationToken;
+//!
+//! struct Loyalty;
+//!
+//! #[async_trait::async_trait]
+//! impl Handler<Sqlite> for Loyalty {
+//!     async fn handle(&self, ctx: &mut Context<'_, Sqlite>) -> Result<(), HandlerError> {
+//!         let key = ctx.envelope().aggregate_key.clone();
+//!         sqlx::query("UPDATE points SET n = n + 10 WHERE order_id = $1").bind(key).execute(ctx.tx()).await?;
+//!         Ok(())
+//!     }
+//! }
+//!
+//! # async fn run() -> tidings_core::Result<()> {
+//! let store = SqliteStore::connect("tidings.db").await?;
+//! let subscriber = store.log_subscriber(Default::default());
+//! Consumer::new("loyalty", store, Loyalty).topic("orders").run(&subscriber, CancellationToken::new()).await
+//! # }
+//! ```
+#![warn(missing_docs, missing_debug_implementations, unreachable_pub)]
+
+mod effects;
+mod handler;
+mod runtime;
+mod store;
+
+pub use effects::IdempotencyKey;
+pub use handler::{Context, Handler, HandlerError};
+pub use runtime::{Consumer, ConsumerConfig, ConsumerStats};

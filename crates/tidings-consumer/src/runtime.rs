@@ -1,0 +1,451 @@
+//! The consumer runtime: reads a subscription, spreads messages over key
+//! lanes, and runs each through the stack documented in the crate root.
+
+use std::collections::hash_map::DefaultHasher;
+use std::fmt;
+use std::hash::{Hash, Hasher};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+
+use chrono::Utc;
+use futures::StreamExt;
+use futures::stream::select_all;
+use tidings_core::{
+    AckKind, Backoff, ConsumerStore, DeadLetter, DecodeError, Delivery, Envelope, ErrorClass, Failure, FailureStore,
+    Subscriber,
+};
+use tokio::sync::mpsc;
+use tokio::task::JoinSet;
+use tokio_util::sync::CancellationToken;
+use uuid::Uuid;
+
+use crate::handler::{Context, Handler, HandlerError};
+
+/// Tuning of a [`Consumer`].
+#[derive(Debug, Clone)]
+pub struct ConsumerConfig {
+    max_attempts: u32,
+    backoff: Backoff,
+    handler_timeout: Duration,
+    lanes: usize,
+    lane_capacity: usize,
+    source: Option<String>,
+}
+
+impl Default for ConsumerConfig {
+    /// 5 attempts, backoff from 100 ms to 10 s, a 30 s handler timeout, 16
+    /// key lanes of 32 queued messages each.
+    fn default() -> Self {
+        ConsumerConfig {
+            max_attempts: 5,
+            backoff: Backoff::new(Duration::from_millis(100), Duration::from_secs(10)),
+            handler_timeout: Duration::from_secs(30),
+            lanes: 16,
+            lane_capacity: 32,
+            source: None,
+        }
+    }
+}
+
+impl ConsumerConfig {
+    /// Attempts before a transiently failing message is dead-lettered (at least 1).
+    ///
+    /// ```
+    /// let c = tidings_consumer::ConsumerConfig::default().max_attempts(3);
+    /// ```
+    pub fn max_attempts(mut self, n: u32) -> Self {
+        self.max_attempts = n.max(1);
+        self
+    }
+
+    /// Backoff between attempts.
+    pub fn backoff(mut self, b: Backoff) -> Self {
+        self.backoff = b;
+        self
+    }
+
+    /// Time allowed for one attempt; past it the attempt is rolled back and counts as a transient failure.
+    pub fn handler_timeout(mut self, d: Duration) -> Self {
+        self.handler_timeout = d;
+        self
+    }
+
+    /// Messages handled at once: one per lane. A key always maps to the same
+    /// lane, so one key is handled in order while other keys run in parallel.
+    pub fn lanes(mut self, n: usize) -> Self {
+        self.lanes = n.max(1);
+        self
+    }
+
+    /// Messages queued per lane before reading pauses (backpressure).
+    pub fn lane_capacity(mut self, n: usize) -> Self {
+        self.lane_capacity = n.max(1);
+        self
+    }
+
+    /// The `source` of messages the handler emits (default: the consumer's name).
+    pub fn source(mut self, source: impl Into<String>) -> Self {
+        self.source = Some(source.into());
+        self
+    }
+}
+
+/// Counters of a running consumer.
+#[derive(Debug, Default)]
+pub struct ConsumerStats {
+    received: AtomicU64,
+    handled: AtomicU64,
+    duplicates: AtomicU64,
+    retries: AtomicU64,
+    dead_lettered: AtomicU64,
+    store_errors: AtomicU64,
+}
+
+macro_rules! counters {
+    ($($name:ident: $doc:literal),* $(,)?) => {
+        impl ConsumerStats {
+            $(
+                #[doc = $doc]
+                pub fn $name(&self) -> u64 {
+                    self.$name.load(Ordering::Relaxed)
+                }
+            )*
+        }
+    };
+}
+
+counters! {
+    received: "Deliveries received (duplicates included).",
+    handled: "Messages handled and committed.",
+    duplicates: "Deliveries recognised as already processed and skipped.",
+    retries: "Attempts that failed and were retried.",
+    dead_lettered: "Messages given up on and stored as dead letters.",
+    store_errors: "Failures of Tidings' own database calls (retried without counting as attempts).",
+}
+
+fn bump(c: &AtomicU64) {
+    c.fetch_add(1, Ordering::Relaxed);
+}
+
+/// A named consumer (group) running one handler over one or more topics.
+pub struct Consumer<S: ConsumerStore> {
+    name: String,
+    topics: Vec<String>,
+    store: S,
+    handler: Arc<dyn Handler<S::Database>>,
+    config: ConsumerConfig,
+    stats: Arc<ConsumerStats>,
+}
+
+impl<S: ConsumerStore> fmt::Debug for Consumer<S> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Consumer")
+            .field("name", &self.name)
+            .field("topics", &self.topics)
+            .field("config", &self.config)
+            .finish_non_exhaustive()
+    }
+}
+
+enum Outcome {
+    Handled,
+    Duplicate,
+}
+
+enum AttemptError {
+    /// Tidings' own database work failed: retried, not counted as an attempt.
+    Store(tidings_core::Error),
+    /// The handler failed.
+    Handler(HandlerError),
+}
+
+struct Work {
+    delivery: Delivery,
+    envelope: Result<Envelope, DecodeError>,
+}
+
+impl<S: ConsumerStore + FailureStore + Clone> Consumer<S> {
+    /// A consumer named `name` (its group name on the transport, and its key
+    /// in the idempotency and effects records: keep it stable).
+    pub fn new(name: impl Into<String>, store: S, handler: impl Handler<S::Database>) -> Self {
+        Consumer {
+            name: name.into(),
+            topics: Vec::new(),
+            store,
+            handler: Arc::new(handler),
+            config: ConsumerConfig::default(),
+            stats: Arc::default(),
+        }
+    }
+
+    /// Adds a topic to read.
+    pub fn topic(mut self, topic: impl Into<String>) -> Self {
+        self.topics.push(topic.into());
+        self
+    }
+
+    /// Replaces the configuration.
+    pub fn config(mut self, config: ConsumerConfig) -> Self {
+        self.config = config;
+        self
+    }
+
+    /// The consumer's counters, shared with the running loop.
+    pub fn stats(&self) -> Arc<ConsumerStats> {
+        self.stats.clone()
+    }
+
+    /// The consumer's name.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// Runs until `shutdown` is cancelled or the subscription ends.
+    ///
+    /// On shutdown, each lane finishes the message it is handling; queued
+    /// messages are left unsettled and are delivered again after a restart.
+    pub async fn run(self, subscriber: &dyn Subscriber, shutdown: CancellationToken) -> tidings_core::Result<()> {
+        if self.topics.is_empty() {
+            return Err(tidings_core::Error::Config {
+                key: format!("consumer {}.topics", self.name),
+                reason: "no topic to read".into(),
+            });
+        }
+        let mut streams = Vec::with_capacity(self.topics.len());
+        for topic in &self.topics {
+            streams.push(subscriber.subscribe(&self.name, topic).await?);
+        }
+        let mut deliveries = select_all(streams);
+        let worker = Arc::new(Worker {
+            name: self.name.clone(),
+            source: self.config.source.clone().unwrap_or_else(|| self.name.clone()),
+            store: self.store,
+            handler: self.handler,
+            config: self.config.clone(),
+            stats: self.stats,
+            shutdown: shutdown.clone(),
+        });
+        let mut lanes = Vec::with_capacity(self.config.lanes);
+        let mut tasks = JoinSet::new();
+        for _ in 0..self.config.lanes {
+            let (tx, mut rx) = mpsc::channel::<Work>(self.config.lane_capacity);
+            lanes.push(tx);
+            let worker = worker.clone();
+            tasks.spawn(async move {
+                while let Some(work) = rx.recv().await {
+                    if worker.shutdown.is_cancelled() {
+                        break;
+                    }
+                    worker.process(work).await;
+                }
+            });
+        }
+        loop {
+            let next = tokio::select! {
+                _ = shutdown.cancelled() => break,
+                next = deliveries.next() => next,
+            };
+            let delivery = match next {
+                None => break,
+                Some(Ok(d)) => d,
+                Some(Err(e)) => {
+                    tracing::warn!(consumer = %self.name, error = %e, "subscription error");
+                    continue;
+                }
+            };
+            bump(&worker.stats.received);
+            let envelope = delivery.message.decode();
+            let key = match &envelope {
+                Ok(e) => e.aggregate_key.as_str(),
+                Err(_) => delivery.message.key.as_deref().unwrap_or(""),
+            };
+            let lane = lane_of(key, lanes.len());
+            let work = Work { delivery, envelope };
+            tokio::select! {
+                _ = shutdown.cancelled() => break,
+                sent = lanes[lane].send(work) => if sent.is_err() { break },
+            }
+        }
+        drop(lanes);
+        while tasks.join_next().await.is_some() {}
+        Ok(())
+    }
+}
+
+fn lane_of(key: &str, lanes: usize) -> usize {
+    let mut h = DefaultHasher::new();
+    key.hash(&mut h);
+    (h.finish() % lanes as u64) as usize
+}
+
+struct Worker<S: ConsumerStore> {
+    name: String,
+    source: String,
+    store: S,
+    handler: Arc<dyn Handler<S::Database>>,
+    config: ConsumerConfig,
+    stats: Arc<ConsumerStats>,
+    shutdown: CancellationToken,
+}
+
+impl<S: ConsumerStore + FailureStore> Worker<S> {
+    /// decode -> retry -> timeout -> transaction + idempotency -> handler; dead-letter; settle.
+    async fn process(&self, work: Work) {
+        let Work { delivery, envelope } = work;
+        let envelope = match envelope {
+            Ok(e) => e,
+            Err(e) => {
+                let failure = failure(1, ErrorClass::Permanent, &e.to_string());
+                tracing::warn!(consumer = %self.name, topic = %delivery.message.topic, error = %e, "undecodable message; dead-lettering");
+                self.dead_letter(&delivery, None, vec![failure]).await;
+                return;
+            }
+        };
+        let mut failures = Vec::new();
+        let mut attempt = 0u32;
+        let mut store_failures = 0u32;
+        loop {
+            attempt += 1;
+            let result = tokio::time::timeout(self.config.handler_timeout, self.attempt(&envelope, attempt)).await;
+            let error = match result {
+                Ok(Ok(outcome)) => {
+                    match outcome {
+                        Outcome::Handled => bump(&self.stats.handled),
+                        Outcome::Duplicate => bump(&self.stats.duplicates),
+                    }
+                    self.settle(&delivery, AckKind::Ack).await;
+                    return;
+                }
+                Ok(Err(AttemptError::Store(e))) => {
+                    // Our own database is unavailable: not the message's fault.
+                    attempt -= 1;
+                    store_failures += 1;
+                    bump(&self.stats.store_errors);
+                    let delay = self.config.backoff.delay(store_failures);
+                    tracing::warn!(consumer = %self.name, error = %e, retry_in_ms = delay.as_millis() as u64, "store unavailable; retrying");
+                    if !self.pause(delay).await {
+                        self.settle(&delivery, AckKind::Nak(None)).await;
+                        return;
+                    }
+                    continue;
+                }
+                Ok(Err(AttemptError::Handler(e))) => (e.class(), e.to_string()),
+                Err(_) => (
+                    ErrorClass::Transient,
+                    format!("handler timed out after {:?}", self.config.handler_timeout),
+                ),
+            };
+            let (class, message) = error;
+            failures.push(failure(attempt, class, &message));
+            if class == ErrorClass::Permanent || attempt >= self.config.max_attempts {
+                tracing::warn!(consumer = %self.name, message_id = %envelope.id, message_type = %envelope.message_type, attempts = attempt, error = %message, "dead-lettering");
+                self.dead_letter(&delivery, Some(&envelope), failures).await;
+                return;
+            }
+            bump(&self.stats.retries);
+            let delay = match class {
+                ErrorClass::RetryAfter(d) => d.max(self.config.backoff.delay(attempt)),
+                _ => self.config.backoff.delay(attempt),
+            };
+            tracing::debug!(consumer = %self.name, message_id = %envelope.id, attempt, error = %message, retry_in_ms = delay.as_millis() as u64, "handler failed; retrying");
+            if !self.pause(delay).await {
+                self.settle(&delivery, AckKind::Nak(None)).await;
+                return;
+            }
+        }
+    }
+
+    /// One attempt: a transaction holding the processed marker and the handler's writes.
+    async fn attempt(&self, envelope: &Envelope, attempt: u32) -> Result<Outcome, AttemptError> {
+        let mut tx = self.store.begin().await.map_err(AttemptError::Store)?;
+        // The marker goes first: a concurrent duplicate then waits on it.
+        let fresh =
+            self.store.mark_processed(&mut *tx, &self.name, envelope.id).await.map_err(AttemptError::Store)?;
+        if !fresh {
+            let _ = tx.rollback().await;
+            return Ok(Outcome::Duplicate);
+        }
+        let mut ctx = Context {
+            envelope,
+            tx: &mut tx,
+            consumer: &self.name,
+            source: &self.source,
+            attempt,
+            store: &self.store,
+            emitted: false,
+        };
+        self.handler.handle(&mut ctx).await.map_err(AttemptError::Handler)?;
+        let emitted = ctx.emitted;
+        tx.commit()
+            .await
+            .map_err(|e| AttemptError::Store(tidings_core::Error::Database { operation: "committing a handler", source: e }))?;
+        if emitted {
+            self.store.wake();
+        }
+        Ok(Outcome::Handled)
+    }
+
+    /// Stores the dead letter (retrying until the store takes it: a message
+    /// is never dropped), then settles the delivery.
+    async fn dead_letter(&self, delivery: &Delivery, envelope: Option<&Envelope>, errors: Vec<Failure>) {
+        let letter = DeadLetter {
+            id: Uuid::now_v7(),
+            consumer: self.name.clone(),
+            topic: delivery.message.topic.clone(),
+            message_id: envelope.map(|e| e.id),
+            message_type: envelope.map(|e| e.message_type.clone()),
+            aggregate_key: envelope.map(|e| e.aggregate_key.clone()),
+            headers: delivery.message.headers.clone(),
+            body: delivery.message.body.clone(),
+            attempts: errors.len() as u32,
+            errors,
+            created_at: Utc::now(),
+        };
+        let mut tries = 0u32;
+        loop {
+            match self.store.dead_letter(&letter).await {
+                Ok(()) => break,
+                Err(e) => {
+                    tries += 1;
+                    bump(&self.stats.store_errors);
+                    tracing::warn!(consumer = %self.name, error = %e, "storing a dead letter failed; retrying");
+                    if !self.pause(self.config.backoff.delay(tries)).await {
+                        self.settle(delivery, AckKind::Nak(None)).await;
+                        return;
+                    }
+                }
+            }
+        }
+        bump(&self.stats.dead_lettered);
+        self.settle(delivery, AckKind::Term).await;
+    }
+
+    async fn settle(&self, delivery: &Delivery, kind: AckKind) {
+        if let Err(e) = delivery.ack(kind).await {
+            // The transport will deliver it again; the marker makes that harmless.
+            tracing::warn!(consumer = %self.name, error = %e, ?kind, "settling a delivery failed");
+        }
+    }
+
+    /// Sleeps for `delay`; false if shutdown came first.
+    async fn pause(&self, delay: Duration) -> bool {
+        tokio::select! {
+            _ = self.shutdown.cancelled() => false,
+            _ = tokio::time::sleep(delay) => true,
+        }
+    }
+}
+
+fn failure(attempt: u32, class: ErrorClass, error: &str) -> Failure {
+    Failure {
+        attempt,
+        at: Utc::now(),
+        class: match class {
+            ErrorClass::Permanent => "permanent",
+            ErrorClass::Transient | ErrorClass::RetryAfter(_) => "transient",
+        }
+        .to_owned(),
+        error: error.to_owned(),
+    }
+}

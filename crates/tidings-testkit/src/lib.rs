@@ -1,0 +1,11 @@
+//! Test helpers for Tidings and for applications built on it.
+//!
+//! - [`services`]: isolated stores on the real services (a fresh PostgreSQL
+//!   schema per test, a fresh SQLite file per test), with errors that name
+//!   the service and the URL when it cannot be reached.
+//! - [`faults`]: transport wrappers that inject the failures brokers really
+//!   have: redelivered duplicates, publishes that fail.
+#![warn(missing_docs, missing_debug_implementations, unreachable_pub)]
+
+pub mod faults;
+pub mod services;

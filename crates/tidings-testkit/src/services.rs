@@ -1,0 +1,100 @@
+//! Isolated stores on the real services.
+//!
+//! URLs come from the environment with loopback defaults:
+//! `DATABASE_URL` (default `postgres://postgres@127.0.0.1:5432/test`).
+
+use std::path::PathBuf;
+use std::str::FromStr;
+
+use sqlx::Executor;
+use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
+use tidings_store_postgres::PgStore;
+use tidings_store_sqlite::SqliteStore;
+use uuid::Uuid;
+
+/// The PostgreSQL URL tests use.
+pub fn postgres_url() -> String {
+    std::env::var("DATABASE_URL").unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432/test".to_owned())
+}
+
+/// A migrated [`PgStore`] in a schema of its own, dropped by [`PgTestDb::drop_schema`].
+#[derive(Debug)]
+pub struct PgTestDb {
+    /// The store, its pool's `search_path` set to the schema.
+    pub store: PgStore,
+    /// The schema's name.
+    pub schema: String,
+    /// A URL that reaches the same schema (for a second process or pool).
+    pub url: String,
+}
+
+impl PgTestDb {
+    /// Creates a fresh schema and a migrated store in it.
+    ///
+    /// # Panics
+    ///
+    /// If PostgreSQL cannot be reached, with a message naming it and the URL.
+    pub async fn new() -> PgTestDb {
+        let base = postgres_url();
+        let schema = format!("tidings_test_{}", Uuid::new_v4().simple());
+        let admin = PgPoolOptions::new()
+            .max_connections(1)
+            .connect(&base)
+            .await
+            .unwrap_or_else(|e| panic!("PostgreSQL is not reachable at {base} (set DATABASE_URL): {e}"));
+        admin
+            .execute(sqlx::AssertSqlSafe(format!("CREATE SCHEMA {schema}")))
+            .await
+            .expect("creating a test schema");
+        admin.close().await;
+        let options = PgConnectOptions::from_str(&base)
+            .expect("DATABASE_URL is a valid PostgreSQL URL")
+            .options([("search_path", schema.as_str())]);
+        let pool = PgPoolOptions::new().max_connections(20).connect_with(options).await.expect("connecting");
+        let store = PgStore::new(pool);
+        store.migrate().await.expect("migrating the test schema");
+        let sep = if base.contains('?') { '&' } else { '?' };
+        let url = format!("{base}{sep}options=-c%20search_path%3D{schema}");
+        PgTestDb { store, schema, url }
+    }
+
+    /// Closes the pool and drops the schema.
+    pub async fn drop_schema(self) {
+        self.store.pool().close().await;
+        if let Ok(admin) = PgPoolOptions::new().max_connections(1).connect(&postgres_url()).await {
+            let _ = admin.execute(sqlx::AssertSqlSafe(format!("DROP SCHEMA {} CASCADE", self.schema))).await;
+            admin.close().await;
+        }
+    }
+}
+
+/// A migrated [`SqliteStore`] in a file of its own, deleted on drop.
+#[derive(Debug)]
+pub struct SqliteTestDb {
+    /// The store.
+    pub store: SqliteStore,
+    /// The database file.
+    pub path: PathBuf,
+}
+
+impl SqliteTestDb {
+    /// Creates a fresh database file and a migrated store on it.
+    pub async fn new() -> SqliteTestDb {
+        let path = std::env::temp_dir().join(format!("tidings-test-{}.db", Uuid::new_v4().simple()));
+        let store = SqliteStore::connect(path.to_str().expect("temp path is UTF-8"))
+            .await
+            .unwrap_or_else(|e| panic!("SQLite could not open {}: {e}", path.display()));
+        store.migrate().await.expect("migrating the test database");
+        SqliteTestDb { store, path }
+    }
+}
+
+impl Drop for SqliteTestDb {
+    fn drop(&mut self) {
+        for suffix in ["", "-wal", "-shm"] {
+            let mut p = self.path.clone().into_os_string();
+            p.push(suffix);
+            let _ = std::fs::remove_file(p);
+        }
+    }
+}

@@ -1,0 +1,39 @@
+//! Tidings: reliable events for Rust backends.
+//!
+//! Add this crate to a service and pick the database with a feature
+//! (`sqlite`, the default, and `postgres`). Then:
+//!
+//! 1. write events to the outbox in the same transaction as the business
+//!    write ([`Outbox::enqueue`]), and wake the relay after commit;
+//! 2. run a [`relay::Relay`] that moves them to a transport (the database
+//!    log built in, [`log`]), confirmed before they are marked sent;
+//! 3. run [`consumer::Consumer`]s whose handlers are made idempotent,
+//!    retried, dead-lettered and ordered per key by the runtime.
+//!
+//! The crates behind it: `tidings-core` (envelope, traits), `tidings-relay`,
+//! `tidings-consumer`, and one `tidings-store-*` per database.
+#![warn(missing_docs, missing_debug_implementations, unreachable_pub)]
+
+pub use tidings_core::*;
+
+/// The consumer runtime.
+pub mod consumer {
+    pub use tidings_consumer::*;
+}
+
+/// The relay.
+pub mod relay {
+    pub use tidings_relay::*;
+}
+
+/// PostgreSQL store.
+#[cfg(feature = "postgres")]
+pub mod postgres {
+    pub use tidings_store_postgres::*;
+}
+
+/// SQLite store (the embedded default).
+#[cfg(feature = "sqlite")]
+pub mod sqlite {
+    pub use tidings_store_sqlite::*;
+}

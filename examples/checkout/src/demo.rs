@@ -1,0 +1,424 @@
+//! `tidings demo checkout`: the whole system in one process.
+
+use std::collections::BTreeMap;
+use std::fmt;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::{Duration, Instant};
+
+use anyhow::Context as _;
+use indicatif::{ProgressBar, ProgressStyle};
+use rand::Rng;
+use serde::Serialize;
+use tidings_consumer::{Consumer, ConsumerConfig, ConsumerStats, Handler};
+use tidings_core::log::{LogPublisher, LogReaderConfig, LogSubscriber};
+use tidings_core::{Backoff, Envelope, Message, OutgoingMessage, Subscriber};
+use tidings_relay::{Relay, RelayConfig};
+use tidings_store_postgres::PgStore;
+use tidings_store_sqlite::SqliteStore;
+use tidings_testkit::faults::Duplicating;
+use tokio::task::JoinSet;
+use tokio_util::sync::CancellationToken;
+
+use crate::handlers::{Analytics, Checkout, Email, EmailProvider, Inventory, Loyalty, ProviderTally};
+use crate::messages::*;
+use crate::system::{CheckoutStore, Tally};
+
+/// The consumers of order events.
+pub const EVENT_CONSUMERS: [&str; 4] = ["inventory", "email", "analytics", "loyalty"];
+/// The consumer of checkout commands.
+pub const COMMAND_CONSUMER: &str = "checkout";
+
+/// The embedded default database.
+pub const DEFAULT_DATABASE: &str = "sqlite://tidings-demo.db";
+
+/// How to run the demo.
+#[derive(Debug, Clone)]
+pub struct DemoOptions {
+    /// Orders to place.
+    pub orders: usize,
+    /// `postgres://...` or `sqlite://path` (default: [`DEFAULT_DATABASE`]).
+    pub database: Option<String>,
+    /// Fraction of deliveries redelivered a second time.
+    pub duplicate_rate: f64,
+    /// Fraction of orders the inventory service cannot handle.
+    pub poison_rate: f64,
+    /// Show a progress bar on stderr.
+    pub progress: bool,
+    /// Give up waiting for the system to drain after this long.
+    pub drain_timeout: Duration,
+    /// Concurrent order producers.
+    pub producers: usize,
+}
+
+impl Default for DemoOptions {
+    fn default() -> Self {
+        DemoOptions {
+            orders: 1000,
+            database: None,
+            duplicate_rate: 0.0,
+            poison_rate: 0.0,
+            progress: false,
+            drain_timeout: Duration::from_secs(300),
+            producers: 8,
+        }
+    }
+}
+
+/// What the run did, read back from the database at the end.
+#[derive(Debug, Clone, Serialize)]
+pub struct Summary {
+    /// Which database (no credentials).
+    pub database: String,
+    /// Orders placed by this run.
+    pub orders_placed: usize,
+    /// Orders in the database (all runs).
+    pub orders_total: i64,
+    /// Poisoned orders in the database.
+    pub poisoned_orders: i64,
+    /// Commands committed through the outbox.
+    pub commands_committed: i64,
+    /// Events committed through the outbox.
+    pub events_committed: i64,
+    /// Records the relay appended to the log.
+    pub published: i64,
+    /// Messages handled (processed markers) per consumer.
+    pub handled: BTreeMap<String, i64>,
+    /// Duplicate deliveries injected by this run.
+    pub duplicates_delivered: u64,
+    /// Duplicate deliveries recognised and skipped by this run.
+    pub duplicates_suppressed: u64,
+    /// Handler attempts retried by this run.
+    pub retries: u64,
+    /// Dead letters per consumer.
+    pub dead_lettered: BTreeMap<String, i64>,
+    /// Committed messages neither handled nor dead-lettered by a consumer that should have.
+    pub lost: i64,
+    /// Events a consumer saw after a later event of the same order.
+    pub order_violations: i64,
+    /// Emails sent twice for the same order and kind.
+    pub duplicated_effects: i64,
+    /// Provider calls repeated with the same idempotency key (and so not repeated as emails).
+    pub provider_retries_absorbed: i64,
+    /// Whether derived state disagrees with the events (loyalty points, analytics counts).
+    pub state_mismatches: Vec<String>,
+    /// Whether everything was handled before the timeout.
+    pub drained: bool,
+    /// Wall-clock time of this run.
+    pub elapsed_ms: u64,
+}
+
+impl Summary {
+    /// True when nothing was lost, reordered, duplicated or left behind.
+    pub fn ok(&self) -> bool {
+        self.drained
+            && self.lost == 0
+            && self.order_violations == 0
+            && self.duplicated_effects == 0
+            && self.state_mismatches.is_empty()
+    }
+}
+
+impl fmt::Display for Summary {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let list = |m: &BTreeMap<String, i64>| {
+            if m.is_empty() {
+                "0".to_owned()
+            } else {
+                m.iter().map(|(k, v)| format!("{k} {v}")).collect::<Vec<_>>().join(" · ")
+            }
+        };
+        writeln!(f, "checkout demo on {}", self.database)?;
+        writeln!(
+            f,
+            "  orders placed        {} ({} in the database, {} poisoned)",
+            self.orders_placed, self.orders_total, self.poisoned_orders
+        )?;
+        writeln!(f, "  commands committed   {}", self.commands_committed)?;
+        writeln!(f, "  events committed     {}", self.events_committed)?;
+        writeln!(f, "  published            {}", self.published)?;
+        writeln!(f, "  handled              {}", list(&self.handled))?;
+        writeln!(
+            f,
+            "  duplicates           {} delivered, {} suppressed",
+            self.duplicates_delivered, self.duplicates_suppressed
+        )?;
+        writeln!(f, "  retries              {}", self.retries)?;
+        writeln!(f, "  dead-lettered        {}", list(&self.dead_lettered))?;
+        writeln!(f, "  lost                 {}", self.lost)?;
+        writeln!(f, "  order violations     {}", self.order_violations)?;
+        writeln!(
+            f,
+            "  duplicated effects   {} ({} provider retries absorbed by idempotency keys)",
+            self.duplicated_effects, self.provider_retries_absorbed
+        )?;
+        if !self.state_mismatches.is_empty() {
+            writeln!(f, "  state mismatches     {}", self.state_mismatches.join("; "))?;
+        }
+        writeln!(f, "  drained              {}", if self.drained { "yes" } else { "NO (timed out)" })?;
+        write!(f, "  elapsed              {:.1} s", self.elapsed_ms as f64 / 1000.0)
+    }
+}
+
+/// Messages committed but neither handled nor dead-lettered, summed over consumers.
+pub fn lost(t: &Tally) -> i64 {
+    let missing = |consumer: &str, expected: i64| (expected - t.processed_by(consumer) - t.dead_by(consumer)).max(0);
+    missing(COMMAND_CONSUMER, t.commands) + EVENT_CONSUMERS.iter().map(|c| missing(c, t.events)).sum::<i64>()
+}
+
+/// Runs the demo on the database the options name.
+pub async fn run(options: DemoOptions) -> anyhow::Result<Summary> {
+    let url = options.database.clone().unwrap_or_else(|| DEFAULT_DATABASE.to_owned());
+    if url.starts_with("postgres:") || url.starts_with("postgresql:") {
+        let store = PgStore::connect(&url).await.with_context(|| format!("connecting to PostgreSQL at {}", redact(&url)))?;
+        let provider = EmailProvider::Postgres(store.pool().clone());
+        run_on(store, provider, options, format!("postgres ({})", redact(&url))).await
+    } else {
+        let path = url.strip_prefix("sqlite://").or_else(|| url.strip_prefix("sqlite:")).unwrap_or(&url).to_owned();
+        let store = SqliteStore::connect(&path).await.with_context(|| format!("opening SQLite database {path}"))?;
+        // The provider is another system: it gets its own file.
+        let provider_db = SqliteStore::connect(&format!("{path}.provider")).await?;
+        let provider = EmailProvider::Sqlite(provider_db.pool().clone());
+        run_on(store, provider, options, format!("sqlite ({path})")).await
+    }
+}
+
+/// `postgres://user:secret@host/db` -> `postgres://user@host/db`.
+fn redact(url: &str) -> String {
+    match (url.find("://"), url.rfind('@')) {
+        (Some(scheme), Some(at)) if at > scheme => {
+            let userinfo = &url[scheme + 3..at];
+            let user = userinfo.split(':').next().unwrap_or("");
+            format!("{}{}{}", &url[..scheme + 3], user, &url[at..])
+        }
+        _ => url.to_owned(),
+    }
+}
+
+async fn run_on<S>(store: S, provider: EmailProvider, options: DemoOptions, label: String) -> anyhow::Result<Summary>
+where
+    S: CheckoutStore,
+    Checkout: Handler<S::Database>,
+    Inventory: Handler<S::Database>,
+    Email: Handler<S::Database>,
+    Analytics: Handler<S::Database>,
+    Loyalty: Handler<S::Database>,
+{
+    let started = Instant::now();
+    store.setup().await.context("setting up the checkout schema")?;
+    provider.setup().await.context("setting up the email provider")?;
+    let baseline = store.tally().await?;
+    let baseline_work = work_done(&baseline);
+
+    let shutdown = CancellationToken::new();
+    let mut tasks = JoinSet::new();
+
+    let relay = Relay::new(store.clone(), LogPublisher::new(Arc::new(store.clone())))
+        .config(RelayConfig::default().poll_interval(Duration::from_millis(100)));
+    tasks.spawn(relay.run(shutdown.clone()));
+
+    let log = LogSubscriber::new(
+        Arc::new(store.clone()),
+        LogReaderConfig::default().poll_interval(Duration::from_millis(100)),
+    );
+    let duplicating = Duplicating::new(log, options.duplicate_rate);
+    let injected = duplicating.injected();
+    let subscriber: Arc<dyn Subscriber> = Arc::new(duplicating);
+
+    let config = ConsumerConfig::default()
+        .max_attempts(4)
+        .backoff(Backoff::new(Duration::from_millis(5), Duration::from_millis(50)));
+    let mut stats: Vec<Arc<ConsumerStats>> = Vec::new();
+    macro_rules! spawn_consumer {
+        ($name:expr, $topic:expr, $handler:expr) => {{
+            let consumer =
+                Consumer::new($name, store.clone(), $handler).topic($topic).config(config.clone().source($name));
+            stats.push(consumer.stats());
+            let subscriber = subscriber.clone();
+            let shutdown = shutdown.clone();
+            tasks.spawn(async move { consumer.run(&*subscriber, shutdown).await });
+        }};
+    }
+    spawn_consumer!(COMMAND_CONSUMER, COMMANDS, Checkout);
+    spawn_consumer!("inventory", ORDERS, Inventory);
+    spawn_consumer!("email", ORDERS, Email { provider: provider.clone() });
+    spawn_consumer!("analytics", ORDERS, Analytics);
+    spawn_consumer!("loyalty", ORDERS, Loyalty);
+
+    // Roughly: 3 commands and 3 events per order, each event handled by 4 consumers.
+    let expected_work = (options.orders * 15) as u64;
+    let bar = if options.progress { ProgressBar::new(expected_work) } else { ProgressBar::hidden() };
+    bar.set_style(
+        ProgressStyle::with_template("{spinner} [{elapsed_precise}] {bar:40} {pos}/{len} messages handled · {msg}")
+            .expect("valid template"),
+    );
+
+    let placed = Arc::new(AtomicUsize::new(0));
+    let producers = place_orders(&store, &options, placed.clone());
+    tokio::pin!(producers);
+    let mut producing = true;
+    let mut drained = false;
+    let deadline = Instant::now() + options.drain_timeout;
+    let mut tally;
+    loop {
+        if producing {
+            tokio::select! {
+                done = &mut producers => { done?; producing = false; }
+                _ = tokio::time::sleep(Duration::from_millis(200)) => {}
+            }
+        } else {
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        tally = store.tally().await?;
+        bar.set_position(work_done(&tally).saturating_sub(baseline_work));
+        bar.set_message(format!("{} / {} orders placed", placed.load(Ordering::Relaxed), options.orders));
+        if !producing && lost(&tally) == 0 && tally.outbox_pending == 0 {
+            drained = true;
+            break;
+        }
+        if Instant::now() > deadline {
+            break;
+        }
+    }
+    bar.finish_and_clear();
+    shutdown.cancel();
+    while let Some(joined) = tasks.join_next().await {
+        joined.context("a demo task panicked")??;
+    }
+    let provider_tally = provider.tally().await?;
+    Ok(summarize(label, &options, placed.load(Ordering::Relaxed), &tally, &provider_tally, &stats, injected.load(Ordering::Relaxed), drained, started.elapsed()))
+}
+
+fn work_done(t: &Tally) -> u64 {
+    (t.processed.iter().map(|(_, n)| n).sum::<i64>() + t.dead_letters.iter().map(|(_, n)| n).sum::<i64>()).max(0) as u64
+}
+
+#[allow(clippy::too_many_arguments)]
+fn summarize(
+    database: String,
+    options: &DemoOptions,
+    placed: usize,
+    t: &Tally,
+    provider: &ProviderTally,
+    stats: &[Arc<ConsumerStats>],
+    injected: u64,
+    drained: bool,
+    elapsed: Duration,
+) -> Summary {
+    let _ = options;
+    let mut mismatches = Vec::new();
+    if drained && t.points_credited != t.points_expected {
+        mismatches.push(format!(
+            "loyalty credited {} points for shipped orders worth {}",
+            t.points_credited, t.points_expected
+        ));
+    }
+    if drained && t.analytics_counted != t.processed_by("analytics") {
+        mismatches.push(format!(
+            "analytics counted {} events but processed {}",
+            t.analytics_counted,
+            t.processed_by("analytics")
+        ));
+    }
+    Summary {
+        database,
+        orders_placed: placed,
+        orders_total: t.orders,
+        poisoned_orders: t.poisoned_orders,
+        commands_committed: t.commands,
+        events_committed: t.events,
+        published: t.published,
+        handled: t.processed.iter().cloned().collect(),
+        duplicates_delivered: injected,
+        duplicates_suppressed: stats.iter().map(|s| s.duplicates()).sum(),
+        retries: stats.iter().map(|s| s.retries()).sum(),
+        dead_lettered: t.dead_letters.iter().cloned().collect(),
+        lost: lost(t),
+        order_violations: t.violations,
+        duplicated_effects: provider.duplicated,
+        provider_retries_absorbed: provider.calls - provider.sent,
+        state_mismatches: mismatches,
+        drained,
+        elapsed_ms: elapsed.as_millis() as u64,
+    }
+}
+
+/// The front end: `producers` tasks placing orders, each order a sequence
+/// of commands in separate transactions, interleaved with other orders.
+async fn place_orders<S: CheckoutStore>(
+    store: &S,
+    options: &DemoOptions,
+    placed: Arc<AtomicUsize>,
+) -> anyhow::Result<()> {
+    let next = Arc::new(AtomicUsize::new(0));
+    let mut producers = JoinSet::new();
+    for _ in 0..options.producers.max(1) {
+        let store = store.clone();
+        let next = next.clone();
+        let placed = placed.clone();
+        let (orders, poison_rate) = (options.orders, options.poison_rate);
+        producers.spawn(async move {
+            loop {
+                let i = next.fetch_add(1, Ordering::Relaxed);
+                if i >= orders {
+                    return anyhow::Ok(());
+                }
+                place_one(&store, i, poison_rate).await?;
+                placed.fetch_add(1, Ordering::Relaxed);
+            }
+        });
+    }
+    while let Some(done) = producers.join_next().await {
+        done??;
+    }
+    Ok(())
+}
+
+async fn place_one<S: CheckoutStore>(store: &S, i: usize, poison_rate: f64) -> anyhow::Result<()> {
+    let (poisoned, customer, sku, quantity, total, cancel) = {
+        let mut rng = rand::rng();
+        let poisoned = rng.random_bool(poison_rate.clamp(0.0, 1.0));
+        (
+            poisoned,
+            rng.random_range(0..200),
+            rng.random_range(1..50),
+            rng.random_range(1..5),
+            rng.random_range(500..50_000),
+            rng.random_bool(0.1),
+        )
+    };
+    let order_id = format!("ord-{}", uuid::Uuid::now_v7().simple());
+    let place = PlaceOrder {
+        order_id: order_id.clone(),
+        customer_id: format!("cus-{customer}"),
+        sku: if poisoned { format!("POISON-{i}") } else { format!("SKU-{sku}") },
+        quantity,
+        total_cents: total,
+    };
+    let first = command(&place, None)?;
+    let correlation = first.envelope.id;
+    store.submit(1, &first).await?;
+    pause().await;
+    store.submit(2, &command(&CapturePayment { order_id: order_id.clone() }, Some(correlation))?).await?;
+    pause().await;
+    let last = if cancel {
+        command(&CancelOrder { order_id }, Some(correlation))?
+    } else {
+        command(&ShipOrder { order_id }, Some(correlation))?
+    };
+    store.submit(3, &last).await
+}
+
+fn command<M: Message>(message: &M, correlation: Option<uuid::Uuid>) -> anyhow::Result<OutgoingMessage> {
+    let mut envelope = Envelope::new("checkout-api", message)?;
+    if let Some(c) = correlation {
+        envelope.correlation_id = c;
+    }
+    Ok(OutgoingMessage { topic: M::TOPIC.to_owned(), envelope })
+}
+
+/// Lets other orders' commands interleave with this one's.
+async fn pause() {
+    let ms = rand::rng().random_range(0..3);
+    tokio::time::sleep(Duration::from_millis(ms)).await;
+}

@@ -1,0 +1,151 @@
+//! The checkout system's own tables, the front door that accepts commands,
+//! and the figures read back from the database.
+
+use async_trait::async_trait;
+use tidings_core::log::LogBackend;
+use tidings_core::{ConsumerStore, FailureStore, Outbox, OutgoingMessage, RelayStore};
+use tidings_store_postgres::PgStore;
+use tidings_store_sqlite::SqliteStore;
+
+
+const SCHEMA: &[&str] = &[
+    "CREATE TABLE IF NOT EXISTS checkout_requests (
+        order_id TEXT NOT NULL, step BIGINT NOT NULL, command TEXT NOT NULL, PRIMARY KEY (order_id, step))",
+    "CREATE TABLE IF NOT EXISTS checkout_orders (
+        order_id TEXT PRIMARY KEY, customer_id TEXT NOT NULL, sku TEXT NOT NULL, quantity BIGINT NOT NULL,
+        total_cents BIGINT NOT NULL, status TEXT NOT NULL, events BIGINT NOT NULL)",
+    "CREATE TABLE IF NOT EXISTS inventory_reservations (
+        order_id TEXT PRIMARY KEY, sku TEXT NOT NULL, quantity BIGINT NOT NULL, status TEXT NOT NULL)",
+    "CREATE TABLE IF NOT EXISTS analytics_counts (message_type TEXT PRIMARY KEY, n BIGINT NOT NULL)",
+    "CREATE TABLE IF NOT EXISTS loyalty_pending (
+        order_id TEXT PRIMARY KEY, customer_id TEXT NOT NULL, points BIGINT NOT NULL)",
+    "CREATE TABLE IF NOT EXISTS loyalty_points (customer_id TEXT PRIMARY KEY, points BIGINT NOT NULL)",
+    "CREATE TABLE IF NOT EXISTS order_progress (
+        consumer TEXT NOT NULL, order_id TEXT NOT NULL, last_step BIGINT NOT NULL, PRIMARY KEY (consumer, order_id))",
+    "CREATE TABLE IF NOT EXISTS order_violations (
+        consumer TEXT NOT NULL, order_id TEXT NOT NULL, step BIGINT NOT NULL, last_step BIGINT NOT NULL)",
+];
+
+const TALLY: &str = "SELECT
+    (SELECT CAST(count(*) AS BIGINT) FROM checkout_orders),
+    (SELECT CAST(count(*) AS BIGINT) FROM checkout_orders WHERE sku LIKE 'POISON%'),
+    (SELECT CAST(count(*) AS BIGINT) FROM checkout_requests),
+    (SELECT CAST(COALESCE(sum(events), 0) AS BIGINT) FROM checkout_orders),
+    (SELECT CAST(count(*) AS BIGINT) FROM tidings_outbox WHERE published_at IS NULL),
+    (SELECT CAST(count(*) AS BIGINT) FROM tidings_log),
+    (SELECT CAST(count(*) AS BIGINT) FROM order_violations),
+    (SELECT CAST(COALESCE(sum(total_cents / 100), 0) AS BIGINT) FROM checkout_orders WHERE status = 'shipped'),
+    (SELECT CAST(COALESCE(sum(points), 0) AS BIGINT) FROM loyalty_points),
+    (SELECT CAST(COALESCE(sum(n), 0) AS BIGINT) FROM analytics_counts)";
+
+const PER_CONSUMER: &str = "SELECT consumer, CAST(count(*) AS BIGINT) FROM tidings_processed GROUP BY consumer";
+const DEAD_PER_CONSUMER: &str = "SELECT consumer, CAST(count(*) AS BIGINT) FROM tidings_dead_letters GROUP BY consumer";
+
+/// Figures read from the database: the truth, whatever happened to the processes.
+#[derive(Debug, Clone, Default)]
+pub struct Tally {
+    /// Orders in the checkout table.
+    pub orders: i64,
+    /// Of which poisoned.
+    pub poisoned_orders: i64,
+    /// Commands accepted by the front door.
+    pub commands: i64,
+    /// Events committed by the checkout service.
+    pub events: i64,
+    /// Outbox records not yet sent.
+    pub outbox_pending: i64,
+    /// Records in the database log.
+    pub published: i64,
+    /// Out-of-order events seen by consumers.
+    pub violations: i64,
+    /// Loyalty points owed for shipped orders.
+    pub points_expected: i64,
+    /// Loyalty points credited.
+    pub points_credited: i64,
+    /// Events counted by analytics.
+    pub analytics_counted: i64,
+    /// Processed markers per consumer.
+    pub processed: Vec<(String, i64)>,
+    /// Dead letters per consumer.
+    pub dead_letters: Vec<(String, i64)>,
+}
+
+impl Tally {
+    /// Processed markers of `consumer`.
+    pub fn processed_by(&self, consumer: &str) -> i64 {
+        self.processed.iter().find(|(c, _)| c == consumer).map_or(0, |(_, n)| *n)
+    }
+
+    /// Dead letters of `consumer`.
+    pub fn dead_by(&self, consumer: &str) -> i64 {
+        self.dead_letters.iter().find(|(c, _)| c == consumer).map_or(0, |(_, n)| *n)
+    }
+}
+
+/// What the demo needs from a database: Tidings' store abilities, the
+/// handlers implemented for it, and the checkout system's own SQL.
+#[async_trait]
+pub trait CheckoutStore:
+    ConsumerStore + FailureStore + RelayStore + LogBackend + tidings_core::LagSource + Clone
+{
+    /// Runs Tidings' migrations and creates the checkout tables.
+    async fn setup(&self) -> anyhow::Result<()>;
+
+    /// The front door: records the request and enqueues the command, in one transaction.
+    async fn submit(&self, step: i64, command: &OutgoingMessage) -> anyhow::Result<()>;
+
+    /// Reads the figures.
+    async fn tally(&self) -> anyhow::Result<Tally>;
+}
+
+macro_rules! checkout_store {
+    ($store:ty) => {
+        #[async_trait]
+        impl CheckoutStore for $store {
+            async fn setup(&self) -> anyhow::Result<()> {
+                self.migrate().await?;
+                for statement in SCHEMA {
+                    sqlx::query(*statement).execute(self.pool()).await?;
+                }
+                Ok(())
+            }
+
+            async fn submit(&self, step: i64, command: &OutgoingMessage) -> anyhow::Result<()> {
+                let mut tx = self.pool().begin().await?;
+                sqlx::query("INSERT INTO checkout_requests (order_id, step, command) VALUES ($1, $2, $3)")
+                    .bind(&command.envelope.aggregate_key)
+                    .bind(step)
+                    .bind(&command.envelope.message_type)
+                    .execute(&mut *tx)
+                    .await?;
+                self.enqueue(&mut tx, command).await?;
+                tx.commit().await?;
+                self.wake();
+                Ok(())
+            }
+
+            async fn tally(&self) -> anyhow::Result<Tally> {
+                let pool = self.pool();
+                let row: (i64, i64, i64, i64, i64, i64, i64, i64, i64, i64) =
+                    sqlx::query_as(TALLY).fetch_one(pool).await?;
+                Ok(Tally {
+                    orders: row.0,
+                    poisoned_orders: row.1,
+                    commands: row.2,
+                    events: row.3,
+                    outbox_pending: row.4,
+                    published: row.5,
+                    violations: row.6,
+                    points_expected: row.7,
+                    points_credited: row.8,
+                    analytics_counted: row.9,
+                    processed: sqlx::query_as(PER_CONSUMER).fetch_all(pool).await?,
+                    dead_letters: sqlx::query_as(DEAD_PER_CONSUMER).fetch_all(pool).await?,
+                })
+            }
+        }
+    };
+}
+
+checkout_store!(PgStore);
+checkout_store!(SqliteStore);
