@@ -71,14 +71,19 @@ enum Demo {
 
 fn fraction(s: &str) -> Result<f64, String> {
     let f: f64 = s.parse().map_err(|_| format!("{s:?} is not a number"))?;
-    if (0.0..=1.0).contains(&f) { Ok(f) } else { Err(format!("{f} is not between 0 and 1")) }
+    if (0.0..=1.0).contains(&f) {
+        Ok(f)
+    } else {
+        Err(format!("{f} is not between 0 and 1"))
+    }
 }
 
 #[tokio::main]
 async fn main() -> ExitCode {
     tracing_subscriber::fmt()
         .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "warn,sqlx=error".into()),
+            tracing_subscriber::EnvFilter::try_from_default_env()
+                .unwrap_or_else(|_| "warn,sqlx=error".into()),
         )
         .with_writer(std::io::stderr)
         .init();
@@ -93,7 +98,14 @@ async fn main() -> ExitCode {
 
 async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
     match cli.command {
-        Command::Demo(Demo::Checkout { orders, database, duplicate_rate, poison_rate, timeout, json }) => {
+        Command::Demo(Demo::Checkout {
+            orders,
+            database,
+            duplicate_rate,
+            poison_rate,
+            timeout,
+            json,
+        }) => {
             let summary = demo::run(DemoOptions {
                 orders,
                 database: Some(database),
@@ -109,14 +121,21 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             } else {
                 println!("{summary}");
             }
-            Ok(if summary.ok() { ExitCode::SUCCESS } else { ExitCode::FAILURE })
+            Ok(if summary.ok() {
+                ExitCode::SUCCESS
+            } else {
+                ExitCode::FAILURE
+            })
         }
         Command::Migrate(db) => {
             match open(&db.database).await? {
                 Store::Pg(s) => s.migrate().await?,
                 Store::Sqlite(s) => s.migrate().await?,
             }
-            println!("migrated {}", db.database.split('@').next_back().unwrap_or_default());
+            println!(
+                "migrated {}",
+                db.database.split('@').next_back().unwrap_or_default()
+            );
             Ok(ExitCode::SUCCESS)
         }
         Command::Lag { database, json } => {
@@ -130,11 +149,16 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
                 println!("outbox pending      {}", report.outbox_pending);
                 println!(
                     "oldest unsent age   {}",
-                    report.oldest_unsent_age.map_or("-".to_owned(), |d| format!("{:.1} s", d.as_secs_f64()))
+                    report
+                        .oldest_unsent_age
+                        .map_or("-".to_owned(), |d| format!("{:.1} s", d.as_secs_f64()))
                 );
                 println!("dead letters        {}", report.dead_letters);
                 for c in &report.consumers {
-                    println!("consumer {:<20} topic {:<20} pending {}", c.consumer, c.topic, c.pending);
+                    println!(
+                        "consumer {:<20} topic {:<20} pending {}",
+                        c.consumer, c.topic, c.pending
+                    );
                 }
             }
             Ok(ExitCode::SUCCESS)
@@ -150,8 +174,14 @@ enum Store {
 async fn open(url: &str) -> anyhow::Result<Store> {
     if url.starts_with("postgres:") || url.starts_with("postgresql:") {
         let host = url.split('@').next_back().unwrap_or(url);
-        Ok(Store::Pg(PgStore::connect(url).await.with_context(|| format!("connecting to PostgreSQL at {host}"))?))
+        Ok(Store::Pg(PgStore::connect(url).await.with_context(|| {
+            format!("connecting to PostgreSQL at {host}")
+        })?))
     } else {
-        Ok(Store::Sqlite(SqliteStore::connect(url).await.with_context(|| format!("opening SQLite database {url}"))?))
+        Ok(Store::Sqlite(
+            SqliteStore::connect(url)
+                .await
+                .with_context(|| format!("opening SQLite database {url}"))?,
+        ))
     }
 }

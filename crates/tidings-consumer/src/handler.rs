@@ -59,17 +59,26 @@ pub struct HandlerError {
 impl HandlerError {
     /// A passing failure: try again later.
     pub fn transient(source: impl Into<BoxError>) -> Self {
-        HandlerError { class: ErrorClass::Transient, source: source.into() }
+        HandlerError {
+            class: ErrorClass::Transient,
+            source: source.into(),
+        }
     }
 
     /// A failure that will not go away: dead-letter the message.
     pub fn permanent(source: impl Into<BoxError>) -> Self {
-        HandlerError { class: ErrorClass::Permanent, source: source.into() }
+        HandlerError {
+            class: ErrorClass::Permanent,
+            source: source.into(),
+        }
     }
 
     /// Try again, but not before `delay`.
     pub fn retry_after(delay: Duration, source: impl Into<BoxError>) -> Self {
-        HandlerError { class: ErrorClass::RetryAfter(delay), source: source.into() }
+        HandlerError {
+            class: ErrorClass::RetryAfter(delay),
+            source: source.into(),
+        }
     }
 
     /// How the runtime treats it.
@@ -80,7 +89,10 @@ impl HandlerError {
 
 impl fmt::Debug for HandlerError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("HandlerError").field("class", &self.class).field("source", &self.source).finish()
+        f.debug_struct("HandlerError")
+            .field("class", &self.class)
+            .field("source", &self.source)
+            .finish()
     }
 }
 
@@ -104,13 +116,19 @@ impl StdError for HandlerError {
 
 impl From<sqlx::Error> for HandlerError {
     fn from(e: sqlx::Error) -> Self {
-        HandlerError { class: tidings_core::classify_sqlx(&e), source: Box::new(e) }
+        HandlerError {
+            class: tidings_core::classify_sqlx(&e),
+            source: Box::new(e),
+        }
     }
 }
 
 impl From<tidings_core::Error> for HandlerError {
     fn from(e: tidings_core::Error) -> Self {
-        HandlerError { class: e.class(), source: Box::new(e) }
+        HandlerError {
+            class: e.class(),
+            source: Box::new(e),
+        }
     }
 }
 
@@ -173,7 +191,10 @@ impl<'a, DB: Database> Context<'a, DB> {
     /// handled message's and its causation id the handled message's id.
     pub async fn emit<M: Message>(&mut self, message: &M) -> Result<(), HandlerError> {
         let envelope = Envelope::new(self.source, message)?.caused_by(self.envelope);
-        let out = OutgoingMessage { topic: M::TOPIC.to_owned(), envelope };
+        let out = OutgoingMessage {
+            topic: M::TOPIC.to_owned(),
+            envelope,
+        };
         self.store.enqueue(&mut *self.tx, &out).await?;
         self.emitted = true;
         Ok(())
@@ -202,12 +223,18 @@ impl<'a, DB: Database> Context<'a, DB> {
         T: Send,
     {
         let id = self.envelope.id;
-        if self.store.effect_recorded(&mut *self.tx, self.consumer, id, effect).await? {
+        if self
+            .store
+            .effect_recorded(&mut *self.tx, self.consumer, id, effect)
+            .await?
+        {
             return Ok(None);
         }
         let key = IdempotencyKey::derive(self.consumer, id, effect);
         let value = call(key.clone()).await?;
-        self.store.record_effect(&mut *self.tx, self.consumer, id, effect, key.as_str()).await?;
+        self.store
+            .record_effect(&mut *self.tx, self.consumer, id, effect, key.as_str())
+            .await?;
         Ok(Some(value))
     }
 }

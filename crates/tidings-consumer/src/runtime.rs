@@ -12,8 +12,8 @@ use chrono::Utc;
 use futures::StreamExt;
 use futures::stream::select_all;
 use tidings_core::{
-    AckKind, Backoff, ConsumerStore, DeadLetter, DecodeError, Delivery, Envelope, ErrorClass, Failure, FailureStore,
-    Subscriber,
+    AckKind, Backoff, ConsumerStore, DeadLetter, DecodeError, Delivery, Envelope, ErrorClass, Failure,
+    FailureStore, Subscriber,
 };
 use tokio::sync::mpsc;
 use tokio::task::JoinSet;
@@ -205,7 +205,11 @@ impl<S: ConsumerStore + FailureStore + Clone> Consumer<S> {
     ///
     /// On shutdown, each lane finishes the message it is handling; queued
     /// messages are left unsettled and are delivered again after a restart.
-    pub async fn run(self, subscriber: &dyn Subscriber, shutdown: CancellationToken) -> tidings_core::Result<()> {
+    pub async fn run(
+        self,
+        subscriber: &dyn Subscriber,
+        shutdown: CancellationToken,
+    ) -> tidings_core::Result<()> {
         if self.topics.is_empty() {
             return Err(tidings_core::Error::Config {
                 key: format!("consumer {}.topics", self.name),
@@ -307,7 +311,8 @@ impl<S: ConsumerStore + FailureStore> Worker<S> {
         let mut store_failures = 0u32;
         loop {
             attempt += 1;
-            let result = tokio::time::timeout(self.config.handler_timeout, self.attempt(&envelope, attempt)).await;
+            let result =
+                tokio::time::timeout(self.config.handler_timeout, self.attempt(&envelope, attempt)).await;
             let error = match result {
                 Ok(Ok(outcome)) => {
                     match outcome {
@@ -360,8 +365,11 @@ impl<S: ConsumerStore + FailureStore> Worker<S> {
     async fn attempt(&self, envelope: &Envelope, attempt: u32) -> Result<Outcome, AttemptError> {
         let mut tx = self.store.begin().await.map_err(AttemptError::Store)?;
         // The marker goes first: a concurrent duplicate then waits on it.
-        let fresh =
-            self.store.mark_processed(&mut *tx, &self.name, envelope.id).await.map_err(AttemptError::Store)?;
+        let fresh = self
+            .store
+            .mark_processed(&mut *tx, &self.name, envelope.id)
+            .await
+            .map_err(AttemptError::Store)?;
         if !fresh {
             let _ = tx.rollback().await;
             return Ok(Outcome::Duplicate);
@@ -375,11 +383,17 @@ impl<S: ConsumerStore + FailureStore> Worker<S> {
             store: &self.store,
             emitted: false,
         };
-        self.handler.handle(&mut ctx).await.map_err(AttemptError::Handler)?;
-        let emitted = ctx.emitted;
-        tx.commit()
+        self.handler
+            .handle(&mut ctx)
             .await
-            .map_err(|e| AttemptError::Store(tidings_core::Error::Database { operation: "committing a handler", source: e }))?;
+            .map_err(AttemptError::Handler)?;
+        let emitted = ctx.emitted;
+        tx.commit().await.map_err(|e| {
+            AttemptError::Store(tidings_core::Error::Database {
+                operation: "committing a handler",
+                source: e,
+            })
+        })?;
         if emitted {
             self.store.wake();
         }

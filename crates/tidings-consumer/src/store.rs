@@ -8,7 +8,13 @@ use uuid::Uuid;
 #[async_trait]
 pub(crate) trait ContextStore<DB: Database>: Send + Sync {
     async fn enqueue(&self, conn: &mut DB::Connection, message: &OutgoingMessage) -> Result<()>;
-    async fn effect_recorded(&self, conn: &mut DB::Connection, consumer: &str, id: Uuid, effect: &str) -> Result<bool>;
+    async fn effect_recorded(
+        &self,
+        conn: &mut DB::Connection,
+        consumer: &str,
+        id: Uuid,
+        effect: &str,
+    ) -> Result<bool>;
     async fn record_effect(
         &self,
         conn: &mut DB::Connection,
@@ -21,7 +27,11 @@ pub(crate) trait ContextStore<DB: Database>: Send + Sync {
 
 #[async_trait]
 impl<S: ConsumerStore> ContextStore<S::Database> for S {
-    async fn enqueue(&self, conn: &mut <S::Database as Database>::Connection, message: &OutgoingMessage) -> Result<()> {
+    async fn enqueue(
+        &self,
+        conn: &mut <S::Database as Database>::Connection,
+        message: &OutgoingMessage,
+    ) -> Result<()> {
         tidings_core::Outbox::enqueue(self, conn, message).await
     }
 

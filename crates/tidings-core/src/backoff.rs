@@ -36,7 +36,10 @@ impl Default for Backoff {
 impl Backoff {
     /// A backoff starting at `base` and never exceeding `max`.
     pub fn new(base: Duration, max: Duration) -> Self {
-        Backoff { base, max: max.max(base) }
+        Backoff {
+            base,
+            max: max.max(base),
+        }
     }
 
     /// The first delay.
@@ -60,7 +63,11 @@ impl Backoff {
         let ceiling = self.ceiling(attempt);
         let half = ceiling / 2;
         let nanos = u64::try_from(half.as_nanos()).unwrap_or(u64::MAX);
-        let jitter = if nanos == 0 { 0 } else { rand::rng().random_range(0..=nanos) };
+        let jitter = if nanos == 0 {
+            0
+        } else {
+            rand::rng().random_range(0..=nanos)
+        };
         half + Duration::from_nanos(jitter)
     }
 }
@@ -79,7 +86,10 @@ mod tests {
         assert_eq!(b.ceiling(u32::MAX), Duration::from_millis(100));
         for attempt in 1..50 {
             let d = b.delay(attempt);
-            assert!(d >= b.ceiling(attempt) / 2 && d <= b.ceiling(attempt), "{attempt}: {d:?}");
+            assert!(
+                d >= b.ceiling(attempt) / 2 && d <= b.ceiling(attempt),
+                "{attempt}: {d:?}"
+            );
         }
     }
 

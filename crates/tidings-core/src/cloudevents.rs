@@ -81,7 +81,10 @@ fn write_map<S: Serializer>(e: &Envelope, ser: S) -> Result<S::Ok, S::Error> {
     map.serialize_entry("source", &e.source)?;
     map.serialize_entry("type", &e.message_type)?;
     map.serialize_entry("subject", &e.aggregate_key)?;
-    map.serialize_entry("time", &e.occurred_at.to_rfc3339_opts(SecondsFormat::AutoSi, true))?;
+    map.serialize_entry(
+        "time",
+        &e.occurred_at.to_rfc3339_opts(SecondsFormat::AutoSi, true),
+    )?;
     map.serialize_entry("datacontenttype", &e.content_type)?;
     map.serialize_entry("schemaversion", &e.version)?;
     map.serialize_entry("kind", e.kind.as_str())?;
@@ -129,7 +132,10 @@ pub fn from_json(bytes: &[u8]) -> Result<Envelope, DecodeError> {
     let mut attrs: BTreeMap<String, Box<RawValue>> = serde_json::from_slice(bytes)
         .map_err(|e| malformed(format!("not a CloudEvents JSON object: {e}")))?;
 
-    fn string(attrs: &mut BTreeMap<String, Box<RawValue>>, name: &str) -> Result<Option<String>, DecodeError> {
+    fn string(
+        attrs: &mut BTreeMap<String, Box<RawValue>>,
+        name: &str,
+    ) -> Result<Option<String>, DecodeError> {
         match attrs.remove(name) {
             None => Ok(None),
             Some(raw) => serde_json::from_str::<String>(raw.get())
@@ -146,7 +152,9 @@ pub fn from_json(bytes: &[u8]) -> Result<Envelope, DecodeError> {
 
     let spec = required(&mut attrs, "specversion")?;
     if spec != "1.0" {
-        return Err(malformed(format!("unsupported specversion {spec:?} (expected \"1.0\")")));
+        return Err(malformed(format!(
+            "unsupported specversion {spec:?} (expected \"1.0\")"
+        )));
     }
     let id = uuid("id", &required(&mut attrs, "id")?)?;
     let source = required(&mut attrs, "source")?;
@@ -161,7 +169,8 @@ pub fn from_json(bytes: &[u8]) -> Result<Envelope, DecodeError> {
             .with_timezone(&Utc),
         None => return Err(malformed("missing attribute `time`")),
     };
-    let content_type = string(&mut attrs, "datacontenttype")?.unwrap_or_else(|| crate::envelope::JSON.to_owned());
+    let content_type =
+        string(&mut attrs, "datacontenttype")?.unwrap_or_else(|| crate::envelope::JSON.to_owned());
     let version = match attrs.remove("schemaversion") {
         None => 1,
         Some(raw) => {
@@ -175,7 +184,8 @@ pub fn from_json(bytes: &[u8]) -> Result<Envelope, DecodeError> {
     };
     let kind = match string(&mut attrs, "kind")? {
         None => Kind::Event,
-        Some(k) => Kind::parse(&k).ok_or_else(|| malformed(format!("attribute `kind` must be event or command, got {k:?}")))?,
+        Some(k) => Kind::parse(&k)
+            .ok_or_else(|| malformed(format!("attribute `kind` must be event or command, got {k:?}")))?,
     };
     let aggregate_type = string(&mut attrs, "aggregatetype")?.unwrap_or_default();
     let correlation_id = match string(&mut attrs, "correlationid")? {

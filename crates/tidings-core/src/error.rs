@@ -140,10 +140,16 @@ pub fn classify_sqlx(error: &sqlx::Error) -> ErrorClass {
             ErrorClass::Transient
         }
         E::Database(db) => match db.code().as_deref() {
-            Some("40001" | "40P01" | "55P03" | "53300" | "57P01" | "57P02" | "57P03" | "08000"
-            | "08003" | "08006") => ErrorClass::Transient,
+            Some(
+                "40001" | "40P01" | "55P03" | "53300" | "57P01" | "57P02" | "57P03" | "08000" | "08003"
+                | "08006",
+            ) => ErrorClass::Transient,
             // SQLite: 5 = SQLITE_BUSY, 6 = SQLITE_LOCKED, and their extended codes.
-            Some(code) if code == "5" || code == "6" || code.parse::<i32>().is_ok_and(|c| c & 0xff == 5 || c & 0xff == 6) => {
+            Some(code)
+                if code == "5"
+                    || code == "6"
+                    || code.parse::<i32>().is_ok_and(|c| c & 0xff == 5 || c & 0xff == 6) =>
+            {
                 ErrorClass::Transient
             }
             _ => ErrorClass::Permanent,

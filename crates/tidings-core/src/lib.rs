@@ -52,4 +52,6 @@ pub use store::{
     ClaimedBatch, ConsumerLag, ConsumerStore, DeadLetter, DeadLetterFilter, Failure, FailureStore, LagReport,
     LagSource, Outbox, RelayStore,
 };
-pub use transport::{AckKind, Acker, Delivery, OutgoingMessage, Publisher, RawMessage, Subscriber, Subscription};
+pub use transport::{
+    AckKind, Acker, Delivery, OutgoingMessage, Publisher, RawMessage, Subscriber, Subscription,
+};

@@ -25,7 +25,9 @@ use tokio::sync::{Notify, mpsc, watch};
 use tokio_stream::wrappers::ReceiverStream;
 
 use crate::error::Result;
-use crate::transport::{AckKind, Acker, Delivery, OutgoingMessage, Publisher, RawMessage, Subscriber, Subscription};
+use crate::transport::{
+    AckKind, Acker, Delivery, OutgoingMessage, Publisher, RawMessage, Subscriber, Subscription,
+};
 
 /// A position in the log. Positions sort in reading order.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, PartialOrd, Ord, Hash)]
@@ -278,7 +280,9 @@ impl<B: LogBackend> Reader<B> {
             let in_flight = self.shared.window.lock().expect("window lock").entries.len();
             if in_flight >= self.config.max_in_flight {
                 // Backpressure: wait for the consumer to settle something.
-                let _ = tokio::time::timeout(self.config.poll_interval, self.shared.settled_signal.notified()).await;
+                let _ =
+                    tokio::time::timeout(self.config.poll_interval, self.shared.settled_signal.notified())
+                        .await;
                 self.commit_if_due(&mut last_commit, false).await;
                 continue;
             }
@@ -318,7 +322,12 @@ impl<B: LogBackend> Reader<B> {
                     count: 1,
                     sender: self.sender.clone(),
                 };
-                if self.sender.send(Ok(Delivery::new(entry.message, 1, acker))).await.is_err() {
+                if self
+                    .sender
+                    .send(Ok(Delivery::new(entry.message, 1, acker)))
+                    .await
+                    .is_err()
+                {
                     break;
                 }
             }
@@ -335,7 +344,11 @@ impl<B: LogBackend> Reader<B> {
         if settled <= self.committed {
             return;
         }
-        match self.backend.commit_offset(&self.group, &self.topic, settled).await {
+        match self
+            .backend
+            .commit_offset(&self.group, &self.topic, settled)
+            .await
+        {
             Ok(()) => {
                 self.committed = settled;
                 *last = Instant::now();

@@ -138,7 +138,10 @@ pub struct Relay<S, P> {
 
 impl<S, P> fmt::Debug for Relay<S, P> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("Relay").field("config", &self.config).field("stats", &self.stats).finish_non_exhaustive()
+        f.debug_struct("Relay")
+            .field("config", &self.config)
+            .field("stats", &self.stats)
+            .finish_non_exhaustive()
     }
 }
 
@@ -154,7 +157,12 @@ pub enum Round {
 impl<S: RelayStore, P: Publisher> Relay<S, P> {
     /// A relay with the default configuration.
     pub fn new(store: S, publisher: P) -> Self {
-        Relay { store, publisher, config: RelayConfig::default(), stats: Arc::default() }
+        Relay {
+            store,
+            publisher,
+            config: RelayConfig::default(),
+            stats: Arc::default(),
+        }
     }
 
     /// Replaces the configuration.
@@ -179,7 +187,12 @@ impl<S: RelayStore, P: Publisher> Relay<S, P> {
             return Ok(Round::Idle);
         }
         let started = Instant::now();
-        let published = match tokio::time::timeout(self.config.publish_timeout, self.publisher.publish(batch.messages())).await {
+        let published = match tokio::time::timeout(
+            self.config.publish_timeout,
+            self.publisher.publish(batch.messages()),
+        )
+        .await
+        {
             Ok(result) => result,
             Err(_) => Err(tidings_core::Error::Transport {
                 transport: "relay",
@@ -202,7 +215,11 @@ impl<S: RelayStore, P: Publisher> Relay<S, P> {
         batch.complete().await?;
         self.stats.published.fetch_add(n as u64, Ordering::Relaxed);
         self.stats.batches.fetch_add(1, Ordering::Relaxed);
-        tracing::debug!(records = n, elapsed_ms = started.elapsed().as_millis() as u64, "relay batch published");
+        tracing::debug!(
+            records = n,
+            elapsed_ms = started.elapsed().as_millis() as u64,
+            "relay batch published"
+        );
         Ok(Round::Published(n))
     }
 

@@ -10,10 +10,19 @@ use crate::PgStore;
 #[async_trait]
 impl ConsumerStore for PgStore {
     async fn begin(&self) -> Result<Transaction<'static, Postgres>> {
-        self.inner.pool.begin().await.map_err(Error::db("starting a handler transaction"))
+        self.inner
+            .pool
+            .begin()
+            .await
+            .map_err(Error::db("starting a handler transaction"))
     }
 
-    async fn mark_processed(&self, conn: &mut PgConnection, consumer: &str, message_id: Uuid) -> Result<bool> {
+    async fn mark_processed(
+        &self,
+        conn: &mut PgConnection,
+        consumer: &str,
+        message_id: Uuid,
+    ) -> Result<bool> {
         // A concurrent duplicate blocks on the first one's uncommitted row,
         // then sees the conflict once it commits (or takes over if it rolls back).
         let done = sqlx::query(

@@ -35,7 +35,11 @@ impl LagSource for PgStore {
             oldest_unsent_age: oldest.map(|s| Duration::from_secs_f64(s.max(0.0))),
             consumers: consumers
                 .into_iter()
-                .map(|(consumer, topic, pending)| ConsumerLag { consumer, topic, pending: pending.max(0) as u64 })
+                .map(|(consumer, topic, pending)| ConsumerLag {
+                    consumer,
+                    topic,
+                    pending: pending.max(0) as u64,
+                })
                 .collect(),
             dead_letters: dead.max(0) as u64,
         })

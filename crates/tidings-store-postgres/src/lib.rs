@@ -102,11 +102,15 @@ impl fmt::Debug for PgStore {
 }
 
 impl PgStore {
-    /// Connects a pool of 10 connections to `url` (`postgres://user@host/db`).
+    /// Connects a pool of 32 connections to `url` (`postgres://user@host/db`).
+    ///
+    /// Size the pool for the handlers that run at once (one connection per
+    /// consumer lane in a handler), plus the relay (two while it publishes to
+    /// the database log) and one per log subscription.
     pub async fn connect(url: &str) -> Result<Self> {
         let pool = PgPoolOptions::new()
-            .max_connections(10)
-            .acquire_timeout(Duration::from_secs(10))
+            .max_connections(32)
+            .acquire_timeout(Duration::from_secs(30))
             .connect(url)
             .await
             .map_err(Error::db("connecting to PostgreSQL"))?;

@@ -57,7 +57,10 @@ impl LogBackend for PgStore {
         Ok(rows
             .into_iter()
             .map(|r| LogEntry {
-                at: LogPosition { txid: r.get(0), seq: r.get(1) },
+                at: LogPosition {
+                    txid: r.get(0),
+                    seq: r.get(1),
+                },
                 message: RawMessage {
                     topic: topic.to_owned(),
                     key: r.get(2),
@@ -69,14 +72,17 @@ impl LogBackend for PgStore {
     }
 
     async fn load_offset(&self, group: &str, topic: &str) -> Result<LogPosition> {
-        let row: Option<(i64, i64)> =
-            sqlx::query_as("SELECT txid, seq FROM tidings_log_offsets WHERE consumer_group = $1 AND topic = $2")
-                .bind(group)
-                .bind(topic)
-                .fetch_optional(&self.inner.pool)
-                .await
-                .map_err(Error::db("loading a log offset"))?;
-        Ok(row.map(|(txid, seq)| LogPosition { txid, seq }).unwrap_or_default())
+        let row: Option<(i64, i64)> = sqlx::query_as(
+            "SELECT txid, seq FROM tidings_log_offsets WHERE consumer_group = $1 AND topic = $2",
+        )
+        .bind(group)
+        .bind(topic)
+        .fetch_optional(&self.inner.pool)
+        .await
+        .map_err(Error::db("loading a log offset"))?;
+        Ok(row
+            .map(|(txid, seq)| LogPosition { txid, seq })
+            .unwrap_or_default())
     }
 
     async fn commit_offset(&self, group: &str, topic: &str, at: LogPosition) -> Result<()> {

@@ -25,11 +25,12 @@ pub(crate) async fn run(pool: &PgPool) -> Result<()> {
     .await
     .map_err(Error::db("creating tidings_migrations"))?;
     for &(version, name, sql) in MIGRATIONS {
-        let done: Option<i64> = sqlx::query_scalar("SELECT version FROM tidings_migrations WHERE version = $1")
-            .bind(version)
-            .fetch_optional(&mut *tx)
-            .await
-            .map_err(Error::db("reading tidings_migrations"))?;
+        let done: Option<i64> =
+            sqlx::query_scalar("SELECT version FROM tidings_migrations WHERE version = $1")
+                .bind(version)
+                .fetch_optional(&mut *tx)
+                .await
+                .map_err(Error::db("reading tidings_migrations"))?;
         if done.is_some() {
             continue;
         }
@@ -45,5 +46,7 @@ pub(crate) async fn run(pool: &PgPool) -> Result<()> {
             .map_err(Error::db("recording a Tidings migration"))?;
         tracing::info!(version, name, "applied Tidings migration");
     }
-    tx.commit().await.map_err(Error::db("committing Tidings migrations"))
+    tx.commit()
+        .await
+        .map_err(Error::db("committing Tidings migrations"))
 }

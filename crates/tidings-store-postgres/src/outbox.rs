@@ -60,8 +60,17 @@ impl RelayStore for PgStore {
     type Batch = PgBatch;
 
     async fn claim(&self, limit: usize) -> Result<PgBatch> {
-        let mut tx = self.inner.pool.begin().await.map_err(Error::db("starting an outbox claim"))?;
-        let sql = if self.inner.options.retention.is_some() { CLAIM_MARK } else { CLAIM_DELETE };
+        let mut tx = self
+            .inner
+            .pool
+            .begin()
+            .await
+            .map_err(Error::db("starting an outbox claim"))?;
+        let sql = if self.inner.options.retention.is_some() {
+            CLAIM_MARK
+        } else {
+            CLAIM_DELETE
+        };
         let rows = sqlx::query(sql)
             .bind(i64::try_from(limit).unwrap_or(i64::MAX))
             .fetch_all(&mut *tx)
@@ -72,9 +81,17 @@ impl RelayStore for PgStore {
         rows.sort_unstable_by_key(|r| r.0);
         let messages = rows
             .into_iter()
-            .map(|(_, topic, body)| Ok(OutgoingMessage { topic, envelope: cloudevents::from_json(&body)? }))
+            .map(|(_, topic, body)| {
+                Ok(OutgoingMessage {
+                    topic,
+                    envelope: cloudevents::from_json(&body)?,
+                })
+            })
             .collect::<Result<Vec<_>>>()?;
-        Ok(PgBatch { tx: Some(tx), messages })
+        Ok(PgBatch {
+            tx: Some(tx),
+            messages,
+        })
     }
 
     async fn wait_for_work(&self, timeout: Duration) {
@@ -85,11 +102,12 @@ impl RelayStore for PgStore {
         let Some(retention) = self.inner.options.retention else {
             return Ok(0);
         };
-        let done = sqlx::query("DELETE FROM tidings_outbox WHERE published_at < now() - make_interval(secs => $1)")
-            .bind(retention.as_secs_f64())
-            .execute(&self.inner.pool)
-            .await
-            .map_err(Error::db("deleting sent outbox rows past retention"))?;
+        let done =
+            sqlx::query("DELETE FROM tidings_outbox WHERE published_at < now() - make_interval(secs => $1)")
+                .bind(retention.as_secs_f64())
+                .execute(&self.inner.pool)
+                .await
+                .map_err(Error::db("deleting sent outbox rows past retention"))?;
         Ok(done.rows_affected())
     }
 }
@@ -109,7 +127,10 @@ impl ClaimedBatch for PgBatch {
 
     async fn release(mut self) -> Result<()> {
         match self.tx.take() {
-            Some(tx) => tx.rollback().await.map_err(Error::db("releasing an outbox batch")),
+            Some(tx) => tx
+                .rollback()
+                .await
+                .map_err(Error::db("releasing an outbox batch")),
             None => Ok(()),
         }
     }

@@ -8,8 +8,8 @@
 //! background task sends one `NOTIFY` per burst of wake-ups.
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::OnceLock;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use sqlx::PgPool;

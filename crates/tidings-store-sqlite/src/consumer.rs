@@ -1,7 +1,7 @@
 //! Processed markers and the effects ledger.
 
 use async_trait::async_trait;
-use sqlx::{SqliteConnection, Sqlite, Transaction};
+use sqlx::{Sqlite, SqliteConnection, Transaction};
 use tidings_core::{ConsumerStore, Error, Result};
 use uuid::Uuid;
 
@@ -10,10 +10,19 @@ use crate::SqliteStore;
 #[async_trait]
 impl ConsumerStore for SqliteStore {
     async fn begin(&self) -> Result<Transaction<'static, Sqlite>> {
-        self.inner.pool.begin().await.map_err(Error::db("starting a handler transaction"))
+        self.inner
+            .pool
+            .begin()
+            .await
+            .map_err(Error::db("starting a handler transaction"))
     }
 
-    async fn mark_processed(&self, conn: &mut SqliteConnection, consumer: &str, message_id: Uuid) -> Result<bool> {
+    async fn mark_processed(
+        &self,
+        conn: &mut SqliteConnection,
+        consumer: &str,
+        message_id: Uuid,
+    ) -> Result<bool> {
         // SQLite runs one writer at a time: a concurrent duplicate waits for
         // the first one's commit, then sees the conflict.
         let done = sqlx::query(

@@ -34,7 +34,11 @@ impl LagSource for SqliteStore {
             oldest_unsent_age: oldest.map(|t| Duration::from_millis((now - t).max(0) as u64)),
             consumers: consumers
                 .into_iter()
-                .map(|(consumer, topic, pending)| ConsumerLag { consumer, topic, pending: pending.max(0) as u64 })
+                .map(|(consumer, topic, pending)| ConsumerLag {
+                    consumer,
+                    topic,
+                    pending: pending.max(0) as u64,
+                })
                 .collect(),
             dead_letters: dead.max(0) as u64,
         })

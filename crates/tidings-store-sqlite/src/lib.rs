@@ -88,9 +88,16 @@ impl SqliteStore {
     /// or a plain path), in WAL mode with `synchronous = FULL`: a commit
     /// that returned survives a power cut.
     pub async fn connect(url: &str) -> Result<Self> {
-        let url = if url.starts_with("sqlite:") { url.to_owned() } else { format!("sqlite://{url}") };
+        let url = if url.starts_with("sqlite:") {
+            url.to_owned()
+        } else {
+            format!("sqlite://{url}")
+        };
         let options = SqliteConnectOptions::from_str(&url)
-            .map_err(|e| Error::Config { key: "database".into(), reason: e.to_string() })?
+            .map_err(|e| Error::Config {
+                key: "database".into(),
+                reason: e.to_string(),
+            })?
             .create_if_missing(true)
             .journal_mode(SqliteJournalMode::Wal)
             .synchronous(SqliteSynchronous::Full)

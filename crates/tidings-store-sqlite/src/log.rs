@@ -23,14 +23,16 @@ impl LogBackend for SqliteStore {
         let mut tx = self.inner.pool.begin().await.map_err(transport_error)?;
         let now = now_millis();
         for m in batch {
-            sqlx::query("INSERT INTO tidings_log (topic, aggregate_key, body, created_at) VALUES ($1, $2, $3, $4)")
-                .bind(&m.topic)
-                .bind(&m.envelope.aggregate_key)
-                .bind(cloudevents::to_json(&m.envelope))
-                .bind(now)
-                .execute(&mut *tx)
-                .await
-                .map_err(transport_error)?;
+            sqlx::query(
+                "INSERT INTO tidings_log (topic, aggregate_key, body, created_at) VALUES ($1, $2, $3, $4)",
+            )
+            .bind(&m.topic)
+            .bind(&m.envelope.aggregate_key)
+            .bind(cloudevents::to_json(&m.envelope))
+            .bind(now)
+            .execute(&mut *tx)
+            .await
+            .map_err(transport_error)?;
         }
         tx.commit().await.map_err(transport_error)?;
         self.inner.log_signal.send_modify(|n| *n = n.wrapping_add(1));
@@ -50,7 +52,10 @@ impl LogBackend for SqliteStore {
         Ok(rows
             .into_iter()
             .map(|r| LogEntry {
-                at: LogPosition { txid: 0, seq: r.get(0) },
+                at: LogPosition {
+                    txid: 0,
+                    seq: r.get(0),
+                },
                 message: RawMessage {
                     topic: topic.to_owned(),
                     key: r.get(1),
@@ -62,14 +67,18 @@ impl LogBackend for SqliteStore {
     }
 
     async fn load_offset(&self, group: &str, topic: &str) -> Result<LogPosition> {
-        let seq: Option<i64> =
-            sqlx::query_scalar("SELECT seq FROM tidings_log_offsets WHERE consumer_group = $1 AND topic = $2")
-                .bind(group)
-                .bind(topic)
-                .fetch_optional(&self.inner.pool)
-                .await
-                .map_err(Error::db("loading a log offset"))?;
-        Ok(LogPosition { txid: 0, seq: seq.unwrap_or(0) })
+        let seq: Option<i64> = sqlx::query_scalar(
+            "SELECT seq FROM tidings_log_offsets WHERE consumer_group = $1 AND topic = $2",
+        )
+        .bind(group)
+        .bind(topic)
+        .fetch_optional(&self.inner.pool)
+        .await
+        .map_err(Error::db("loading a log offset"))?;
+        Ok(LogPosition {
+            txid: 0,
+            seq: seq.unwrap_or(0),
+        })
     }
 
     async fn commit_offset(&self, group: &str, topic: &str, at: LogPosition) -> Result<()> {

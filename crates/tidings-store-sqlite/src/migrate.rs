@@ -7,7 +7,10 @@ use tidings_core::{Error, Result};
 const MIGRATIONS: &[(i64, &str, &str)] = &[(1, "tidings", include_str!("../migrations/0001_tidings.sql"))];
 
 pub(crate) async fn run(pool: &SqlitePool) -> Result<()> {
-    let mut tx = pool.begin().await.map_err(Error::db("running Tidings migrations"))?;
+    let mut tx = pool
+        .begin()
+        .await
+        .map_err(Error::db("running Tidings migrations"))?;
     // The first statement writes, so this transaction holds the write lock:
     // concurrent migrators wait for it and then find the work done.
     sqlx::query(
@@ -20,11 +23,12 @@ pub(crate) async fn run(pool: &SqlitePool) -> Result<()> {
     .await
     .map_err(Error::db("creating tidings_migrations"))?;
     for &(version, name, sql) in MIGRATIONS {
-        let done: Option<i64> = sqlx::query_scalar("SELECT version FROM tidings_migrations WHERE version = $1")
-            .bind(version)
-            .fetch_optional(&mut *tx)
-            .await
-            .map_err(Error::db("reading tidings_migrations"))?;
+        let done: Option<i64> =
+            sqlx::query_scalar("SELECT version FROM tidings_migrations WHERE version = $1")
+                .bind(version)
+                .fetch_optional(&mut *tx)
+                .await
+                .map_err(Error::db("reading tidings_migrations"))?;
         if done.is_some() {
             continue;
         }
@@ -41,5 +45,7 @@ pub(crate) async fn run(pool: &SqlitePool) -> Result<()> {
             .map_err(Error::db("recording a Tidings migration"))?;
         tracing::info!(version, name, "applied Tidings migration");
     }
-    tx.commit().await.map_err(Error::db("committing Tidings migrations"))
+    tx.commit()
+        .await
+        .map_err(Error::db("committing Tidings migrations"))
 }

@@ -65,10 +65,17 @@ impl RelayStore for SqliteStore {
             .into_iter()
             .map(|r| {
                 let body: Vec<u8> = r.get(2);
-                Ok(OutgoingMessage { topic: r.get(1), envelope: cloudevents::from_json(&body)? })
+                Ok(OutgoingMessage {
+                    topic: r.get(1),
+                    envelope: cloudevents::from_json(&body)?,
+                })
             })
             .collect::<Result<Vec<_>>>()?;
-        Ok(SqliteBatch { store: self.clone(), range, messages })
+        Ok(SqliteBatch {
+            store: self.clone(),
+            range,
+            messages,
+        })
     }
 
     async fn wait_for_work(&self, timeout: Duration) {
@@ -96,7 +103,9 @@ impl ClaimedBatch for SqliteBatch {
     }
 
     async fn complete(self) -> Result<()> {
-        let Some((first, last)) = self.range else { return Ok(()) };
+        let Some((first, last)) = self.range else {
+            return Ok(());
+        };
         // Seqs are assigned in commit order and never reused, so the range
         // holds exactly the rows that were read.
         let query = if self.store.inner.options.retention.is_some() {
@@ -107,7 +116,9 @@ impl ClaimedBatch for SqliteBatch {
             .bind(last)
             .bind(now_millis())
         } else {
-            sqlx::query("DELETE FROM tidings_outbox WHERE seq BETWEEN $1 AND $2").bind(first).bind(last)
+            sqlx::query("DELETE FROM tidings_outbox WHERE seq BETWEEN $1 AND $2")
+                .bind(first)
+                .bind(last)
         };
         query
             .execute(&self.store.inner.pool)

@@ -8,7 +8,9 @@ use std::time::Duration;
 use async_trait::async_trait;
 use futures::StreamExt;
 use rand::Rng;
-use tidings_core::{AckKind, Acker, Delivery, Error, OutgoingMessage, Publisher, Result, Subscriber, Subscription};
+use tidings_core::{
+    AckKind, Acker, Delivery, Error, OutgoingMessage, Publisher, Result, Subscriber, Subscription,
+};
 use tokio::sync::mpsc;
 use tokio_stream::wrappers::ReceiverStream;
 
@@ -24,7 +26,11 @@ pub struct Duplicating<S> {
 impl<S: Subscriber> Duplicating<S> {
     /// Wraps `inner`, duplicating each delivery with probability `rate`.
     pub fn new(inner: S, rate: f64) -> Self {
-        Duplicating { inner: Arc::new(inner), rate: rate.clamp(0.0, 1.0), injected: Arc::default() }
+        Duplicating {
+            inner: Arc::new(inner),
+            rate: rate.clamp(0.0, 1.0),
+            injected: Arc::default(),
+        }
     }
 
     /// How many duplicates were injected so far.
@@ -85,7 +91,11 @@ pub struct Switchable<P> {
 impl<P: Publisher> Switchable<P> {
     /// Wraps `inner`, initially up.
     pub fn new(inner: P) -> Self {
-        Switchable { inner: Arc::new(inner), up: Arc::new(AtomicBool::new(true)), refused: Arc::default() }
+        Switchable {
+            inner: Arc::new(inner),
+            up: Arc::new(AtomicBool::new(true)),
+            refused: Arc::default(),
+        }
     }
 
     /// Takes the "broker" down or brings it back.
@@ -104,7 +114,11 @@ impl<P: Publisher> Publisher for Switchable<P> {
     async fn publish(&self, batch: &[OutgoingMessage]) -> Result<()> {
         if !self.up.load(Ordering::SeqCst) {
             self.refused.fetch_add(1, Ordering::Relaxed);
-            return Err(Error::Transport { transport: "switchable", reason: "switched off".into(), retryable: true });
+            return Err(Error::Transport {
+                transport: "switchable",
+                reason: "switched off".into(),
+                retryable: true,
+            });
         }
         self.inner.publish(batch).await
     }

@@ -50,7 +50,11 @@ impl PgTestDb {
         let options = PgConnectOptions::from_str(&base)
             .expect("DATABASE_URL is a valid PostgreSQL URL")
             .options([("search_path", schema.as_str())]);
-        let pool = PgPoolOptions::new().max_connections(20).connect_with(options).await.expect("connecting");
+        let pool = PgPoolOptions::new()
+            .max_connections(20)
+            .connect_with(options)
+            .await
+            .expect("connecting");
         let store = PgStore::new(pool);
         store.migrate().await.expect("migrating the test schema");
         let sep = if base.contains('?') { '&' } else { '?' };
@@ -61,8 +65,17 @@ impl PgTestDb {
     /// Closes the pool and drops the schema.
     pub async fn drop_schema(self) {
         self.store.pool().close().await;
-        if let Ok(admin) = PgPoolOptions::new().max_connections(1).connect(&postgres_url()).await {
-            let _ = admin.execute(sqlx::AssertSqlSafe(format!("DROP SCHEMA {} CASCADE", self.schema))).await;
+        if let Ok(admin) = PgPoolOptions::new()
+            .max_connections(1)
+            .connect(&postgres_url())
+            .await
+        {
+            let _ = admin
+                .execute(sqlx::AssertSqlSafe(format!(
+                    "DROP SCHEMA {} CASCADE",
+                    self.schema
+                )))
+                .await;
             admin.close().await;
         }
     }

@@ -125,7 +125,10 @@ impl fmt::Display for Summary {
             if m.is_empty() {
                 "0".to_owned()
             } else {
-                m.iter().map(|(k, v)| format!("{k} {v}")).collect::<Vec<_>>().join(" · ")
+                m.iter()
+                    .map(|(k, v)| format!("{k} {v}"))
+                    .collect::<Vec<_>>()
+                    .join(" · ")
             }
         };
         writeln!(f, "checkout demo on {}", self.database)?;
@@ -155,27 +158,53 @@ impl fmt::Display for Summary {
         if !self.state_mismatches.is_empty() {
             writeln!(f, "  state mismatches     {}", self.state_mismatches.join("; "))?;
         }
-        writeln!(f, "  drained              {}", if self.drained { "yes" } else { "NO (timed out)" })?;
-        write!(f, "  elapsed              {:.1} s", self.elapsed_ms as f64 / 1000.0)
+        writeln!(
+            f,
+            "  drained              {}",
+            if self.drained { "yes" } else { "NO (timed out)" }
+        )?;
+        write!(
+            f,
+            "  elapsed              {:.1} s",
+            self.elapsed_ms as f64 / 1000.0
+        )
     }
 }
 
 /// Messages committed but neither handled nor dead-lettered, summed over consumers.
 pub fn lost(t: &Tally) -> i64 {
-    let missing = |consumer: &str, expected: i64| (expected - t.processed_by(consumer) - t.dead_by(consumer)).max(0);
+    let missing =
+        |consumer: &str, expected: i64| (expected - t.processed_by(consumer) - t.dead_by(consumer)).max(0);
     missing(COMMAND_CONSUMER, t.commands) + EVENT_CONSUMERS.iter().map(|c| missing(c, t.events)).sum::<i64>()
 }
 
 /// Runs the demo on the database the options name.
 pub async fn run(options: DemoOptions) -> anyhow::Result<Summary> {
-    let url = options.database.clone().unwrap_or_else(|| DEFAULT_DATABASE.to_owned());
+    let url = options
+        .database
+        .clone()
+        .unwrap_or_else(|| DEFAULT_DATABASE.to_owned());
     if url.starts_with("postgres:") || url.starts_with("postgresql:") {
-        let store = PgStore::connect(&url).await.with_context(|| format!("connecting to PostgreSQL at {}", redact(&url)))?;
-        let provider = EmailProvider::Postgres(store.pool().clone());
+        let store = PgStore::connect(&url)
+            .await
+            .with_context(|| format!("connecting to PostgreSQL at {}", redact(&url)))?;
+        // The provider is another system: it gets its own connections, or a
+        // handler holding a pool connection could wait on the same pool.
+        let provider_pool = sqlx::postgres::PgPoolOptions::new()
+            .max_connections(4)
+            .connect(&url)
+            .await?;
+        let provider = EmailProvider::Postgres(provider_pool);
         run_on(store, provider, options, format!("postgres ({})", redact(&url))).await
     } else {
-        let path = url.strip_prefix("sqlite://").or_else(|| url.strip_prefix("sqlite:")).unwrap_or(&url).to_owned();
-        let store = SqliteStore::connect(&path).await.with_context(|| format!("opening SQLite database {path}"))?;
+        let path = url
+            .strip_prefix("sqlite://")
+            .or_else(|| url.strip_prefix("sqlite:"))
+            .unwrap_or(&url)
+            .to_owned();
+        let store = SqliteStore::connect(&path)
+            .await
+            .with_context(|| format!("opening SQLite database {path}"))?;
         // The provider is another system: it gets its own file.
         let provider_db = SqliteStore::connect(&format!("{path}.provider")).await?;
         let provider = EmailProvider::Sqlite(provider_db.pool().clone());
@@ -195,7 +224,12 @@ fn redact(url: &str) -> String {
     }
 }
 
-async fn run_on<S>(store: S, provider: EmailProvider, options: DemoOptions, label: String) -> anyhow::Result<Summary>
+async fn run_on<S>(
+    store: S,
+    provider: EmailProvider,
+    options: DemoOptions,
+    label: String,
+) -> anyhow::Result<Summary>
 where
     S: CheckoutStore,
     Checkout: Handler<S::Database>,
@@ -226,13 +260,15 @@ where
     let subscriber: Arc<dyn Subscriber> = Arc::new(duplicating);
 
     let config = ConsumerConfig::default()
+        .lanes(8)
         .max_attempts(4)
         .backoff(Backoff::new(Duration::from_millis(5), Duration::from_millis(50)));
     let mut stats: Vec<Arc<ConsumerStats>> = Vec::new();
     macro_rules! spawn_consumer {
         ($name:expr, $topic:expr, $handler:expr) => {{
-            let consumer =
-                Consumer::new($name, store.clone(), $handler).topic($topic).config(config.clone().source($name));
+            let consumer = Consumer::new($name, store.clone(), $handler)
+                .topic($topic)
+                .config(config.clone().source($name));
             stats.push(consumer.stats());
             let subscriber = subscriber.clone();
             let shutdown = shutdown.clone();
@@ -241,16 +277,28 @@ where
     }
     spawn_consumer!(COMMAND_CONSUMER, COMMANDS, Checkout);
     spawn_consumer!("inventory", ORDERS, Inventory);
-    spawn_consumer!("email", ORDERS, Email { provider: provider.clone() });
+    spawn_consumer!(
+        "email",
+        ORDERS,
+        Email {
+            provider: provider.clone()
+        }
+    );
     spawn_consumer!("analytics", ORDERS, Analytics);
     spawn_consumer!("loyalty", ORDERS, Loyalty);
 
     // Roughly: 3 commands and 3 events per order, each event handled by 4 consumers.
     let expected_work = (options.orders * 15) as u64;
-    let bar = if options.progress { ProgressBar::new(expected_work) } else { ProgressBar::hidden() };
+    let bar = if options.progress {
+        ProgressBar::new(expected_work)
+    } else {
+        ProgressBar::hidden()
+    };
     bar.set_style(
-        ProgressStyle::with_template("{spinner} [{elapsed_precise}] {bar:40} {pos}/{len} messages handled · {msg}")
-            .expect("valid template"),
+        ProgressStyle::with_template(
+            "{spinner} [{elapsed_precise}] {bar:40} {pos}/{len} messages handled · {msg}",
+        )
+        .expect("valid template"),
     );
 
     let placed = Arc::new(AtomicUsize::new(0));
@@ -271,7 +319,11 @@ where
         }
         tally = store.tally().await?;
         bar.set_position(work_done(&tally).saturating_sub(baseline_work));
-        bar.set_message(format!("{} / {} orders placed", placed.load(Ordering::Relaxed), options.orders));
+        bar.set_message(format!(
+            "{} / {} orders placed",
+            placed.load(Ordering::Relaxed),
+            options.orders
+        ));
         if !producing && lost(&tally) == 0 && tally.outbox_pending == 0 {
             drained = true;
             break;
@@ -286,11 +338,22 @@ where
         joined.context("a demo task panicked")??;
     }
     let provider_tally = provider.tally().await?;
-    Ok(summarize(label, &options, placed.load(Ordering::Relaxed), &tally, &provider_tally, &stats, injected.load(Ordering::Relaxed), drained, started.elapsed()))
+    Ok(summarize(
+        label,
+        &options,
+        placed.load(Ordering::Relaxed),
+        &tally,
+        &provider_tally,
+        &stats,
+        injected.load(Ordering::Relaxed),
+        drained,
+        started.elapsed(),
+    ))
 }
 
 fn work_done(t: &Tally) -> u64 {
-    (t.processed.iter().map(|(_, n)| n).sum::<i64>() + t.dead_letters.iter().map(|(_, n)| n).sum::<i64>()).max(0) as u64
+    (t.processed.iter().map(|(_, n)| n).sum::<i64>() + t.dead_letters.iter().map(|(_, n)| n).sum::<i64>())
+        .max(0) as u64
 }
 
 #[allow(clippy::too_many_arguments)]
@@ -391,7 +454,11 @@ async fn place_one<S: CheckoutStore>(store: &S, i: usize, poison_rate: f64) -> a
     let place = PlaceOrder {
         order_id: order_id.clone(),
         customer_id: format!("cus-{customer}"),
-        sku: if poisoned { format!("POISON-{i}") } else { format!("SKU-{sku}") },
+        sku: if poisoned {
+            format!("POISON-{i}")
+        } else {
+            format!("SKU-{sku}")
+        },
         quantity,
         total_cents: total,
     };
@@ -399,7 +466,17 @@ async fn place_one<S: CheckoutStore>(store: &S, i: usize, poison_rate: f64) -> a
     let correlation = first.envelope.id;
     store.submit(1, &first).await?;
     pause().await;
-    store.submit(2, &command(&CapturePayment { order_id: order_id.clone() }, Some(correlation))?).await?;
+    store
+        .submit(
+            2,
+            &command(
+                &CapturePayment {
+                    order_id: order_id.clone(),
+                },
+                Some(correlation),
+            )?,
+        )
+        .await?;
     pause().await;
     let last = if cancel {
         command(&CancelOrder { order_id }, Some(correlation))?
@@ -414,7 +491,10 @@ fn command<M: Message>(message: &M, correlation: Option<uuid::Uuid>) -> anyhow::
     if let Some(c) = correlation {
         envelope.correlation_id = c;
     }
-    Ok(OutgoingMessage { topic: M::TOPIC.to_owned(), envelope })
+    Ok(OutgoingMessage {
+        topic: M::TOPIC.to_owned(),
+        envelope,
+    })
 }
 
 /// Lets other orders' commands interleave with this one's.

@@ -45,7 +45,8 @@ pub enum EmailProvider {
 
 const PROVIDER_SCHEMA: &str = "CREATE TABLE IF NOT EXISTS email_provider (
     idempotency_key TEXT PRIMARY KEY, order_id TEXT NOT NULL, kind TEXT NOT NULL, calls BIGINT NOT NULL)";
-const PROVIDER_SEND: &str = "INSERT INTO email_provider (idempotency_key, order_id, kind, calls) VALUES ($1, $2, $3, 1)
+const PROVIDER_SEND: &str =
+    "INSERT INTO email_provider (idempotency_key, order_id, kind, calls) VALUES ($1, $2, $3, 1)
     ON CONFLICT (idempotency_key) DO UPDATE SET calls = email_provider.calls + 1";
 const PROVIDER_TALLY: &str = "SELECT
     (SELECT CAST(count(*) AS BIGINT) FROM email_provider),
@@ -75,12 +76,20 @@ impl EmailProvider {
     async fn send(&self, key: &IdempotencyKey, order_id: &str, kind: &str) -> Result<(), HandlerError> {
         let (key, order_id) = (key.as_str(), order_id);
         match self {
-            EmailProvider::Postgres(p) => {
-                sqlx::query(PROVIDER_SEND).bind(key).bind(order_id).bind(kind).execute(p).await.map(drop)
-            }
-            EmailProvider::Sqlite(p) => {
-                sqlx::query(PROVIDER_SEND).bind(key).bind(order_id).bind(kind).execute(p).await.map(drop)
-            }
+            EmailProvider::Postgres(p) => sqlx::query(PROVIDER_SEND)
+                .bind(key)
+                .bind(order_id)
+                .bind(kind)
+                .execute(p)
+                .await
+                .map(drop),
+            EmailProvider::Sqlite(p) => sqlx::query(PROVIDER_SEND)
+                .bind(key)
+                .bind(order_id)
+                .bind(kind)
+                .execute(p)
+                .await
+                .map(drop),
         }
         .map_err(HandlerError::transient)
     }
@@ -91,7 +100,11 @@ impl EmailProvider {
             EmailProvider::Postgres(p) => sqlx::query_as(PROVIDER_TALLY).fetch_one(p).await?,
             EmailProvider::Sqlite(p) => sqlx::query_as(PROVIDER_TALLY).fetch_one(p).await?,
         };
-        Ok(ProviderTally { sent, calls, duplicated })
+        Ok(ProviderTally {
+            sent,
+            calls,
+            duplicated,
+        })
     }
 }
 

@@ -7,7 +7,6 @@ use tidings_core::{ConsumerStore, FailureStore, Outbox, OutgoingMessage, RelaySt
 use tidings_store_postgres::PgStore;
 use tidings_store_sqlite::SqliteStore;
 
-
 const SCHEMA: &[&str] = &[
     "CREATE TABLE IF NOT EXISTS checkout_requests (
         order_id TEXT NOT NULL, step BIGINT NOT NULL, command TEXT NOT NULL, PRIMARY KEY (order_id, step))",
@@ -38,8 +37,10 @@ const TALLY: &str = "SELECT
     (SELECT CAST(COALESCE(sum(points), 0) AS BIGINT) FROM loyalty_points),
     (SELECT CAST(COALESCE(sum(n), 0) AS BIGINT) FROM analytics_counts)";
 
-const PER_CONSUMER: &str = "SELECT consumer, CAST(count(*) AS BIGINT) FROM tidings_processed GROUP BY consumer";
-const DEAD_PER_CONSUMER: &str = "SELECT consumer, CAST(count(*) AS BIGINT) FROM tidings_dead_letters GROUP BY consumer";
+const PER_CONSUMER: &str =
+    "SELECT consumer, CAST(count(*) AS BIGINT) FROM tidings_processed GROUP BY consumer";
+const DEAD_PER_CONSUMER: &str =
+    "SELECT consumer, CAST(count(*) AS BIGINT) FROM tidings_dead_letters GROUP BY consumer";
 
 /// Figures read from the database: the truth, whatever happened to the processes.
 #[derive(Debug, Clone, Default)]
@@ -73,12 +74,18 @@ pub struct Tally {
 impl Tally {
     /// Processed markers of `consumer`.
     pub fn processed_by(&self, consumer: &str) -> i64 {
-        self.processed.iter().find(|(c, _)| c == consumer).map_or(0, |(_, n)| *n)
+        self.processed
+            .iter()
+            .find(|(c, _)| c == consumer)
+            .map_or(0, |(_, n)| *n)
     }
 
     /// Dead letters of `consumer`.
     pub fn dead_by(&self, consumer: &str) -> i64 {
-        self.dead_letters.iter().find(|(c, _)| c == consumer).map_or(0, |(_, n)| *n)
+        self.dead_letters
+            .iter()
+            .find(|(c, _)| c == consumer)
+            .map_or(0, |(_, n)| *n)
     }
 }
 

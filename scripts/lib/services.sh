@@ -1,0 +1,54 @@
+# Service helpers for scripts/test: each ensure_* function makes one service
+# reachable on loopback, starting or installing it when missing, and exits
+# with a message naming the service when it cannot.
+
+log() { printf '==> %s\n' "$*" >&2; }
+die() { printf 'error: %s\n' "$*" >&2; exit 1; }
+
+as_root() {
+  if [ "$(id -u)" = 0 ]; then "$@"; elif command -v sudo >/dev/null; then sudo "$@"; else
+    die "need root to run: $* (run scripts/test as root, or install it yourself)"; fi
+}
+
+apt_install() {
+  command -v apt-get >/dev/null || die "cannot install $*: no apt-get on this machine; install it yourself"
+  if [ -z "${TIDINGS_APT_UPDATED:-}" ]; then as_root apt-get update -qq; TIDINGS_APT_UPDATED=1; fi
+  as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "$@" >/dev/null
+}
+
+wait_until() { # wait_until SECONDS DESCRIPTION COMMAND...
+  local secs=$1 what=$2; shift 2
+  for _ in $(seq 1 $((secs * 4))); do "$@" >/dev/null 2>&1 && return 0; sleep 0.25; done
+  die "$what did not become ready within ${secs}s"
+}
+
+pg_ready() { pg_isready -q -h 127.0.0.1 -p 5432; }
+
+# PostgreSQL on 127.0.0.1:5432, trust auth for local connections, a database `test`.
+ensure_postgres() {
+  if ! command -v pg_isready >/dev/null; then
+    log "installing PostgreSQL from the distribution's packages"
+    apt_install postgresql postgresql-client
+  fi
+  if ! pg_ready; then
+    log "starting PostgreSQL"
+    local version
+    version=$(ls /etc/postgresql 2>/dev/null | sort -V | tail -n 1)
+    [ -n "$version" ] || die "PostgreSQL is installed but has no cluster under /etc/postgresql"
+    local hba="/etc/postgresql/$version/main/pg_hba.conf"
+    if ! grep -q '^host[[:space:]]\+all[[:space:]]\+all[[:space:]]\+127.0.0.1/32[[:space:]]\+trust' "$hba" 2>/dev/null; then
+      # Tests connect over loopback without a password, as on CI.
+      as_root sed -i -E 's/^(host\s+all\s+all\s+(127\.0\.0\.1\/32|::1\/128)\s+)\S+/\1trust/' "$hba"
+    fi
+    as_root pg_ctlcluster --skip-systemctl-redirect "$version" main start || true
+    wait_until 60 "PostgreSQL on 127.0.0.1:5432" pg_ready
+  fi
+  psql -h 127.0.0.1 -U postgres -d postgres -tAc "SELECT 1 FROM pg_database WHERE datname = 'test'" | grep -q 1 ||
+    psql -h 127.0.0.1 -U postgres -d postgres -qc "CREATE DATABASE test" ||
+    die "PostgreSQL at 127.0.0.1:5432: cannot create database test as user postgres (is local trust auth on?)"
+  # Schemas left by interrupted test runs.
+  psql -h 127.0.0.1 -U postgres -d test -tAc \
+    "SELECT 'DROP SCHEMA ' || nspname || ' CASCADE;' FROM pg_namespace WHERE nspname LIKE 'tidings_test_%'" |
+    psql -h 127.0.0.1 -U postgres -d test -q >/dev/null
+  log "PostgreSQL ready on 127.0.0.1:5432"
+}
