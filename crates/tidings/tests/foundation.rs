@@ -1,0 +1,491 @@
+//! The foundation's promises, each tested on the real PostgreSQL and on a
+//! real SQLite file: atomicity of the outbox, relay retries, per-key order,
+//! idempotency under redelivery, dead-lettering without blocking, the log
+//! gap, bad input and the effects ledger.
+
+#[macro_use]
+mod common;
+
+use std::collections::{BTreeMap, HashSet};
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+use std::time::Duration;
+
+use common::{Recorder, TOPIC, TestStore, eventually, message};
+use futures::StreamExt;
+use tidings::consumer::{Consumer, ConsumerConfig, Handler, IdempotencyKey};
+use tidings::log::{LogPublisher, LogReaderConfig, LogSubscriber};
+use tidings::relay::{Relay, RelayConfig};
+use tidings::{AckKind, Backoff, DeadLetterFilter, Envelope, Kind, Subscriber, cloudevents};
+use tidings_testkit::faults::{Duplicating, Switchable};
+use tokio_util::sync::CancellationToken;
+
+const WAIT: Duration = Duration::from_secs(30);
+
+fn quick() -> ConsumerConfig {
+    ConsumerConfig::default()
+        .lanes(4)
+        .backoff(Backoff::new(Duration::from_millis(1), Duration::from_millis(5)))
+}
+
+fn subscriber<S: TestStore>(store: &S) -> LogSubscriber<S> {
+    LogSubscriber::new(
+        Arc::new(store.clone()),
+        LogReaderConfig::default().poll_interval(Duration::from_millis(20)),
+    )
+}
+
+fn relay<S: TestStore>(store: &S) -> Relay<S, LogPublisher<S>> {
+    Relay::new(store.clone(), LogPublisher::new(Arc::new(store.clone())))
+        .config(RelayConfig::default().poll_interval(Duration::from_millis(20)))
+}
+
+/// Starts `consumer` on `subscriber` in the background.
+fn spawn<S, Sub>(
+    consumer: Consumer<S>,
+    subscriber: Sub,
+    stop: &CancellationToken,
+) -> tokio::task::JoinHandle<()>
+where
+    S: TestStore,
+    Sub: Subscriber,
+{
+    let stop = stop.clone();
+    tokio::spawn(async move { consumer.run(&subscriber, stop).await.unwrap() })
+}
+
+on_both_databases!(
+    outbox_is_atomic_with_the_business_transaction,
+    relay_retries_until_the_transport_confirms,
+    per_key_order_holds_with_parallel_lanes,
+    redelivered_duplicates_change_nothing,
+    poison_is_dead_lettered_without_blocking_other_keys,
+    log_readers_never_skip_late_commits,
+    bad_input_reaches_the_failure_store_with_a_clear_error,
+    effects_ledger_reuses_one_key_and_skips_recorded_effects,
+);
+
+async fn outbox_is_atomic_with_the_business_transaction<S: TestStore>(store: S) {
+    store.enqueue_in_tx(&message("a", 1), false).await;
+    assert_eq!(
+        store.lag().await.unwrap().outbox_pending,
+        0,
+        "a rolled-back transaction left an event"
+    );
+    store.enqueue_in_tx(&message("a", 2), true).await;
+    let lag = store.lag().await.unwrap();
+    assert_eq!(lag.outbox_pending, 1);
+    assert!(lag.oldest_unsent_age.is_some());
+}
+
+async fn relay_retries_until_the_transport_confirms<S: TestStore>(store: S) {
+    for seq in 1..=20 {
+        store
+            .enqueue_in_tx(&message(if seq % 2 == 0 { "a" } else { "b" }, seq), true)
+            .await;
+    }
+    let publisher = Switchable::new(LogPublisher::new(Arc::new(store.clone())));
+    publisher.set_up(false);
+    let relay = Relay::new(store.clone(), publisher.clone()).config(
+        RelayConfig::default()
+            .poll_interval(Duration::from_millis(20))
+            .backoff(Backoff::new(Duration::from_millis(10), Duration::from_millis(40))),
+    );
+    let stats = relay.stats();
+    let stop = CancellationToken::new();
+    let task = tokio::spawn(relay.run(stop.clone()));
+    eventually(WAIT, "several refused publishes", || async {
+        publisher.refused() >= 3
+    })
+    .await;
+    assert_eq!(
+        store.lag().await.unwrap().outbox_pending,
+        20,
+        "nothing may be marked sent while the transport is down"
+    );
+    assert_eq!(stats.published(), 0);
+    publisher.set_up(true);
+    eventually(WAIT, "the backlog to drain", || async {
+        store.lag().await.unwrap().outbox_pending == 0
+    })
+    .await;
+    stop.cancel();
+    task.await.unwrap().unwrap();
+    assert_eq!(stats.published(), 20);
+    assert!(stats.publish_failures() >= 3);
+
+    // The log holds every event once, in commit order.
+    let mut stream = subscriber(&store).subscribe("check", TOPIC).await.unwrap();
+    let mut seqs = Vec::new();
+    while seqs.len() < 20 {
+        let d = tokio::time::timeout(WAIT, stream.next())
+            .await
+            .unwrap()
+            .unwrap()
+            .unwrap();
+        seqs.push(
+            d.message
+                .decode()
+                .unwrap()
+                .decode::<common::TestEvent>()
+                .unwrap()
+                .seq,
+        );
+        d.ack(AckKind::Ack).await.unwrap();
+    }
+    assert_eq!(seqs, (1..=20).collect::<Vec<_>>());
+}
+
+async fn per_key_order_holds_with_parallel_lanes<S: TestStore>(store: S)
+where
+    Recorder: Handler<S::Database>,
+{
+    const KEYS: usize = 6;
+    const PER_KEY: i64 = 40;
+    let stop = CancellationToken::new();
+    let relay_task = tokio::spawn(relay(&store).run(stop.clone()));
+    let recorder = Recorder {
+        max_sleep_ms: 3,
+        ..Recorder::default()
+    };
+    let consumer = Consumer::new("ordered", store.clone(), recorder.clone())
+        .topic(TOPIC)
+        .config(quick());
+    let stats = consumer.stats();
+    let consumer_task = spawn(consumer, subscriber(&store), &stop);
+
+    // Each key's producer commits its events one by one; keys interleave.
+    let producers: Vec<_> = (0..KEYS)
+        .map(|k| {
+            let store = store.clone();
+            tokio::spawn(async move {
+                for seq in 1..=PER_KEY {
+                    store
+                        .enqueue_in_tx(&message(&format!("key-{k}"), seq), true)
+                        .await;
+                }
+            })
+        })
+        .collect();
+    for p in producers {
+        p.await.unwrap();
+    }
+    let total = KEYS as u64 * PER_KEY as u64;
+    eventually(WAIT, "every event handled", || async { stats.handled() == total }).await;
+    stop.cancel();
+    consumer_task.await.unwrap();
+    relay_task.await.unwrap().unwrap();
+
+    let mut per_key: BTreeMap<String, Vec<i64>> = BTreeMap::new();
+    for (key, seq) in recorder.seen() {
+        per_key.entry(key).or_default().push(seq);
+    }
+    assert_eq!(per_key.len(), KEYS);
+    for (key, seqs) in per_key {
+        assert_eq!(
+            seqs,
+            (1..=PER_KEY).collect::<Vec<_>>(),
+            "key {key} handled out of order"
+        );
+    }
+}
+
+async fn redelivered_duplicates_change_nothing<S: TestStore>(store: S)
+where
+    Recorder: Handler<S::Database>,
+{
+    for seq in 1..=30 {
+        store
+            .enqueue_in_tx(&message(&format!("k{}", seq % 5), seq), true)
+            .await;
+    }
+    let stop = CancellationToken::new();
+    let relay_task = tokio::spawn(relay(&store).run(stop.clone()));
+    let recorder = Recorder::default();
+    let consumer = Consumer::new("dedupe", store.clone(), recorder.clone())
+        .topic(TOPIC)
+        .config(quick());
+    let stats = consumer.stats();
+    let duplicating = Duplicating::new(subscriber(&store), 1.0);
+    let injected = duplicating.injected();
+    let task = spawn(consumer, duplicating, &stop);
+    eventually(WAIT, "every original and every duplicate settled", || async {
+        stats.handled() == 30
+            && stats.duplicates() == injected.load(Ordering::SeqCst)
+            && stats.duplicates() == 30
+    })
+    .await;
+    stop.cancel();
+    task.await.unwrap();
+    relay_task.await.unwrap().unwrap();
+    assert_eq!(
+        store
+            .count("SELECT CAST(count(*) AS BIGINT) FROM test_applied")
+            .await,
+        30,
+        "a duplicate was applied"
+    );
+    assert_eq!(
+        store
+            .count("SELECT CAST(count(*) AS BIGINT) FROM tidings_processed WHERE consumer = 'dedupe'")
+            .await,
+        30
+    );
+}
+
+async fn poison_is_dead_lettered_without_blocking_other_keys<S: TestStore>(store: S)
+where
+    Recorder: Handler<S::Database>,
+{
+    store.enqueue_in_tx(&message("bad", 1), true).await;
+    for seq in 1..=30 {
+        store
+            .enqueue_in_tx(&message(&format!("good-{}", seq % 3), seq), true)
+            .await;
+    }
+    let stop = CancellationToken::new();
+    let relay_task = tokio::spawn(relay(&store).run(stop.clone()));
+    let recorder = Recorder {
+        poison_key: Some("bad".into()),
+        ..Recorder::default()
+    };
+    let consumer = Consumer::new("poisoned", store.clone(), recorder.clone())
+        .topic(TOPIC)
+        .config(quick().max_attempts(3));
+    let stats = consumer.stats();
+    let task = spawn(consumer, subscriber(&store), &stop);
+    eventually(
+        WAIT,
+        "good events handled and the poison dead-lettered",
+        || async { stats.handled() == 30 && stats.dead_lettered() == 1 },
+    )
+    .await;
+    stop.cancel();
+    task.await.unwrap();
+    relay_task.await.unwrap().unwrap();
+
+    let letters = store
+        .dead_letters(&DeadLetterFilter::default().consumer("poisoned"))
+        .await
+        .unwrap();
+    assert_eq!(letters.len(), 1);
+    let letter = &letters[0];
+    assert_eq!(letter.aggregate_key.as_deref(), Some("bad"));
+    assert_eq!(letter.message_type.as_deref(), Some("TestEvent"));
+    assert_eq!(letter.attempts, 3);
+    assert_eq!(letter.errors.len(), 3, "the whole error history is kept");
+    assert!(
+        letter
+            .errors
+            .iter()
+            .all(|f| f.class == "transient" && f.error.contains("poisoned key"))
+    );
+    assert_eq!(
+        letter.errors.iter().map(|f| f.attempt).collect::<Vec<_>>(),
+        vec![1, 2, 3]
+    );
+    let envelope = cloudevents::from_json(&letter.body).expect("the dead letter keeps the original body");
+    assert_eq!(Some(envelope.id), letter.message_id);
+    assert_eq!(store.lag().await.unwrap().dead_letters, 1);
+}
+
+async fn log_readers_never_skip_late_commits<S: TestStore>(store: S) {
+    // Many writers whose transactions overlap: rows get their sequence
+    // numbers at insert and become visible at commit, in another order.
+    let is_pg = LogBackendName::of(&store) == "pg-log";
+    let (writers, per_writer) = if is_pg { (16, 25) } else { (4, 10) };
+    let total = (writers * per_writer) as usize;
+    let mut stream = subscriber(&store).subscribe("gap", "gap").await.unwrap();
+    let expected: Arc<std::sync::Mutex<HashSet<uuid::Uuid>>> = Arc::default();
+    let tasks: Vec<_> = (0..writers)
+        .map(|w| {
+            let store = store.clone();
+            let expected = expected.clone();
+            tokio::spawn(async move {
+                for i in 0..per_writer {
+                    let m = message(&format!("w{w}"), i);
+                    expected.lock().unwrap().insert(m.envelope.id);
+                    let hold = Duration::from_millis(rand::random::<u64>() % if is_pg { 40 } else { 5 });
+                    store
+                        .append_raw(
+                            "gap",
+                            &m.envelope.aggregate_key,
+                            cloudevents::to_json(&m.envelope),
+                            hold,
+                        )
+                        .await;
+                }
+            })
+        })
+        .collect();
+    let mut seen = HashSet::new();
+    while seen.len() < total {
+        let d = tokio::time::timeout(WAIT, stream.next())
+            .await
+            .unwrap_or_else(|_| {
+                panic!(
+                    "reader stalled after {} of {total}: a late commit was skipped",
+                    seen.len()
+                )
+            })
+            .unwrap()
+            .unwrap();
+        assert!(seen.insert(d.message.decode().unwrap().id), "delivered twice");
+        d.ack(AckKind::Ack).await.unwrap();
+    }
+    for t in tasks {
+        t.await.unwrap();
+    }
+    assert_eq!(seen, *expected.lock().unwrap());
+}
+
+/// Which log backend a store is (the gap test sizes itself by it).
+struct LogBackendName;
+impl LogBackendName {
+    fn of<S: TestStore>(store: &S) -> &'static str {
+        tidings::log::LogBackend::name(store)
+    }
+}
+
+async fn bad_input_reaches_the_failure_store_with_a_clear_error<S: TestStore>(store: S)
+where
+    Recorder: Handler<S::Database>,
+{
+    let good = message("k", 1);
+    let mut unknown = message("k", 2).envelope;
+    unknown.message_type = "SomethingElse".into();
+    let mut future = message("k", 3).envelope;
+    future.version = 2;
+    let mut not_an_event = message("k", 4).envelope;
+    not_an_event.payload = br#"{"key": 42}"#.to_vec();
+    let bodies: Vec<(&str, Vec<u8>)> = vec![
+        ("malformed envelope", b"{not json".to_vec()),
+        (
+            "unexpected message type \"SomethingElse\"",
+            cloudevents::to_json(&unknown),
+        ),
+        (
+            "TestEvent version 2 is not supported",
+            cloudevents::to_json(&future),
+        ),
+        (
+            "invalid TestEvent v1 payload",
+            cloudevents::to_json(&not_an_event),
+        ),
+        ("", cloudevents::to_json(&good.envelope)),
+    ];
+    for (_, body) in &bodies {
+        store.append_raw(TOPIC, "k", body.clone(), Duration::ZERO).await;
+    }
+    let stop = CancellationToken::new();
+    let recorder = Recorder::default();
+    let consumer = Consumer::new("strict", store.clone(), recorder.clone())
+        .topic(TOPIC)
+        .config(quick());
+    let stats = consumer.stats();
+    let task = spawn(consumer, subscriber(&store), &stop);
+    eventually(
+        WAIT,
+        "bad input dead-lettered and the good event handled",
+        || async { stats.dead_lettered() == 4 && stats.handled() == 1 },
+    )
+    .await;
+    stop.cancel();
+    task.await.unwrap();
+    assert_eq!(stats.retries(), 0, "bad input is permanent: no retries");
+
+    let letters = store
+        .dead_letters(&DeadLetterFilter::default().consumer("strict"))
+        .await
+        .unwrap();
+    assert_eq!(letters.len(), 4);
+    for (needle, body) in &bodies[..4] {
+        let letter = letters
+            .iter()
+            .find(|l| &l.body == body)
+            .expect("each bad body is stored as received");
+        assert_eq!(letter.errors.len(), 1);
+        assert_eq!(letter.errors[0].class, "permanent");
+        assert!(
+            letter.errors[0].error.contains(needle),
+            "{:?} should say {needle:?}",
+            letter.errors[0].error
+        );
+    }
+    let malformed = letters.iter().find(|l| l.body == bodies[0].1).unwrap();
+    assert_eq!(malformed.message_id, None);
+}
+
+async fn effects_ledger_reuses_one_key_and_skips_recorded_effects<S: TestStore>(store: S)
+where
+    Recorder: Handler<S::Database>,
+{
+    let m = message("pay", 1);
+    let id = m.envelope.id;
+    store.enqueue_in_tx(&m, true).await;
+    let stop = CancellationToken::new();
+    let relay_task = tokio::spawn(relay(&store).run(stop.clone()));
+    let recorder = Recorder {
+        effect: true,
+        ..Recorder::default()
+    };
+    recorder.fail_after_effect_once.store(true, Ordering::SeqCst);
+    let consumer = Consumer::new("payments", store.clone(), recorder.clone())
+        .topic(TOPIC)
+        .config(quick());
+    let stats = consumer.stats();
+    // Every delivery comes twice: the second must not reach the provider.
+    let task = spawn(consumer, Duplicating::new(subscriber(&store), 1.0), &stop);
+    eventually(WAIT, "handled once and the duplicate suppressed", || async {
+        stats.handled() == 1 && stats.duplicates() == 1
+    })
+    .await;
+    stop.cancel();
+    task.await.unwrap();
+    relay_task.await.unwrap().unwrap();
+
+    let expected = IdempotencyKey::derive("payments", id, "charge");
+    let keys = recorder.effect_keys.lock().unwrap().clone();
+    // Attempt 1 called the provider, then failed before commit: attempt 2
+    // calls it again with the same key (the written rule); the duplicate
+    // delivery finds the effect recorded and does not call at all.
+    assert_eq!(
+        keys,
+        vec![expected.as_str().to_owned(), expected.as_str().to_owned()]
+    );
+    assert_eq!(stats.retries(), 1);
+    assert_eq!(
+        store
+            .count("SELECT CAST(count(*) AS BIGINT) FROM tidings_effects WHERE consumer = 'payments'")
+            .await,
+        1
+    );
+}
+
+#[test]
+fn envelope_of_a_command_keeps_its_kind() {
+    #[derive(serde::Serialize, serde::Deserialize)]
+    struct ShipOrder {
+        order_id: String,
+    }
+    impl tidings::Message for ShipOrder {
+        const TYPE: &'static str = "ShipOrder";
+        const VERSION: u32 = 1;
+        const KIND: Kind = Kind::Command;
+        const AGGREGATE: &'static str = "order";
+        const TOPIC: &'static str = "shipping.commands";
+        fn key(&self) -> String {
+            self.order_id.clone()
+        }
+    }
+    let e = Envelope::new(
+        "checkout",
+        &ShipOrder {
+            order_id: "o1".into(),
+        },
+    )
+    .unwrap();
+    let back = cloudevents::from_json(&cloudevents::to_json(&e)).unwrap();
+    assert_eq!(back.kind, Kind::Command);
+    assert_eq!(back, e);
+}
