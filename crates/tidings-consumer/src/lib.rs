@@ -20,13 +20,13 @@
 //!    its full error history in the failure store and settles it: the rest
 //!    of the stream flows. (Later messages of the same key are then handled;
 //!    parking them until the dead letter is redriven is a planned option.)
-//! 5. **Timeout.** Each attempt has [`ConsumerConfig::handler_timeout`]; past
-//!    it the attempt is rolled back and counts as a transient failure.
-//! 6. **Transaction and idempotency.** Each attempt opens a transaction and
+//! 5. **Transaction and idempotency.** Each attempt opens a transaction and
 //!    first inserts the processed marker (consumer, message id). If it is
 //!    already there, the delivery is a duplicate: rolled back, acknowledged,
 //!    nothing else runs. Otherwise the handler runs on the same transaction
 //!    and the marker commits with its writes, or not at all.
+//! 6. **Timeout.** The handler has [`ConsumerConfig::handler_timeout`]; past
+//!    it the attempt is rolled back and counts as a transient failure.
 //! 7. **Handler.** Your code, with a [`Context`]: the envelope, the
 //!    transaction, [`Context::emit`] (outbox, same transaction) and
 //!    [`Context::once`] (the effects ledger).

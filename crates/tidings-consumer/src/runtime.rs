@@ -273,6 +273,12 @@ impl<S: ConsumerStore + FailureStore + Clone> Consumer<S> {
         }
         drop(lanes);
         while tasks.join_next().await.is_some() {}
+        // Every lane is done: let the transport store the final acknowledgements.
+        for subscription in deliveries {
+            if let Err(e) = subscription.close().await {
+                tracing::warn!(consumer = %self.name, error = %e, "closing a subscription failed");
+            }
+        }
         Ok(())
     }
 }
@@ -294,7 +300,7 @@ struct Worker<S: ConsumerStore> {
 }
 
 impl<S: ConsumerStore + FailureStore> Worker<S> {
-    /// decode -> retry -> timeout -> transaction + idempotency -> handler; dead-letter; settle.
+    /// decode -> retry -> transaction + idempotency -> timeout -> handler; dead-letter; settle.
     async fn process(&self, work: Work) {
         let Work { delivery, envelope } = work;
         let envelope = match envelope {
@@ -311,10 +317,8 @@ impl<S: ConsumerStore + FailureStore> Worker<S> {
         let mut store_failures = 0u32;
         loop {
             attempt += 1;
-            let result =
-                tokio::time::timeout(self.config.handler_timeout, self.attempt(&envelope, attempt)).await;
-            let error = match result {
-                Ok(Ok(outcome)) => {
+            let error = match self.attempt(&envelope, attempt).await {
+                Ok(outcome) => {
                     match outcome {
                         Outcome::Handled => bump(&self.stats.handled),
                         Outcome::Duplicate => bump(&self.stats.duplicates),
@@ -322,7 +326,7 @@ impl<S: ConsumerStore + FailureStore> Worker<S> {
                     self.settle(&delivery, AckKind::Ack).await;
                     return;
                 }
-                Ok(Err(AttemptError::Store(e))) => {
+                Err(AttemptError::Store(e)) => {
                     // Our own database is unavailable: not the message's fault.
                     attempt -= 1;
                     store_failures += 1;
@@ -335,11 +339,7 @@ impl<S: ConsumerStore + FailureStore> Worker<S> {
                     }
                     continue;
                 }
-                Ok(Err(AttemptError::Handler(e))) => (e.class(), e.to_string()),
-                Err(_) => (
-                    ErrorClass::Transient,
-                    format!("handler timed out after {:?}", self.config.handler_timeout),
-                ),
+                Err(AttemptError::Handler(e)) => (e.class(), e.to_string()),
             };
             let (class, message) = error;
             failures.push(failure(attempt, class, &message));
@@ -383,11 +383,22 @@ impl<S: ConsumerStore + FailureStore> Worker<S> {
             store: &self.store,
             emitted: false,
         };
-        self.handler
-            .handle(&mut ctx)
-            .await
-            .map_err(AttemptError::Handler)?;
+        let timeout = self.config.handler_timeout;
+        let result = match tokio::time::timeout(timeout, self.handler.handle(&mut ctx)).await {
+            Ok(result) => result,
+            Err(_) => Err(HandlerError::transient(format!(
+                "handler timed out after {timeout:?}"
+            ))),
+        };
         let emitted = ctx.emitted;
+        if let Err(e) = result {
+            // Roll back now rather than on drop: on SQLite the open
+            // transaction holds the database's only write lock.
+            if let Err(rollback) = tx.rollback().await {
+                tracing::debug!(consumer = %self.name, error = %rollback, "rollback after a failed attempt failed");
+            }
+            return Err(AttemptError::Handler(e));
+        }
         tx.commit().await.map_err(|e| {
             AttemptError::Store(tidings_core::Error::Database {
                 operation: "committing a handler",

@@ -251,8 +251,18 @@ impl<B: LogBackend> Subscriber for LogSubscriber<B> {
             cursor: start,
             committed: start,
         };
-        tokio::spawn(reader.run());
-        Ok(Box::pin(ReceiverStream::new(receiver)))
+        let task = tokio::spawn(reader.run());
+        // Closing drops the receiver, which stops the reader; it then stores
+        // the settled offset one last time before the task ends.
+        Ok(
+            Subscription::new(ReceiverStream::new(receiver)).on_close(move || async move {
+                task.await.map_err(|e| crate::Error::Transport {
+                    transport: "log",
+                    reason: format!("log reader task failed: {e}"),
+                    retryable: false,
+                })
+            }),
+        )
     }
 }
 

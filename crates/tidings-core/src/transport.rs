@@ -7,9 +7,14 @@
 //! stream of [`Delivery`] values, each acknowledged with an [`AckKind`].
 
 use std::fmt;
+use std::future::Future;
+use std::pin::Pin;
+use std::task::{Context, Poll};
 use std::time::Duration;
 
 use async_trait::async_trait;
+use futures::Stream;
+use futures::future::BoxFuture;
 use futures::stream::BoxStream;
 
 use crate::envelope::{Envelope, Headers};
@@ -121,8 +126,62 @@ impl Delivery {
     }
 }
 
+type Closer = Box<dyn FnOnce() -> BoxFuture<'static, Result<()>> + Send>;
+
 /// A stream of deliveries for one consumer group on one topic.
-pub type Subscription = BoxStream<'static, Result<Delivery>>;
+///
+/// Read it as a [`Stream`]; when done, [`close`](Subscription::close) it so
+/// that the transport stores what was acknowledged (a log offset, a final
+/// batch of acks) before the process moves on. Dropping it without closing
+/// loses nothing, but may redeliver what was settled last.
+pub struct Subscription {
+    stream: BoxStream<'static, Result<Delivery>>,
+    closer: Option<Closer>,
+}
+
+impl fmt::Debug for Subscription {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Subscription").finish_non_exhaustive()
+    }
+}
+
+impl Subscription {
+    /// A subscription over `stream`, with nothing to do on close.
+    pub fn new(stream: impl Stream<Item = Result<Delivery>> + Send + 'static) -> Self {
+        Subscription {
+            stream: Box::pin(stream),
+            closer: None,
+        }
+    }
+
+    /// Runs `close` when the subscription is closed, after the stream is dropped.
+    pub fn on_close<F, Fut>(mut self, close: F) -> Self
+    where
+        F: FnOnce() -> Fut + Send + 'static,
+        Fut: Future<Output = Result<()>> + Send + 'static,
+    {
+        self.closer = Some(Box::new(move || Box::pin(close())));
+        self
+    }
+
+    /// Stops reading and waits until the transport has stored what was acknowledged.
+    pub async fn close(self) -> Result<()> {
+        let Subscription { stream, closer } = self;
+        drop(stream);
+        match closer {
+            Some(close) => close().await,
+            None => Ok(()),
+        }
+    }
+}
+
+impl Stream for Subscription {
+    type Item = Result<Delivery>;
+
+    fn poll_next(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
+        self.stream.as_mut().poll_next(cx)
+    }
+}
 
 /// Reads messages from a transport as a member of a consumer group.
 #[async_trait]

@@ -56,8 +56,12 @@ impl<S: Subscriber> Subscriber for Duplicating<S> {
         let (tx, rx) = mpsc::channel(64);
         let rate = self.rate;
         let injected = self.injected.clone();
-        tokio::spawn(async move {
-            while let Some(item) = inner.next().await {
+        let task = tokio::spawn(async move {
+            loop {
+                let item = tokio::select! {
+                    _ = tx.closed() => break,
+                    item = inner.next() => match item { Some(item) => item, None => break },
+                };
                 let copy = match &item {
                     Ok(d) if rand::rng().random_bool(rate) => Some(d.message.clone()),
                     _ => None,
@@ -75,8 +79,20 @@ impl<S: Subscriber> Subscriber for Duplicating<S> {
                     });
                 }
             }
+            inner
         });
-        Ok(Box::pin(ReceiverStream::new(rx)))
+        Ok(
+            Subscription::new(ReceiverStream::new(rx)).on_close(move || async move {
+                match task.await {
+                    Ok(inner) => inner.close().await,
+                    Err(e) => Err(Error::Transport {
+                        transport: "duplicating",
+                        reason: format!("task failed: {e}"),
+                        retryable: false,
+                    }),
+                }
+            }),
+        )
     }
 }
 

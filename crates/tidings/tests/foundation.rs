@@ -63,6 +63,8 @@ on_both_databases!(
     log_readers_never_skip_late_commits,
     bad_input_reaches_the_failure_store_with_a_clear_error,
     effects_ledger_reuses_one_key_and_skips_recorded_effects,
+    a_handler_past_its_timeout_is_rolled_back_and_retried,
+    retention_keeps_sent_rows_until_cleanup,
 );
 
 async fn outbox_is_atomic_with_the_business_transaction<S: TestStore>(store: S) {
@@ -175,6 +177,18 @@ where
     stop.cancel();
     consumer_task.await.unwrap();
     relay_task.await.unwrap().unwrap();
+
+    let lag = store.lag().await.unwrap();
+    let ordered = lag
+        .consumers
+        .iter()
+        .find(|c| c.consumer == "ordered")
+        .expect("the group's offset is stored");
+    assert_eq!(
+        (ordered.topic.as_str(), ordered.pending),
+        (TOPIC, 0),
+        "settled offsets are committed on shutdown"
+    );
 
     let mut per_key: BTreeMap<String, Vec<i64>> = BTreeMap::new();
     for (key, seq) in recorder.seen() {
@@ -459,6 +473,88 @@ where
             .count("SELECT CAST(count(*) AS BIGINT) FROM tidings_effects WHERE consumer = 'payments'")
             .await,
         1
+    );
+}
+
+async fn a_handler_past_its_timeout_is_rolled_back_and_retried<S: TestStore>(store: S)
+where
+    Recorder: Handler<S::Database>,
+{
+    store.enqueue_in_tx(&message("slow", 1), true).await;
+    for seq in 1..=10 {
+        store.enqueue_in_tx(&message("fast", seq), true).await;
+    }
+    let stop = CancellationToken::new();
+    let relay_task = tokio::spawn(relay(&store).run(stop.clone()));
+    let recorder = Recorder {
+        slow_key: Some("slow".into()),
+        ..Recorder::default()
+    };
+    let config = quick()
+        .handler_timeout(Duration::from_millis(100))
+        .max_attempts(2);
+    let consumer = Consumer::new("impatient", store.clone(), recorder.clone())
+        .topic(TOPIC)
+        .config(config);
+    let stats = consumer.stats();
+    let task = spawn(consumer, subscriber(&store), &stop);
+    eventually(
+        WAIT,
+        "the slow message dead-lettered, the others handled",
+        || async { stats.handled() == 10 && stats.dead_lettered() == 1 },
+    )
+    .await;
+    stop.cancel();
+    task.await.unwrap();
+    relay_task.await.unwrap().unwrap();
+    assert_eq!(stats.retries(), 1);
+    let letters = store
+        .dead_letters(&DeadLetterFilter::default().consumer("impatient"))
+        .await
+        .unwrap();
+    assert_eq!(letters[0].errors.len(), 2);
+    assert!(
+        letters[0]
+            .errors
+            .iter()
+            .all(|f| f.class == "transient" && f.error.contains("timed out after 100ms"))
+    );
+    // The timed-out attempts wrote nothing: their transactions were rolled back.
+    assert_eq!(
+        store
+            .count("SELECT CAST(count(*) AS BIGINT) FROM test_applied WHERE k = 'slow'")
+            .await,
+        0
+    );
+}
+
+async fn retention_keeps_sent_rows_until_cleanup<S: TestStore>(store: S) {
+    let store = store.with_retention(Duration::ZERO);
+    for seq in 1..=5 {
+        store.enqueue_in_tx(&message("r", seq), true).await;
+    }
+    let relay = relay(&store);
+    assert_eq!(relay.round().await.unwrap(), tidings::relay::Round::Published(5));
+    assert_eq!(
+        relay.round().await.unwrap(),
+        tidings::relay::Round::Idle,
+        "sent rows are not claimed again"
+    );
+    assert_eq!(store.lag().await.unwrap().outbox_pending, 0);
+    assert_eq!(
+        store
+            .count("SELECT CAST(count(*) AS BIGINT) FROM tidings_outbox")
+            .await,
+        5,
+        "kept for retention"
+    );
+    tokio::time::sleep(Duration::from_millis(20)).await;
+    assert_eq!(store.cleanup().await.unwrap(), 5);
+    assert_eq!(
+        store
+            .count("SELECT CAST(count(*) AS BIGINT) FROM tidings_outbox")
+            .await,
+        0
     );
 }
 

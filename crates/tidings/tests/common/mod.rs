@@ -16,8 +16,8 @@ use tidings::log::LogBackend;
 use tidings::{
     ConsumerStore, Envelope, FailureStore, Kind, LagSource, Message, Outbox, OutgoingMessage, RelayStore,
 };
-use tidings_store_postgres::PgStore;
-use tidings_store_sqlite::SqliteStore;
+use tidings_store_postgres::{PgStore, PgStoreOptions};
+use tidings_store_sqlite::{SqliteStore, SqliteStoreOptions};
 
 pub const TOPIC: &str = "test.events";
 
@@ -61,6 +61,8 @@ pub struct Recorder {
     pub poison_key: Option<String>,
     /// Sleep up to this long in each run, to shake up timing.
     pub max_sleep_ms: u64,
+    /// Messages of this key take a whole second.
+    pub slow_key: Option<String>,
     /// Perform a `once` effect named `charge`.
     pub effect: bool,
     /// Fail (transiently) right after the effect, once.
@@ -89,6 +91,9 @@ macro_rules! recorder_for {
                     return Err(HandlerError::transient("poisoned key"));
                 }
                 let event: TestEvent = ctx.decode()?;
+                if self.slow_key.as_deref() == Some(event.key.as_str()) {
+                    tokio::time::sleep(Duration::from_secs(1)).await;
+                }
                 if self.max_sleep_ms > 0 {
                     let ms = rand::rng().random_range(0..=self.max_sleep_ms);
                     tokio::time::sleep(Duration::from_millis(ms)).await;
@@ -126,6 +131,8 @@ pub trait TestStore:
     ConsumerStore + FailureStore + RelayStore + LogBackend + LagSource + Clone + Send + Sync
 {
     async fn setup(&self);
+    /// The same database, keeping sent outbox rows for `retention`.
+    fn with_retention(&self, retention: Duration) -> Self;
     /// Enqueues `m` in a transaction that commits (true) or rolls back (false).
     async fn enqueue_in_tx(&self, m: &OutgoingMessage, commit: bool);
     async fn count(&self, sql: &'static str) -> i64;
@@ -134,9 +141,13 @@ pub trait TestStore:
 }
 
 macro_rules! test_store_for {
-    ($store:ty, $append:literal) => {
+    ($store:ident, $options:ident, $append:literal) => {
         #[async_trait]
         impl TestStore for $store {
+            fn with_retention(&self, retention: Duration) -> Self {
+                $store::with_options(self.pool().clone(), $options::default().retention(retention))
+            }
+
             async fn setup(&self) {
                 sqlx::query("CREATE TABLE IF NOT EXISTS test_applied (consumer TEXT NOT NULL, k TEXT NOT NULL, seq BIGINT NOT NULL)")
                     .execute(self.pool())
@@ -176,10 +187,12 @@ macro_rules! test_store_for {
 }
 test_store_for!(
     PgStore,
+    PgStoreOptions,
     "INSERT INTO tidings_log (topic, aggregate_key, body) VALUES ($1, $2, $3)"
 );
 test_store_for!(
     SqliteStore,
+    SqliteStoreOptions,
     "INSERT INTO tidings_log (topic, aggregate_key, body, created_at) VALUES ($1, $2, $3, 0)"
 );
 
