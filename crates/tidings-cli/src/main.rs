@@ -7,8 +7,8 @@ use std::time::Duration;
 use anyhow::Context;
 use clap::{Args, Parser, Subcommand};
 use tidings_core::LagSource;
-use tidings_example_checkout::DemoOptions;
 use tidings_example_checkout::demo::{self, DEFAULT_DATABASE};
+use tidings_example_checkout::{DemoOptions, Progress};
 use tidings_store_postgres::PgStore;
 use tidings_store_sqlite::SqliteStore;
 
@@ -111,7 +111,11 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
                 database: Some(database),
                 duplicate_rate,
                 poison_rate,
-                progress: !json && std::io::stderr().is_terminal(),
+                progress: match (json, std::io::stderr().is_terminal()) {
+                    (true, _) => Progress::Off,
+                    (false, true) => Progress::Bar,
+                    (false, false) => Progress::Lines,
+                },
                 drain_timeout: Duration::from_secs(timeout),
                 ..DemoOptions::default()
             })

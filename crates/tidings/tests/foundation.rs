@@ -585,3 +585,73 @@ fn envelope_of_a_command_keeps_its_kind() {
     assert_eq!(back.kind, Kind::Command);
     assert_eq!(back, e);
 }
+
+/// A publisher that takes its time, to catch the relay mid-publish.
+#[derive(Debug, Clone)]
+struct SlowPublisher<P>(P, Duration);
+
+#[async_trait::async_trait]
+impl<P: tidings::Publisher> tidings::Publisher for SlowPublisher<P> {
+    async fn publish(&self, batch: &[tidings::OutgoingMessage]) -> tidings::Result<()> {
+        tokio::time::sleep(self.1).await;
+        self.0.publish(batch).await
+    }
+}
+
+on_both_databases!(shutdown_finishes_the_batch_being_published);
+
+async fn shutdown_finishes_the_batch_being_published<S: TestStore>(store: S) {
+    for seq in 1..=3 {
+        store.enqueue_in_tx(&message("s", seq), true).await;
+    }
+    let publisher = SlowPublisher(
+        LogPublisher::new(Arc::new(store.clone())),
+        Duration::from_millis(300),
+    );
+    let relay = Relay::new(store.clone(), publisher);
+    let stats = relay.stats();
+    let stop = CancellationToken::new();
+    let task = tokio::spawn(relay.run(stop.clone()));
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    stop.cancel(); // while the batch is being published
+    task.await.unwrap().unwrap();
+    assert_eq!(
+        stats.published(),
+        3,
+        "the batch in flight is finished, not abandoned"
+    );
+    assert_eq!(store.lag().await.unwrap().outbox_pending, 0);
+    assert_eq!(
+        store
+            .count("SELECT CAST(count(*) AS BIGINT) FROM tidings_log")
+            .await,
+        3
+    );
+}
+
+/// A producer in one process wakes a relay in another through NOTIFY,
+/// sent after commit: the relay publishes long before its polling interval.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn postgres_wakes_relays_in_other_processes_after_commit() {
+    let db = tidings_testkit::services::PgTestDb::new().await;
+    // A second pool on the same schema stands for the producing process.
+    let producer = tidings_store_postgres::PgStore::connect(&db.url).await.unwrap();
+    let relay = Relay::new(db.store.clone(), db.store.log_publisher())
+        .config(RelayConfig::default().poll_interval(Duration::from_secs(60)));
+    let stats = relay.stats();
+    let stop = CancellationToken::new();
+    let task = tokio::spawn(relay.run(stop.clone()));
+    // Let the relay go idle (and start listening).
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let started = tokio::time::Instant::now();
+    producer.enqueue_in_tx(&message("w", 1), true).await;
+    eventually(Duration::from_secs(5), "the woken relay to publish", || async {
+        stats.published() == 1
+    })
+    .await;
+    assert!(started.elapsed() < Duration::from_secs(5));
+    stop.cancel();
+    task.await.unwrap().unwrap();
+    producer.pool().close().await;
+    db.drop_schema().await;
+}

@@ -43,8 +43,8 @@ pub struct DemoOptions {
     pub duplicate_rate: f64,
     /// Fraction of orders the inventory service cannot handle.
     pub poison_rate: f64,
-    /// Show a progress bar on stderr.
-    pub progress: bool,
+    /// How to show progress on stderr.
+    pub progress: Progress,
     /// Give up waiting for the system to drain after this long.
     pub drain_timeout: Duration,
     /// Concurrent order producers.
@@ -58,11 +58,22 @@ impl Default for DemoOptions {
             database: None,
             duplicate_rate: 0.0,
             poison_rate: 0.0,
-            progress: false,
+            progress: Progress::Off,
             drain_timeout: Duration::from_secs(300),
             producers: 8,
         }
     }
+}
+
+/// How the demo shows its progress on stderr.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Progress {
+    /// Nothing.
+    Off,
+    /// A progress bar (for a terminal).
+    Bar,
+    /// A line every two seconds (for logs).
+    Lines,
 }
 
 /// What the run did, read back from the database at the end.
@@ -289,11 +300,12 @@ where
 
     // Roughly: 3 commands and 3 events per order, each event handled by 4 consumers.
     let expected_work = (options.orders * 15) as u64;
-    let bar = if options.progress {
+    let bar = if options.progress == Progress::Bar {
         ProgressBar::new(expected_work)
     } else {
         ProgressBar::hidden()
     };
+    let mut last_line = Instant::now();
     bar.set_style(
         ProgressStyle::with_template(
             "{spinner} [{elapsed_precise}] {bar:40} {pos}/{len} messages handled · {msg}",
@@ -319,11 +331,19 @@ where
         }
         tally = store.tally().await?;
         bar.set_position(work_done(&tally).saturating_sub(baseline_work));
-        bar.set_message(format!(
-            "{} / {} orders placed",
-            placed.load(Ordering::Relaxed),
-            options.orders
-        ));
+        let placed_now = placed.load(Ordering::Relaxed);
+        bar.set_message(format!("{placed_now} / {} orders placed", options.orders));
+        if options.progress == Progress::Lines && last_line.elapsed() >= Duration::from_secs(2) {
+            last_line = Instant::now();
+            eprintln!(
+                "[{:>5.1} s] {placed_now} / {} orders placed, {} messages handled, {} dead-lettered, outbox {}",
+                started.elapsed().as_secs_f64(),
+                options.orders,
+                work_done(&tally).saturating_sub(baseline_work),
+                tally.dead_letters.iter().map(|(_, n)| n).sum::<i64>(),
+                tally.outbox_pending,
+            );
+        }
         if !producing && lost(&tally) == 0 && tally.outbox_pending == 0 {
             drained = true;
             break;

@@ -12,4 +12,4 @@ pub mod handlers;
 pub mod messages;
 pub mod system;
 
-pub use demo::{DemoOptions, Summary};
+pub use demo::{DemoOptions, Progress, Summary};
