@@ -41,6 +41,8 @@ pub mod envelope;
 pub mod error;
 pub mod log;
 pub mod message;
+pub mod migrate;
+pub mod sql;
 pub mod store;
 pub mod transport;
 

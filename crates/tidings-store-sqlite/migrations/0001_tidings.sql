@@ -1,4 +1,5 @@
--- Tidings schema for SQLite, version 1. Times are Unix milliseconds.
+-- Tidings schema for SQLite, version 1. Times are Unix milliseconds
+-- (NOW_MS below is (julianday('now') - 2440587.5) * 86400000 as an integer).
 
 -- The transactional outbox. SQLite serializes writers, so seq follows commit order.
 CREATE TABLE tidings_outbox (
@@ -37,7 +38,7 @@ CREATE TABLE tidings_log_offsets (
 CREATE TABLE tidings_processed (
     consumer     TEXT    NOT NULL,
     message_id   BLOB    NOT NULL,
-    processed_at INTEGER NOT NULL,
+    processed_at INTEGER NOT NULL DEFAULT (CAST((julianday('now') - 2440587.5) * 86400000 AS INTEGER)),
     PRIMARY KEY (consumer, message_id)
 );
 
@@ -46,7 +47,7 @@ CREATE TABLE tidings_effects (
     message_id      BLOB    NOT NULL,
     effect          TEXT    NOT NULL,
     idempotency_key TEXT    NOT NULL,
-    recorded_at     INTEGER NOT NULL,
+    recorded_at     INTEGER NOT NULL DEFAULT (CAST((julianday('now') - 2440587.5) * 86400000 AS INTEGER)),
     PRIMARY KEY (consumer, message_id, effect)
 );
 

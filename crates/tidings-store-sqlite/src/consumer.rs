@@ -1,8 +1,8 @@
-//! Processed markers and the effects ledger.
+//! Processed markers and the effects ledger (the SQL is shared: `tidings_core::sql`).
 
 use async_trait::async_trait;
 use sqlx::{Sqlite, SqliteConnection, Transaction};
-use tidings_core::{ConsumerStore, Error, Result};
+use tidings_core::{ConsumerStore, Error, Result, sql};
 use uuid::Uuid;
 
 use crate::SqliteStore;
@@ -23,19 +23,7 @@ impl ConsumerStore for SqliteStore {
         consumer: &str,
         message_id: Uuid,
     ) -> Result<bool> {
-        // SQLite runs one writer at a time: a concurrent duplicate waits for
-        // the first one's commit, then sees the conflict.
-        let done = sqlx::query(
-            "INSERT INTO tidings_processed (consumer, message_id, processed_at) VALUES ($1, $2, $3)
-             ON CONFLICT DO NOTHING",
-        )
-        .bind(consumer)
-        .bind(message_id)
-        .bind(crate::now_millis())
-        .execute(conn)
-        .await
-        .map_err(Error::db("recording a processed marker"))?;
-        Ok(done.rows_affected() == 1)
+        sql::mark_processed::<Sqlite>(conn, consumer, message_id).await
     }
 
     async fn effect_recorded(
@@ -45,16 +33,7 @@ impl ConsumerStore for SqliteStore {
         message_id: Uuid,
         effect: &str,
     ) -> Result<bool> {
-        let found: Option<i32> = sqlx::query_scalar(
-            "SELECT 1 FROM tidings_effects WHERE consumer = $1 AND message_id = $2 AND effect = $3",
-        )
-        .bind(consumer)
-        .bind(message_id)
-        .bind(effect)
-        .fetch_optional(conn)
-        .await
-        .map_err(Error::db("reading the effects ledger"))?;
-        Ok(found.is_some())
+        sql::effect_recorded::<Sqlite>(conn, consumer, message_id, effect).await
     }
 
     async fn record_effect(
@@ -65,18 +44,6 @@ impl ConsumerStore for SqliteStore {
         effect: &str,
         idempotency_key: &str,
     ) -> Result<()> {
-        sqlx::query(
-            "INSERT INTO tidings_effects (consumer, message_id, effect, idempotency_key, recorded_at)
-             VALUES ($1, $2, $3, $4, $5) ON CONFLICT DO NOTHING",
-        )
-        .bind(consumer)
-        .bind(message_id)
-        .bind(effect)
-        .bind(idempotency_key)
-        .bind(crate::now_millis())
-        .execute(conn)
-        .await
-        .map_err(Error::db("recording an effect"))?;
-        Ok(())
+        sql::record_effect::<Sqlite>(conn, consumer, message_id, effect, idempotency_key).await
     }
 }
