@@ -3,9 +3,11 @@
 //! - [`services`]: isolated stores on the real services (a fresh PostgreSQL
 //!   schema per test, a fresh SQLite file per test), with errors that name
 //!   the service and the URL when it cannot be reached.
+//! - [`conformance`]: the suite every transport must pass.
 //! - [`faults`]: transport wrappers that inject the failures brokers really
 //!   have: redelivered duplicates, publishes that fail.
 #![warn(missing_docs, missing_debug_implementations, unreachable_pub)]
 
+pub mod conformance;
 pub mod faults;
 pub mod services;

@@ -64,6 +64,11 @@ impl PgTestDb {
 
     /// Closes the pool and drops the schema.
     pub async fn drop_schema(self) {
+        self.drop_schema_ref().await;
+    }
+
+    /// Closes the pool and drops the schema, leaving `self` unusable.
+    pub async fn drop_schema_ref(&self) {
         self.store.pool().close().await;
         if let Ok(admin) = PgPoolOptions::new()
             .max_connections(1)

@@ -1,0 +1,596 @@
+//! The transport conformance suite: one set of checks every transport must
+//! pass, in the manner of Watermill's `TestPubSub`.
+//!
+//! A transport crate implements [`TransportUnderTest`] for a fixture that
+//! points at a real broker (or database) and expands
+//! [`transport_conformance!`](crate::transport_conformance) once, naming the
+//! optional features it has (its declaration of features, as Watermill's
+//! `Features` struct; a feature left out is a documented limitation, and
+//! its check is not generated rather than passed vacuously):
+//!
+//! ```ignore
+//! tidings_testkit::transport_conformance!(async { MyFixture::new().await },
+//!     features: [competing_consumers_split_the_work, cloudevents_attributes_travel_as_headers]);
+//! ```
+//!
+//! The contract every transport keeps:
+//!
+//! - a consumer group receives every message published to the topic after
+//!   it first subscribed (and may receive older retained ones);
+//! - messages of one key arrive in publish order;
+//! - `publish` returning `Ok` means the transport has the message: a member
+//!   connecting afterwards gets it;
+//! - a delivery that is not settled is delivered again after the
+//!   subscription closes (a crash) or after `Nak(delay)`;
+//! - `Ack` and `Term` settle a delivery for the group for good.
+
+use std::collections::{BTreeMap, HashSet};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use async_trait::async_trait;
+use futures::StreamExt;
+use serde::{Deserialize, Serialize};
+use tidings_core::{
+    AckKind, Delivery, Envelope, Kind, Message, OutgoingMessage, Publisher, Subscriber, Subscription,
+};
+use uuid::Uuid;
+
+/// A transport pointed at a real service, for the suite.
+#[async_trait]
+pub trait TransportUnderTest: Send + Sync + 'static {
+    /// A publisher (a new connection where the transport has connections).
+    async fn publisher(&self) -> Arc<dyn Publisher>;
+
+    /// A subscriber standing for one group member (a new connection where
+    /// the transport has connections).
+    async fn subscriber(&self) -> Arc<dyn Subscriber>;
+
+    /// How long an unsettled delivery of a closed subscription takes to come back.
+    fn redelivery_wait(&self) -> Duration {
+        Duration::from_secs(10)
+    }
+
+    /// Releases what the fixture created (called after a passing check).
+    async fn teardown(&self) {}
+}
+
+/// The event the suite publishes.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Probe {
+    /// Its key.
+    pub key: String,
+    /// Its number within the key.
+    pub seq: u32,
+}
+
+impl Message for Probe {
+    const TYPE: &'static str = "Probe";
+    const VERSION: u32 = 1;
+    const KIND: Kind = Kind::Event;
+    const AGGREGATE: &'static str = "probe";
+    const TOPIC: &'static str = "conformance";
+    fn key(&self) -> String {
+        self.key.clone()
+    }
+}
+
+/// A topic no other test uses.
+pub fn fresh_topic() -> String {
+    format!("conf.{}", Uuid::new_v4().simple())
+}
+
+/// A group name no other test uses.
+pub fn fresh_group(role: &str) -> String {
+    format!("{role}-{}", &Uuid::new_v4().simple().to_string()[..8])
+}
+
+fn probe(topic: &str, key: &str, seq: u32) -> OutgoingMessage {
+    let envelope = Envelope::new(
+        "conformance",
+        &Probe {
+            key: key.to_owned(),
+            seq,
+        },
+    )
+    .expect("probe encodes")
+    .header(
+        "traceparent",
+        "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01",
+    )
+    .header("X-Tenant", "acme");
+    OutgoingMessage {
+        topic: topic.to_owned(),
+        envelope,
+    }
+}
+
+/// `per_key` probes for each of `keys`, interleaved across keys.
+fn probes(topic: &str, keys: usize, per_key: u32) -> Vec<OutgoingMessage> {
+    (1..=per_key)
+        .flat_map(|seq| (0..keys).map(move |k| probe(topic, &format!("k{k}"), seq)))
+        .collect()
+}
+
+const WAIT: Duration = Duration::from_secs(30);
+
+async fn next(sub: &mut Subscription, what: &str) -> Delivery {
+    match tokio::time::timeout(WAIT, sub.next()).await {
+        Ok(Some(Ok(d))) => d,
+        Ok(Some(Err(e))) => panic!("subscription error while waiting for {what}: {e}"),
+        Ok(None) => panic!("subscription ended while waiting for {what}"),
+        Err(_) => panic!("nothing delivered within {WAIT:?} while waiting for {what}"),
+    }
+}
+
+/// Waits up to `within` for a delivery; `None` if none comes.
+async fn maybe_next(sub: &mut Subscription, within: Duration) -> Option<Delivery> {
+    match tokio::time::timeout(within, sub.next()).await {
+        Ok(Some(Ok(d))) => Some(d),
+        Ok(Some(Err(e))) => panic!("subscription error: {e}"),
+        _ => None,
+    }
+}
+
+fn decode(d: &Delivery) -> (Envelope, Probe) {
+    let e = d
+        .message
+        .decode()
+        .unwrap_or_else(|err| panic!("delivered message does not decode: {err}"));
+    let p = e.decode::<Probe>().expect("probe payload");
+    (e, p)
+}
+
+/// Receives `n` deliveries, acknowledging each; returns their envelopes in arrival order.
+async fn receive_all(sub: &mut Subscription, n: usize, what: &str) -> Vec<Envelope> {
+    let mut out = Vec::with_capacity(n);
+    while out.len() < n {
+        let d = next(sub, what).await;
+        out.push(decode(&d).0);
+        d.ack(AckKind::Ack).await.expect("ack");
+    }
+    out
+}
+
+/// A message published goes to a subscribed group, whole.
+pub async fn publish_and_receive<T: TransportUnderTest>(t: &T) {
+    let topic = fresh_topic();
+    let mut sub = t
+        .subscriber()
+        .await
+        .subscribe(&fresh_group("g"), &topic)
+        .await
+        .unwrap();
+    let sent = probes(&topic, 2, 2);
+    t.publisher().await.publish(&sent).await.unwrap();
+    let got = receive_all(&mut sub, sent.len(), "published messages").await;
+    let by_id: BTreeMap<Uuid, &Envelope> = got.iter().map(|e| (e.id, e)).collect();
+    for m in &sent {
+        let e = by_id
+            .get(&m.envelope.id)
+            .unwrap_or_else(|| panic!("message {} not delivered", m.envelope.id));
+        assert_eq!(**e, m.envelope, "the envelope changed in transit");
+    }
+    sub.close().await.unwrap();
+}
+
+/// Every group gets every message.
+pub async fn fan_out_to_every_group<T: TransportUnderTest>(t: &T) {
+    let topic = fresh_topic();
+    let mut a = t
+        .subscriber()
+        .await
+        .subscribe(&fresh_group("a"), &topic)
+        .await
+        .unwrap();
+    let mut b = t
+        .subscriber()
+        .await
+        .subscribe(&fresh_group("b"), &topic)
+        .await
+        .unwrap();
+    let sent = probes(&topic, 3, 4);
+    t.publisher().await.publish(&sent).await.unwrap();
+    let ids: HashSet<Uuid> = sent.iter().map(|m| m.envelope.id).collect();
+    for (name, sub) in [("a", &mut a), ("b", &mut b)] {
+        let got: HashSet<Uuid> = receive_all(sub, sent.len(), name)
+            .await
+            .iter()
+            .map(|e| e.id)
+            .collect();
+        assert_eq!(got, ids, "group {name} missed messages");
+    }
+    a.close().await.unwrap();
+    b.close().await.unwrap();
+}
+
+/// Optional feature: two members of one group split the messages; the group handles each once.
+pub async fn competing_consumers_split_the_work<T: TransportUnderTest>(t: &T) {
+    let topic = fresh_topic();
+    let group = fresh_group("shared");
+    let mut one = t.subscriber().await.subscribe(&group, &topic).await.unwrap();
+    let mut two = t.subscriber().await.subscribe(&group, &topic).await.unwrap();
+    let sent = probes(&topic, 8, 8);
+    t.publisher().await.publish(&sent).await.unwrap();
+    let mut seen: BTreeMap<Uuid, usize> = BTreeMap::new();
+    let mut per_member = [0usize; 2];
+    let deadline = Instant::now() + WAIT;
+    while seen.len() < sent.len() && Instant::now() < deadline {
+        for (i, sub) in [&mut one, &mut two].into_iter().enumerate() {
+            if let Some(d) = maybe_next(sub, Duration::from_millis(50)).await {
+                *seen.entry(decode(&d).0.id).or_default() += 1;
+                per_member[i] += 1;
+                d.ack(AckKind::Ack).await.unwrap();
+            }
+        }
+    }
+    assert_eq!(seen.len(), sent.len(), "the group missed messages");
+    assert!(seen.values().all(|&n| n == 1), "a message went to both members");
+    assert!(
+        per_member[0] > 0 && per_member[1] > 0,
+        "one member got everything: {per_member:?}"
+    );
+    one.close().await.unwrap();
+    two.close().await.unwrap();
+}
+
+/// A key's messages arrive in publish order.
+pub async fn order_is_kept_per_key<T: TransportUnderTest>(t: &T) {
+    let topic = fresh_topic();
+    let mut sub = t
+        .subscriber()
+        .await
+        .subscribe(&fresh_group("o"), &topic)
+        .await
+        .unwrap();
+    let publisher = t.publisher().await;
+    let sent = probes(&topic, 5, 20);
+    // Several batches, as the relay sends them.
+    for chunk in sent.chunks(17) {
+        publisher.publish(chunk).await.unwrap();
+    }
+    let got = receive_all(&mut sub, sent.len(), "ordered messages").await;
+    let mut per_key: BTreeMap<String, Vec<u32>> = BTreeMap::new();
+    for e in got {
+        per_key
+            .entry(e.aggregate_key.clone())
+            .or_default()
+            .push(e.decode::<Probe>().unwrap().seq);
+    }
+    for (key, seqs) in per_key {
+        assert_eq!(seqs, (1..=20).collect::<Vec<_>>(), "key {key} out of order");
+    }
+    sub.close().await.unwrap();
+}
+
+/// A delivery never settled (the member crashed) comes back to the group.
+pub async fn unsettled_delivery_is_redelivered_after_a_crash<T: TransportUnderTest>(t: &T) {
+    let topic = fresh_topic();
+    let group = fresh_group("crash");
+    let mut sub = t.subscriber().await.subscribe(&group, &topic).await.unwrap();
+    let sent = probe(&topic, "k", 1);
+    t.publisher()
+        .await
+        .publish(std::slice::from_ref(&sent))
+        .await
+        .unwrap();
+    let d = next(&mut sub, "the first delivery").await;
+    assert_eq!(decode(&d).0.id, sent.envelope.id);
+    // Crash: no ack, the member goes away.
+    drop(d);
+    sub.close().await.unwrap();
+    let mut again = t.subscriber().await.subscribe(&group, &topic).await.unwrap();
+    let d = tokio::time::timeout(t.redelivery_wait() + WAIT, again.next())
+        .await
+        .expect("the unsettled message was not redelivered")
+        .expect("stream open")
+        .expect("delivery");
+    assert_eq!(decode(&d).0.id, sent.envelope.id);
+    d.ack(AckKind::Ack).await.unwrap();
+    again.close().await.unwrap();
+}
+
+/// `Nak(delay)` brings the message back, not before the delay.
+pub async fn nak_with_delay_redelivers_later<T: TransportUnderTest>(t: &T) {
+    let topic = fresh_topic();
+    let mut sub = t
+        .subscriber()
+        .await
+        .subscribe(&fresh_group("nak"), &topic)
+        .await
+        .unwrap();
+    let sent = probe(&topic, "k", 1);
+    t.publisher()
+        .await
+        .publish(std::slice::from_ref(&sent))
+        .await
+        .unwrap();
+    let d = next(&mut sub, "the first delivery").await;
+    let delay = Duration::from_millis(500);
+    let naked = Instant::now();
+    d.ack(AckKind::Nak(Some(delay))).await.unwrap();
+    let d = next(&mut sub, "the redelivery").await;
+    let waited = naked.elapsed();
+    assert_eq!(decode(&d).0.id, sent.envelope.id);
+    assert!(
+        waited >= delay.mul_f32(0.8),
+        "redelivered after {waited:?}, before the {delay:?} asked for"
+    );
+    assert!(
+        d.delivery_count >= 2 || d.delivery_count == 0,
+        "delivery count {}",
+        d.delivery_count
+    );
+    d.ack(AckKind::Ack).await.unwrap();
+    sub.close().await.unwrap();
+}
+
+/// Acknowledged and terminated deliveries stay settled across a restart;
+/// the rest come back.
+pub async fn settled_messages_stay_settled_across_restart<T: TransportUnderTest>(t: &T) {
+    let topic = fresh_topic();
+    let group = fresh_group("restart");
+    let mut sub = t.subscriber().await.subscribe(&group, &topic).await.unwrap();
+    let sent = probes(&topic, 1, 10);
+    t.publisher().await.publish(&sent).await.unwrap();
+    let mut settled = HashSet::new();
+    for i in 0..5 {
+        let d = next(&mut sub, "the first half").await;
+        settled.insert(decode(&d).0.id);
+        d.ack(if i == 4 { AckKind::Term } else { AckKind::Ack })
+            .await
+            .unwrap();
+    }
+    sub.close().await.unwrap();
+    let mut again = t.subscriber().await.subscribe(&group, &topic).await.unwrap();
+    let mut rest = HashSet::new();
+    while rest.len() < 5 {
+        let d = tokio::time::timeout(t.redelivery_wait() + WAIT, again.next())
+            .await
+            .expect("the unsettled half did not come back")
+            .expect("stream open")
+            .expect("delivery");
+        let id = decode(&d).0.id;
+        assert!(
+            !settled.contains(&id),
+            "a settled message was delivered again after restart"
+        );
+        rest.insert(id);
+        d.ack(AckKind::Ack).await.unwrap();
+    }
+    let expected: HashSet<Uuid> = sent[5..].iter().map(|m| m.envelope.id).collect();
+    assert_eq!(rest, expected);
+    again.close().await.unwrap();
+}
+
+/// `publish` returning means the transport has it: a member connecting
+/// afterwards, over a new connection, receives it.
+pub async fn confirmed_publish_survives_the_publisher<T: TransportUnderTest>(t: &T) {
+    let topic = fresh_topic();
+    let group = fresh_group("durable");
+    // Create the group, then go away.
+    t.subscriber()
+        .await
+        .subscribe(&group, &topic)
+        .await
+        .unwrap()
+        .close()
+        .await
+        .unwrap();
+    let sent = probes(&topic, 2, 3);
+    {
+        let publisher = t.publisher().await;
+        publisher.publish(&sent).await.unwrap();
+    }
+    let mut sub = t.subscriber().await.subscribe(&group, &topic).await.unwrap();
+    let got: HashSet<Uuid> = receive_all(&mut sub, sent.len(), "confirmed messages")
+        .await
+        .iter()
+        .map(|e| e.id)
+        .collect();
+    assert_eq!(got, sent.iter().map(|m| m.envelope.id).collect());
+    sub.close().await.unwrap();
+}
+
+/// Optional feature: in binary mode, CloudEvents attributes are transport headers.
+pub async fn cloudevents_attributes_travel_as_headers<T: TransportUnderTest>(t: &T) {
+    let topic = fresh_topic();
+    let mut sub = t
+        .subscriber()
+        .await
+        .subscribe(&fresh_group("h"), &topic)
+        .await
+        .unwrap();
+    let sent = probe(&topic, "k", 1);
+    t.publisher()
+        .await
+        .publish(std::slice::from_ref(&sent))
+        .await
+        .unwrap();
+    let d = next(&mut sub, "a message").await;
+    let h = &d.message.headers;
+    let e = &sent.envelope;
+    assert_eq!(h.get("ce-specversion").map(String::as_str), Some("1.0"), "{h:?}");
+    assert_eq!(h.get("ce-id"), Some(&e.id.to_string()));
+    assert_eq!(h.get("ce-type"), Some(&e.message_type));
+    assert_eq!(h.get("ce-source"), Some(&e.source));
+    assert_eq!(h.get("ce-subject"), Some(&e.aggregate_key));
+    assert_eq!(
+        h.get("ce-traceparent").map(String::as_str),
+        e.headers.get("traceparent").map(String::as_str)
+    );
+    assert_eq!(h.get("content-type"), Some(&e.content_type));
+    assert_eq!(d.message.body, e.payload, "binary mode carries the bare payload");
+    assert_eq!(decode(&d).0, *e);
+    d.ack(AckKind::Ack).await.unwrap();
+    sub.close().await.unwrap();
+}
+
+/// A handler for the runtime checks: records what it handled, fails forever on one key.
+#[derive(Debug, Clone, Default)]
+struct ProbeHandler {
+    poison_key: Option<String>,
+    seen: Arc<std::sync::Mutex<Vec<(String, u32)>>>,
+}
+
+#[async_trait]
+impl<DB: sqlx::Database> tidings_consumer::Handler<DB> for ProbeHandler {
+    async fn handle(
+        &self,
+        ctx: &mut tidings_consumer::Context<'_, DB>,
+    ) -> Result<(), tidings_consumer::HandlerError> {
+        let p: Probe = ctx.decode()?;
+        if self.poison_key.as_deref() == Some(p.key.as_str()) {
+            return Err(tidings_consumer::HandlerError::transient("poisoned"));
+        }
+        // Uneven handling times, so that lanes finish out of step.
+        let pause = rand::random::<u64>() % 4;
+        tokio::time::sleep(Duration::from_millis(pause)).await;
+        self.seen.lock().expect("lock").push((p.key, p.seq));
+        Ok(())
+    }
+}
+
+async fn eventually(what: &str, mut check: impl FnMut() -> bool) {
+    let deadline = Instant::now() + WAIT;
+    while !check() {
+        assert!(Instant::now() < deadline, "timed out waiting for {what}");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+/// The consumer runtime over this transport handles keys in parallel and each key in order.
+pub async fn parallel_handling_keeps_order_per_key<T: TransportUnderTest>(t: &T) {
+    let db = crate::services::SqliteTestDb::new().await;
+    let topic = fresh_topic();
+    let handler = ProbeHandler::default();
+    let consumer = tidings_consumer::Consumer::new(fresh_group("lanes"), db.store.clone(), handler.clone())
+        .topic(topic.clone())
+        .config(tidings_consumer::ConsumerConfig::default().lanes(8));
+    let stop = tokio_util::sync::CancellationToken::new();
+    let (stats, task) = start(t, consumer, stop.clone()).await;
+    // Give the group time to exist before publishing.
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let sent = probes(&topic, 8, 15);
+    t.publisher().await.publish(&sent).await.unwrap();
+    eventually("every message handled", || stats.handled() == sent.len() as u64).await;
+    stop.cancel();
+    task.await.unwrap().unwrap();
+    let mut per_key: BTreeMap<String, Vec<u32>> = BTreeMap::new();
+    for (key, seq) in handler.seen.lock().unwrap().iter() {
+        per_key.entry(key.clone()).or_default().push(*seq);
+    }
+    assert_eq!(per_key.len(), 8);
+    for (key, seqs) in per_key {
+        assert_eq!(
+            seqs,
+            (1..=15).collect::<Vec<_>>(),
+            "key {key} handled out of order"
+        );
+    }
+}
+
+type Running = (
+    Arc<tidings_consumer::ConsumerStats>,
+    tokio::task::JoinHandle<tidings_core::Result<()>>,
+);
+
+async fn start<T: TransportUnderTest>(
+    t: &T,
+    consumer: tidings_consumer::Consumer<tidings_store_sqlite::SqliteStore>,
+    stop: tokio_util::sync::CancellationToken,
+) -> Running {
+    let stats = consumer.stats();
+    let subscriber = t.subscriber().await;
+    let task = tokio::spawn(async move { consumer.run(&*subscriber, stop).await });
+    (stats, task)
+}
+
+/// A message failing every attempt is dead-lettered after the last one and
+/// settled for good, while the others flow.
+pub async fn poison_is_dead_lettered_and_never_redelivered<T: TransportUnderTest>(t: &T) {
+    use tidings_core::FailureStore;
+    let db = crate::services::SqliteTestDb::new().await;
+    let topic = fresh_topic();
+    let group = fresh_group("dlq");
+    let handler = ProbeHandler {
+        poison_key: Some("poison".into()),
+        ..ProbeHandler::default()
+    };
+    let config = tidings_consumer::ConsumerConfig::default()
+        .max_attempts(3)
+        .backoff(tidings_core::Backoff::new(
+            Duration::from_millis(1),
+            Duration::from_millis(5),
+        ));
+    let run = |stop: tokio_util::sync::CancellationToken| {
+        let consumer = tidings_consumer::Consumer::new(group.clone(), db.store.clone(), handler.clone())
+            .topic(topic.clone())
+            .config(config.clone());
+        start(t, consumer, stop)
+    };
+    let stop = tokio_util::sync::CancellationToken::new();
+    let (stats, task) = run(stop.clone()).await;
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let mut sent = vec![probe(&topic, "poison", 1)];
+    sent.extend(probes(&topic, 3, 4));
+    t.publisher().await.publish(&sent).await.unwrap();
+    eventually("the poison dead-lettered and the rest handled", || {
+        stats.dead_lettered() == 1 && stats.handled() == 12
+    })
+    .await;
+    stop.cancel();
+    task.await.unwrap().unwrap();
+    let letters = db.store.dead_letters(&Default::default()).await.unwrap();
+    assert_eq!(letters.len(), 1);
+    assert_eq!(letters[0].attempts, 3);
+    assert_eq!(letters[0].message_id, Some(sent[0].envelope.id));
+
+    // A restarted member does not see the dead-lettered message again.
+    let stop = tokio_util::sync::CancellationToken::new();
+    let (stats, task) = run(stop.clone()).await;
+    tokio::time::sleep(t.redelivery_wait() + Duration::from_secs(1)).await;
+    stop.cancel();
+    task.await.unwrap().unwrap();
+    assert_eq!(stats.dead_lettered(), 0, "the settled poison came back");
+}
+
+/// Expands the suite into one `#[tokio::test]` per check, each on a fresh
+/// fixture built by `$fixture` (an async expression).
+///
+/// Optional checks, generated only when listed in `features: [...]`:
+/// `competing_consumers_split_the_work`, `cloudevents_attributes_travel_as_headers`.
+#[macro_export]
+macro_rules! transport_conformance {
+    ($fixture:expr) => {
+        $crate::transport_conformance!($fixture, features: []);
+    };
+    ($fixture:expr, features: [$($feature:ident),* $(,)?]) => {
+        $crate::transport_conformance!(@cases $fixture;
+            publish_and_receive,
+            fan_out_to_every_group,
+            order_is_kept_per_key,
+            unsettled_delivery_is_redelivered_after_a_crash,
+            nak_with_delay_redelivers_later,
+            settled_messages_stay_settled_across_restart,
+            confirmed_publish_survives_the_publisher,
+            parallel_handling_keeps_order_per_key,
+            poison_is_dead_lettered_and_never_redelivered,
+            $($feature,)*
+        );
+    };
+    (@cases $fixture:expr; $($case:ident),* $(,)?) => {
+        mod conformance {
+            #[allow(unused_imports)]
+            use super::*;
+            $(
+                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+                async fn $case() {
+                    let fixture = $fixture.await;
+                    $crate::conformance::$case(&fixture).await;
+                    $crate::conformance::TransportUnderTest::teardown(&fixture).await;
+                }
+            )*
+        }
+    };
+}
