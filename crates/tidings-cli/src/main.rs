@@ -54,6 +54,9 @@ enum Demo {
         /// `postgres://user@host/db`, or `sqlite://path`.
         #[arg(long, env = "TIDINGS_DATABASE_URL", default_value = DEFAULT_DATABASE)]
         database: String,
+        /// `nats://host:4222` to run over NATS JetStream; the database log when left out.
+        #[arg(long, env = "TIDINGS_BROKER_URL")]
+        broker: Option<String>,
         /// Fraction of deliveries to redeliver a second time (0 to 1).
         #[arg(long, default_value_t = 0.0, value_parser = fraction)]
         duplicate_rate: f64,
@@ -101,6 +104,7 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Demo(Demo::Checkout {
             orders,
             database,
+            broker,
             duplicate_rate,
             poison_rate,
             timeout,
@@ -109,6 +113,7 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             let summary = demo::run(DemoOptions {
                 orders,
                 database: Some(database),
+                broker,
                 duplicate_rate,
                 poison_rate,
                 progress: match (json, std::io::stderr().is_terminal()) {

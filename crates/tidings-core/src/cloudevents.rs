@@ -129,9 +129,86 @@ fn malformed(reason: impl Into<String>) -> DecodeError {
 ///
 /// Every missing or ill-typed attribute is reported by name.
 pub fn from_json(bytes: &[u8]) -> Result<Envelope, DecodeError> {
-    let mut attrs: BTreeMap<String, Box<RawValue>> = serde_json::from_slice(bytes)
+    let attrs: BTreeMap<String, Box<RawValue>> = serde_json::from_slice(bytes)
         .map_err(|e| malformed(format!("not a CloudEvents JSON object: {e}")))?;
+    from_attributes(attrs, None)
+}
 
+/// The header that carries `datacontenttype` in binary mode.
+pub const CONTENT_TYPE_HEADER: &str = "content-type";
+const BINARY_PREFIX: &str = "ce-";
+
+/// Encodes an envelope in binary mode: every attribute a `ce-` header, the
+/// content type in `content-type`, the payload as the body. Envelope headers
+/// that are valid extension names travel as `ce-<name>`; the others as
+/// plain headers of the same name.
+pub fn to_binary(e: &Envelope) -> (Vec<(String, String)>, Vec<u8>) {
+    let mut h = vec![
+        ("ce-specversion".to_owned(), "1.0".to_owned()),
+        ("ce-id".to_owned(), e.id.to_string()),
+        ("ce-source".to_owned(), e.source.clone()),
+        ("ce-type".to_owned(), e.message_type.clone()),
+        ("ce-subject".to_owned(), e.aggregate_key.clone()),
+        (
+            "ce-time".to_owned(),
+            e.occurred_at.to_rfc3339_opts(SecondsFormat::AutoSi, true),
+        ),
+        (CONTENT_TYPE_HEADER.to_owned(), e.content_type.clone()),
+        ("ce-schemaversion".to_owned(), e.version.to_string()),
+        ("ce-kind".to_owned(), e.kind.as_str().to_owned()),
+        ("ce-aggregatetype".to_owned(), e.aggregate_type.clone()),
+        ("ce-correlationid".to_owned(), e.correlation_id.to_string()),
+    ];
+    if let Some(c) = e.causation_id {
+        h.push(("ce-causationid".to_owned(), c.to_string()));
+    }
+    for (k, v) in &e.headers {
+        if is_extension_name(k) {
+            h.push((format!("{BINARY_PREFIX}{k}"), v.clone()));
+        } else {
+            h.push((k.clone(), v.clone()));
+        }
+    }
+    (h, e.payload.clone())
+}
+
+/// Whether transport headers carry a binary-mode CloudEvent.
+pub fn is_binary<'a>(mut header_names: impl Iterator<Item = &'a str>) -> bool {
+    header_names.any(|n| n.eq_ignore_ascii_case("ce-specversion"))
+}
+
+/// Decodes a binary-mode message (see [`to_binary`]). Header names are
+/// matched without regard to case, as transports may change it. Headers
+/// that are neither `ce-` attributes nor `content-type` become envelope headers.
+pub fn from_binary<'a>(
+    headers: impl IntoIterator<Item = (&'a str, &'a str)>,
+    body: &[u8],
+) -> Result<Envelope, DecodeError> {
+    let mut attrs: BTreeMap<String, Box<RawValue>> = BTreeMap::new();
+    let mut plain = Headers::new();
+    for (name, value) in headers {
+        let lower = name.to_ascii_lowercase();
+        let json =
+            || RawValue::from_string(serde_json::Value::from(value).to_string()).expect("a JSON string");
+        if let Some(attr) = lower.strip_prefix(BINARY_PREFIX) {
+            attrs.insert(attr.to_owned(), json());
+        } else if lower == CONTENT_TYPE_HEADER {
+            attrs.insert("datacontenttype".to_owned(), json());
+        } else {
+            plain.insert(name.to_owned(), value.to_owned());
+        }
+    }
+    let mut envelope = from_attributes(attrs, Some(body.to_vec()))?;
+    envelope.headers.extend(plain);
+    Ok(envelope)
+}
+
+/// Builds an envelope from CloudEvents attributes; `payload` is the body in
+/// binary mode, or `None` to read `data`/`data_base64` from the attributes.
+fn from_attributes(
+    mut attrs: BTreeMap<String, Box<RawValue>>,
+    payload: Option<Vec<u8>>,
+) -> Result<Envelope, DecodeError> {
     fn string(
         attrs: &mut BTreeMap<String, Box<RawValue>>,
         name: &str,
@@ -201,9 +278,10 @@ pub fn from_json(bytes: &[u8]) -> Result<Envelope, DecodeError> {
             .map_err(|_| malformed("attribute `tidingsheaders` must be a JSON object of strings"))?;
         headers.extend(map);
     }
-    let payload = match (attrs.remove("data"), attrs.remove("data_base64")) {
-        (Some(_), Some(_)) => return Err(malformed("both `data` and `data_base64` are present")),
-        (Some(raw), None) => {
+    let payload = match (payload, attrs.remove("data"), attrs.remove("data_base64")) {
+        (Some(body), _, _) => body,
+        (None, Some(_), Some(_)) => return Err(malformed("both `data` and `data_base64` are present")),
+        (None, Some(raw), None) => {
             if is_json(&content_type) {
                 raw.get().as_bytes().to_vec()
             } else {
@@ -212,14 +290,14 @@ pub fn from_json(bytes: &[u8]) -> Result<Envelope, DecodeError> {
                     .into_bytes()
             }
         }
-        (None, Some(raw)) => {
+        (None, None, Some(raw)) => {
             let s: String =
                 serde_json::from_str(raw.get()).map_err(|_| malformed("`data_base64` must be a string"))?;
             BASE64
                 .decode(s.as_bytes())
                 .map_err(|_| malformed("`data_base64` is not valid base64"))?
         }
-        (None, None) => Vec::new(),
+        (None, None, None) => Vec::new(),
     };
     attrs.remove("dataschema");
     for (name, raw) in attrs {
@@ -305,6 +383,34 @@ mod tests {
         let mut e = sample();
         e.payload = b"{not json".to_vec();
         assert_eq!(from_json(&to_json(&e)).unwrap(), e);
+    }
+
+    #[test]
+    fn binary_round_trip_is_lossless() {
+        let e = sample();
+        let (headers, body) = to_binary(&e);
+        assert_eq!(body, e.payload);
+        assert!(is_binary(headers.iter().map(|(k, _)| k.as_str())));
+        assert!(headers.contains(&("ce-traceparent".to_owned(), "00-abc-def-01".to_owned())));
+        assert!(headers.contains(&("X-Tenant".to_owned(), "acme".to_owned())));
+        let back = from_binary(headers.iter().map(|(k, v)| (k.as_str(), v.as_str())), &body).unwrap();
+        assert_eq!(back, e);
+        // Transports may change the case of header names.
+        let upper: Vec<(String, String)> = headers
+            .iter()
+            .map(|(k, v)| (k.to_uppercase(), v.clone()))
+            .collect();
+        let back = from_binary(upper.iter().map(|(k, v)| (k.as_str(), v.as_str())), &body).unwrap();
+        assert_eq!(
+            (back.id, back.version, back.causation_id),
+            (e.id, e.version, e.causation_id)
+        );
+    }
+
+    #[test]
+    fn binary_mode_names_a_missing_attribute() {
+        let err = from_binary([("ce-specversion", "1.0"), ("ce-source", "s")], b"{}").unwrap_err();
+        assert!(err.to_string().contains("`id`"), "{err}");
     }
 
     #[test]

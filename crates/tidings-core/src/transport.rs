@@ -41,6 +41,13 @@ pub trait Publisher: Send + Sync + 'static {
     async fn publish(&self, batch: &[OutgoingMessage]) -> Result<()>;
 }
 
+#[async_trait]
+impl<P: Publisher + ?Sized> Publisher for std::sync::Arc<P> {
+    async fn publish(&self, batch: &[OutgoingMessage]) -> Result<()> {
+        (**self).publish(batch).await
+    }
+}
+
 /// A message as it came off a transport, before decoding.
 #[derive(Clone)]
 pub struct RawMessage {
@@ -50,7 +57,8 @@ pub struct RawMessage {
     pub key: Option<String>,
     /// Transport headers.
     pub headers: Headers,
-    /// The body: a CloudEvents JSON document (structured mode).
+    /// The body: a CloudEvents JSON document (structured mode), or the bare
+    /// payload when the headers carry the attributes (binary mode).
     pub body: Vec<u8>,
 }
 
@@ -66,9 +74,18 @@ impl fmt::Debug for RawMessage {
 }
 
 impl RawMessage {
-    /// Decodes the body into an envelope.
+    /// Decodes the message into an envelope, in binary mode when the
+    /// headers carry `ce-specversion`, else as a structured JSON document.
     pub fn decode(&self) -> Result<Envelope, DecodeError> {
-        crate::cloudevents::from_json(&self.body)
+        use crate::cloudevents;
+        if cloudevents::is_binary(self.headers.keys().map(String::as_str)) {
+            cloudevents::from_binary(
+                self.headers.iter().map(|(k, v)| (k.as_str(), v.as_str())),
+                &self.body,
+            )
+        } else {
+            cloudevents::from_json(&self.body)
+        }
     }
 }
 
@@ -189,4 +206,11 @@ pub trait Subscriber: Send + Sync + 'static {
     /// Subscribes `group` to `topic`. Every group gets every message of the
     /// topic; within one group each message is handled by one member.
     async fn subscribe(&self, group: &str, topic: &str) -> Result<Subscription>;
+}
+
+#[async_trait]
+impl<S: Subscriber + ?Sized> Subscriber for std::sync::Arc<S> {
+    async fn subscribe(&self, group: &str, topic: &str) -> Result<Subscription> {
+        (**self).subscribe(group, topic).await
+    }
 }

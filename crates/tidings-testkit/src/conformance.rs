@@ -208,27 +208,36 @@ pub async fn fan_out_to_every_group<T: TransportUnderTest>(t: &T) {
 pub async fn competing_consumers_split_the_work<T: TransportUnderTest>(t: &T) {
     let topic = fresh_topic();
     let group = fresh_group("shared");
-    let mut one = t.subscriber().await.subscribe(&group, &topic).await.unwrap();
-    let mut two = t.subscriber().await.subscribe(&group, &topic).await.unwrap();
-    let sent = probes(&topic, 8, 8);
+    let one = t.subscriber().await.subscribe(&group, &topic).await.unwrap();
+    let two = t.subscriber().await.subscribe(&group, &topic).await.unwrap();
+    let sent = probes(&topic, 8, 40);
     t.publisher().await.publish(&sent).await.unwrap();
-    let mut seen: BTreeMap<Uuid, usize> = BTreeMap::new();
-    let mut per_member = [0usize; 2];
-    let deadline = Instant::now() + WAIT;
-    while seen.len() < sent.len() && Instant::now() < deadline {
-        for (i, sub) in [&mut one, &mut two].into_iter().enumerate() {
-            if let Some(d) = maybe_next(sub, Duration::from_millis(50)).await {
-                *seen.entry(decode(&d).0.id).or_default() += 1;
-                per_member[i] += 1;
-                d.ack(AckKind::Ack).await.unwrap();
+    // Two members working at once, each acknowledging at once.
+    let seen: Arc<std::sync::Mutex<BTreeMap<Uuid, usize>>> = Arc::default();
+    let total = sent.len();
+    let member = |mut sub: Subscription| {
+        let seen = seen.clone();
+        tokio::spawn(async move {
+            let mut handled = 0usize;
+            let deadline = Instant::now() + WAIT;
+            while seen.lock().expect("lock").len() < total && Instant::now() < deadline {
+                if let Some(d) = maybe_next(&mut sub, Duration::from_millis(100)).await {
+                    d.ack(AckKind::Ack).await.expect("ack");
+                    *seen.lock().expect("lock").entry(decode(&d).0.id).or_default() += 1;
+                    handled += 1;
+                }
             }
-        }
-    }
-    assert_eq!(seen.len(), sent.len(), "the group missed messages");
+            (sub, handled)
+        })
+    };
+    let (a, b) = (member(one), member(two));
+    let ((one, in_one), (two, in_two)) = (a.await.expect("member"), b.await.expect("member"));
+    let seen = seen.lock().expect("lock").clone();
+    assert_eq!(seen.len(), total, "the group missed messages");
     assert!(seen.values().all(|&n| n == 1), "a message went to both members");
     assert!(
-        per_member[0] > 0 && per_member[1] > 0,
-        "one member got everything: {per_member:?}"
+        in_one > 0 && in_two > 0,
+        "one member got everything: {in_one} and {in_two}"
     );
     one.close().await.unwrap();
     two.close().await.unwrap();

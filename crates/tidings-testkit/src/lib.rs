@@ -10,4 +10,5 @@
 
 pub mod conformance;
 pub mod faults;
+pub mod nats;
 pub mod services;

@@ -10,9 +10,10 @@ use anyhow::Context as _;
 use indicatif::{ProgressBar, ProgressStyle};
 use rand::Rng;
 use serde::Serialize;
+use tidings_broker_nats::{NatsOptions, NatsTransport};
 use tidings_consumer::{Consumer, ConsumerConfig, ConsumerStats, Handler};
 use tidings_core::log::{LogPublisher, LogReaderConfig, LogSubscriber};
-use tidings_core::{Backoff, Envelope, Message, OutgoingMessage, Subscriber};
+use tidings_core::{Backoff, Envelope, Message, OutgoingMessage, Publisher, Subscriber};
 use tidings_relay::{Relay, RelayConfig};
 use tidings_store_postgres::PgStore;
 use tidings_store_sqlite::SqliteStore;
@@ -39,6 +40,8 @@ pub struct DemoOptions {
     pub orders: usize,
     /// `postgres://...` or `sqlite://path` (default: [`DEFAULT_DATABASE`]).
     pub database: Option<String>,
+    /// `nats://host:port`, or `None` for the database-log transport.
+    pub broker: Option<String>,
     /// Fraction of deliveries redelivered a second time.
     pub duplicate_rate: f64,
     /// Fraction of orders the inventory service cannot handle.
@@ -56,6 +59,7 @@ impl Default for DemoOptions {
         DemoOptions {
             orders: 1000,
             database: None,
+            broker: None,
             duplicate_rate: 0.0,
             poison_rate: 0.0,
             progress: Progress::Off,
@@ -81,6 +85,10 @@ pub enum Progress {
 pub struct Summary {
     /// Which database (no credentials).
     pub database: String,
+    /// Which transport (no credentials).
+    pub transport: String,
+    /// The prefix of this system's resources on the broker (streams, queues), if any.
+    pub broker_namespace: Option<String>,
     /// Orders placed by this run.
     pub orders_placed: usize,
     /// Orders in the database (all runs).
@@ -91,8 +99,8 @@ pub struct Summary {
     pub commands_committed: i64,
     /// Events committed through the outbox.
     pub events_committed: i64,
-    /// Records the relay appended to the log.
-    pub published: i64,
+    /// Messages the relay published (and the transport confirmed) in this run.
+    pub published: u64,
     /// Messages handled (processed markers) per consumer.
     pub handled: BTreeMap<String, i64>,
     /// Duplicate deliveries injected by this run.
@@ -142,7 +150,7 @@ impl fmt::Display for Summary {
                     .join(" · ")
             }
         };
-        writeln!(f, "checkout demo on {}", self.database)?;
+        writeln!(f, "checkout demo on {} over {}", self.database, self.transport)?;
         writeln!(
             f,
             "  orders placed        {} ({} in the database, {} poisoned)",
@@ -150,7 +158,7 @@ impl fmt::Display for Summary {
         )?;
         writeln!(f, "  commands committed   {}", self.commands_committed)?;
         writeln!(f, "  events committed     {}", self.events_committed)?;
-        writeln!(f, "  published            {}", self.published)?;
+        writeln!(f, "  published            {} (this run)", self.published)?;
         writeln!(f, "  handled              {}", list(&self.handled))?;
         writeln!(
             f,
@@ -258,17 +266,16 @@ where
     let shutdown = CancellationToken::new();
     let mut tasks = JoinSet::new();
 
-    let relay = Relay::new(store.clone(), LogPublisher::new(Arc::new(store.clone())))
+    let transport = Transport::open(&store, &options).await?;
+    let relay = Relay::new(store.clone(), transport.publisher.clone())
         .config(RelayConfig::default().poll_interval(Duration::from_millis(100)));
+    let relay_stats = relay.stats();
     tasks.spawn(relay.run(shutdown.clone()));
 
-    let log = LogSubscriber::new(
-        Arc::new(store.clone()),
-        LogReaderConfig::default().poll_interval(Duration::from_millis(100)),
-    );
-    let duplicating = Duplicating::new(log, options.duplicate_rate);
+    let duplicating = Duplicating::new(transport.subscriber.clone(), options.duplicate_rate);
     let injected = duplicating.injected();
     let subscriber: Arc<dyn Subscriber> = Arc::new(duplicating);
+    // (The relay publishes through `transport.publisher`; consumers read through `subscriber`.)
 
     let config = ConsumerConfig::default()
         .lanes(8)
@@ -359,6 +366,8 @@ where
     }
     let provider_tally = provider.tally().await?;
     Ok(summarize(
+        &transport,
+        relay_stats.published(),
         label,
         &options,
         placed.load(Ordering::Relaxed),
@@ -371,6 +380,49 @@ where
     ))
 }
 
+/// The transport the demo runs over: the database log, or a broker.
+struct Transport {
+    publisher: Arc<dyn Publisher>,
+    subscriber: Arc<dyn Subscriber>,
+    label: String,
+    namespace: Option<String>,
+}
+
+impl Transport {
+    async fn open<S: CheckoutStore>(store: &S, options: &DemoOptions) -> anyhow::Result<Transport> {
+        match options.broker.as_deref() {
+            None | Some("log") => {
+                let log = LogSubscriber::new(
+                    Arc::new(store.clone()),
+                    LogReaderConfig::default().poll_interval(Duration::from_millis(100)),
+                );
+                Ok(Transport {
+                    publisher: Arc::new(LogPublisher::new(Arc::new(store.clone()))),
+                    subscriber: Arc::new(log),
+                    label: "the database log".into(),
+                    namespace: None,
+                })
+            }
+            Some(url) if url.starts_with("nats://") || url.starts_with("tls://") => {
+                let namespace = format!("TIDINGS_DEMO_{}", store.system_id().await?);
+                let nats = NatsTransport::connect_with(url, NatsOptions::default().stream_prefix(&namespace))
+                    .await
+                    .with_context(|| format!("connecting to NATS at {}", redact(url)))?;
+                Ok(Transport {
+                    publisher: Arc::new(nats.clone()),
+                    subscriber: Arc::new(nats),
+                    label: format!("NATS JetStream ({})", redact(url)),
+                    namespace: Some(namespace),
+                })
+            }
+            Some(other) => anyhow::bail!(
+                "unsupported broker URL {:?}: use nats://host:port, or leave --broker out for the database log",
+                redact(other)
+            ),
+        }
+    }
+}
+
 fn work_done(t: &Tally) -> u64 {
     (t.processed.iter().map(|(_, n)| n).sum::<i64>() + t.dead_letters.iter().map(|(_, n)| n).sum::<i64>())
         .max(0) as u64
@@ -378,6 +430,8 @@ fn work_done(t: &Tally) -> u64 {
 
 #[allow(clippy::too_many_arguments)]
 fn summarize(
+    transport: &Transport,
+    published: u64,
     database: String,
     options: &DemoOptions,
     placed: usize,
@@ -405,12 +459,14 @@ fn summarize(
     }
     Summary {
         database,
+        transport: transport.label.clone(),
+        broker_namespace: transport.namespace.clone(),
         orders_placed: placed,
         orders_total: t.orders,
         poisoned_orders: t.poisoned_orders,
         commands_committed: t.commands,
         events_committed: t.events,
-        published: t.published,
+        published,
         handled: t.processed.iter().cloned().collect(),
         duplicates_delivered: injected,
         duplicates_suppressed: stats.iter().map(|s| s.duplicates()).sum(),

@@ -21,6 +21,7 @@ const SCHEMA: &[&str] = &[
     "CREATE TABLE IF NOT EXISTS loyalty_points (customer_id TEXT PRIMARY KEY, points BIGINT NOT NULL)",
     "CREATE TABLE IF NOT EXISTS order_progress (
         consumer TEXT NOT NULL, order_id TEXT NOT NULL, last_step BIGINT NOT NULL, PRIMARY KEY (consumer, order_id))",
+    "CREATE TABLE IF NOT EXISTS checkout_system (id TEXT PRIMARY KEY)",
     "CREATE TABLE IF NOT EXISTS order_violations (
         consumer TEXT NOT NULL, order_id TEXT NOT NULL, step BIGINT NOT NULL, last_step BIGINT NOT NULL)",
 ];
@@ -31,7 +32,6 @@ const TALLY: &str = "SELECT
     (SELECT CAST(count(*) AS BIGINT) FROM checkout_requests),
     (SELECT CAST(COALESCE(sum(events), 0) AS BIGINT) FROM checkout_orders),
     (SELECT CAST(count(*) AS BIGINT) FROM tidings_outbox WHERE published_at IS NULL),
-    (SELECT CAST(count(*) AS BIGINT) FROM tidings_log),
     (SELECT CAST(count(*) AS BIGINT) FROM order_violations),
     (SELECT CAST(COALESCE(sum(total_cents / 100), 0) AS BIGINT) FROM checkout_orders WHERE status = 'shipped'),
     (SELECT CAST(COALESCE(sum(points), 0) AS BIGINT) FROM loyalty_points),
@@ -55,8 +55,6 @@ pub struct Tally {
     pub events: i64,
     /// Outbox records not yet sent.
     pub outbox_pending: i64,
-    /// Records in the database log.
-    pub published: i64,
     /// Out-of-order events seen by consumers.
     pub violations: i64,
     /// Loyalty points owed for shipped orders.
@@ -103,6 +101,11 @@ pub trait CheckoutStore:
 
     /// Reads the figures.
     async fn tally(&self) -> anyhow::Result<Tally>;
+
+    /// This database's system id, made once: it names the system's
+    /// resources on a broker, so that a database and its broker topology
+    /// belong together.
+    async fn system_id(&self) -> anyhow::Result<String>;
 }
 
 macro_rules! checkout_store {
@@ -131,9 +134,18 @@ macro_rules! checkout_store {
                 Ok(())
             }
 
+            async fn system_id(&self) -> anyhow::Result<String> {
+                let fresh = uuid::Uuid::new_v4().simple().to_string()[..8].to_owned();
+                sqlx::query("INSERT INTO checkout_system (id) SELECT $1 WHERE NOT EXISTS (SELECT 1 FROM checkout_system)")
+                    .bind(fresh)
+                    .execute(self.pool())
+                    .await?;
+                Ok(sqlx::query_scalar("SELECT min(id) FROM checkout_system").fetch_one(self.pool()).await?)
+            }
+
             async fn tally(&self) -> anyhow::Result<Tally> {
                 let pool = self.pool();
-                let row: (i64, i64, i64, i64, i64, i64, i64, i64, i64, i64) =
+                let row: (i64, i64, i64, i64, i64, i64, i64, i64, i64) =
                     sqlx::query_as(TALLY).fetch_one(pool).await?;
                 Ok(Tally {
                     orders: row.0,
@@ -141,11 +153,10 @@ macro_rules! checkout_store {
                     commands: row.2,
                     events: row.3,
                     outbox_pending: row.4,
-                    published: row.5,
-                    violations: row.6,
-                    points_expected: row.7,
-                    points_credited: row.8,
-                    analytics_counted: row.9,
+                    violations: row.5,
+                    points_expected: row.6,
+                    points_credited: row.7,
+                    analytics_counted: row.8,
                     processed: sqlx::query_as(PER_CONSUMER).fetch_all(pool).await?,
                     dead_letters: sqlx::query_as(DEAD_PER_CONSUMER).fetch_all(pool).await?,
                 })

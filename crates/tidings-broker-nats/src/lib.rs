@@ -1,0 +1,380 @@
+//! NATS JetStream for Tidings: a [`Publisher`] that returns only once
+//! JetStream acknowledged every message, and a [`Subscriber`] reading
+//! durable pull consumers, one per consumer group.
+//!
+//! # Topology
+//!
+//! | Tidings | JetStream |
+//! |---|---|
+//! | topic `orders` | stream `TIDINGS_ORDERS`, subjects `orders.>` (file storage) |
+//! | message of type `OrderPlaced` on `orders` | subject `orders.OrderPlaced` |
+//! | consumer group `email` | durable pull consumer `email` on that stream, explicit acks, delivering from the start |
+//! | envelope | CloudEvents binary mode: `ce-*` headers, the payload as the body |
+//! | envelope id | `Nats-Msg-Id`: JetStream drops a publisher's retry inside the stream's duplicate window |
+//!
+//! Names are made safe for JetStream (upper case, `_` for anything but
+//! letters, digits, `-` and `_`), so two topics differing only there share a
+//! stream name and the second is refused: pick distinct names.
+//!
+//! Acknowledgements map one to one: `Ack`, `Nak(delay)` (redelivered after
+//! the delay), `Progress` (extends the ack wait), `Term` (never again).
+//! Retries and dead-lettering are the consumer runtime's: the JetStream
+//! consumer redelivers without limit, and the runtime terminates what it
+//! dead-lettered.
+//!
+//! ```no_run
+//! # async fn run() -> tidings_core::Result<()> {
+//! use tidings_broker_nats::NatsTransport;
+//! let nats = NatsTransport::connect("nats://127.0.0.1:4222").await?;
+//! // `nats` is both the relay's publisher and the consumers' subscriber.
+//! # Ok(()) }
+//! ```
+#![warn(missing_docs, missing_debug_implementations, unreachable_pub)]
+
+use std::collections::HashSet;
+use std::fmt;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use async_nats::jetstream::{self, consumer, stream};
+use async_nats::{HeaderMap, HeaderValue};
+use async_trait::async_trait;
+use futures::StreamExt;
+use tidings_core::{
+    AckKind, Acker, Delivery, Error, Headers, OutgoingMessage, Publisher, RawMessage, Result, Subscriber,
+    Subscription, cloudevents,
+};
+
+const TRANSPORT: &str = "nats";
+
+/// Options of a [`NatsTransport`].
+#[derive(Debug, Clone)]
+pub struct NatsOptions {
+    stream_prefix: String,
+    ack_wait: Duration,
+    max_ack_pending: i64,
+    duplicate_window: Duration,
+    prefetch: usize,
+}
+
+impl Default for NatsOptions {
+    /// Streams named `TIDINGS_<TOPIC>`, a 30 s ack wait, at most 1000
+    /// unacknowledged messages per consumer group (backpressure), a
+    /// 2-minute duplicate window, and pulls of 64 messages.
+    fn default() -> Self {
+        NatsOptions {
+            stream_prefix: "TIDINGS".into(),
+            ack_wait: Duration::from_secs(30),
+            max_ack_pending: 1000,
+            duplicate_window: Duration::from_secs(120),
+            prefetch: 64,
+        }
+    }
+}
+
+impl NatsOptions {
+    /// The prefix of stream names.
+    pub fn stream_prefix(mut self, prefix: impl Into<String>) -> Self {
+        self.stream_prefix = prefix.into();
+        self
+    }
+
+    /// How long JetStream waits for an acknowledgement before redelivering.
+    /// Handlers slower than this should send `Progress`.
+    pub fn ack_wait(mut self, d: Duration) -> Self {
+        self.ack_wait = d;
+        self
+    }
+
+    /// Unacknowledged messages allowed per consumer group before JetStream stops delivering.
+    pub fn max_ack_pending(mut self, n: i64) -> Self {
+        self.max_ack_pending = n.max(1);
+        self
+    }
+
+    /// Messages one member pulls at a time. Smaller spreads work more evenly
+    /// across the members of a group; larger saves round trips.
+    pub fn prefetch(mut self, n: usize) -> Self {
+        self.prefetch = n.max(1);
+        self
+    }
+
+    /// The window in which JetStream drops a message whose `Nats-Msg-Id` it has seen.
+    pub fn duplicate_window(mut self, d: Duration) -> Self {
+        self.duplicate_window = d;
+        self
+    }
+}
+
+/// A connection to NATS JetStream, usable as publisher and subscriber. Cheap to clone.
+#[derive(Clone)]
+pub struct NatsTransport {
+    client: async_nats::Client,
+    js: jetstream::Context,
+    options: NatsOptions,
+    streams: Arc<Mutex<HashSet<String>>>,
+}
+
+impl fmt::Debug for NatsTransport {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        // The connect options may hold credentials: never printed.
+        f.debug_struct("NatsTransport")
+            .field("options", &self.options)
+            .finish_non_exhaustive()
+    }
+}
+
+fn transport_error(what: &str, e: impl fmt::Display, retryable: bool) -> Error {
+    Error::Transport {
+        transport: TRANSPORT,
+        reason: format!("{what}: {e}"),
+        retryable,
+    }
+}
+
+/// `orders.v2` -> `ORDERS_V2`.
+fn stream_token(s: &str) -> String {
+    s.chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || c == '-' || c == '_' {
+                c.to_ascii_uppercase()
+            } else {
+                '_'
+            }
+        })
+        .collect()
+}
+
+/// A subject token: no dots, wildcards or spaces.
+fn subject_token(s: &str) -> String {
+    s.chars()
+        .map(|c| {
+            if c == '.' || c == '*' || c == '>' || c.is_whitespace() {
+                '_'
+            } else {
+                c
+            }
+        })
+        .collect()
+}
+
+impl NatsTransport {
+    /// Connects to `url` (`nats://host:4222`, credentials in the URL if any).
+    pub async fn connect(url: &str) -> Result<Self> {
+        Self::connect_with(url, NatsOptions::default()).await
+    }
+
+    /// Connects with options.
+    pub async fn connect_with(url: &str, options: NatsOptions) -> Result<Self> {
+        let client = async_nats::connect(url)
+            .await
+            .map_err(|e| transport_error("connecting to NATS", e, true))?;
+        Ok(Self::new(client, options))
+    }
+
+    /// A transport on an existing client.
+    pub fn new(client: async_nats::Client, options: NatsOptions) -> Self {
+        let js = jetstream::new(client.clone());
+        NatsTransport {
+            client,
+            js,
+            options,
+            streams: Arc::default(),
+        }
+    }
+
+    /// The stream that holds `topic`.
+    pub fn stream_name(&self, topic: &str) -> String {
+        format!(
+            "{}_{}",
+            stream_token(&self.options.stream_prefix),
+            stream_token(topic)
+        )
+    }
+
+    /// Streams this transport created or checked, by name.
+    pub fn streams(&self) -> Vec<String> {
+        self.streams
+            .lock()
+            .expect("streams lock")
+            .iter()
+            .cloned()
+            .collect()
+    }
+
+    /// Deletes the stream of `topic` with its messages and consumers.
+    pub async fn delete_topic(&self, topic: &str) -> Result<()> {
+        self.delete_stream(&self.stream_name(topic)).await
+    }
+
+    /// Deletes a stream by name, with its messages and consumers.
+    pub async fn delete_stream(&self, name: &str) -> Result<()> {
+        self.streams.lock().expect("streams lock").remove(name);
+        self.js
+            .delete_stream(name)
+            .await
+            .map_err(|e| transport_error("deleting a stream", e, true))?;
+        Ok(())
+    }
+
+    async fn stream(&self, topic: &str) -> Result<stream::Stream> {
+        let name = self.stream_name(topic);
+        let stream = self
+            .js
+            .get_or_create_stream(stream::Config {
+                name: name.clone(),
+                subjects: vec![format!("{}.>", subject_token(topic))],
+                storage: stream::StorageType::File,
+                duplicate_window: self.options.duplicate_window,
+                ..Default::default()
+            })
+            .await
+            .map_err(|e| transport_error(&format!("creating stream {name}"), e, true))?;
+        self.streams.lock().expect("streams lock").insert(name);
+        Ok(stream)
+    }
+
+    async fn ensure_stream(&self, topic: &str) -> Result<()> {
+        if !self
+            .streams
+            .lock()
+            .expect("streams lock")
+            .contains(&self.stream_name(topic))
+        {
+            self.stream(topic).await?;
+        }
+        Ok(())
+    }
+}
+
+#[async_trait]
+impl Publisher for NatsTransport {
+    async fn publish(&self, batch: &[OutgoingMessage]) -> Result<()> {
+        // Send the whole batch, then wait for every PubAck: one round trip
+        // per batch rather than per message, in order on one connection.
+        let mut acks = Vec::with_capacity(batch.len());
+        for m in batch {
+            self.ensure_stream(&m.topic).await?;
+            let (attributes, payload) = cloudevents::to_binary(&m.envelope);
+            let mut headers = HeaderMap::new();
+            for (k, v) in attributes {
+                headers.insert(k.as_str(), v.as_str());
+            }
+            headers.insert("Nats-Msg-Id", m.envelope.id.to_string().as_str());
+            let subject = format!(
+                "{}.{}",
+                subject_token(&m.topic),
+                subject_token(&m.envelope.message_type)
+            );
+            let ack = self
+                .js
+                .publish_with_headers(subject, headers, payload.into())
+                .await
+                .map_err(|e| transport_error("publishing", e, true))?;
+            acks.push(ack);
+        }
+        for ack in acks {
+            ack.await
+                .map_err(|e| transport_error("waiting for a PubAck", e, true))?;
+        }
+        Ok(())
+    }
+}
+
+struct NatsAcker(jetstream::message::Acker);
+
+#[async_trait]
+impl Acker for NatsAcker {
+    async fn ack(&self, kind: AckKind) -> Result<()> {
+        let kind = match kind {
+            AckKind::Ack => jetstream::AckKind::Ack,
+            AckKind::Nak(delay) => jetstream::AckKind::Nak(delay),
+            AckKind::Progress => jetstream::AckKind::Progress,
+            AckKind::Term => jetstream::AckKind::Term,
+        };
+        self.0
+            .ack_with(kind)
+            .await
+            .map_err(|e| transport_error("acknowledging", e, true))
+    }
+}
+
+fn headers_of(map: Option<&HeaderMap>) -> Headers {
+    let mut out = Headers::new();
+    for (name, values) in map.into_iter().flat_map(|m| m.iter()) {
+        let name: &str = name.as_ref();
+        // JetStream's own headers are the transport's business, not the message's.
+        if name.starts_with("Nats-") {
+            continue;
+        }
+        if let Some(v) = values.first() {
+            out.insert(name.to_owned(), HeaderValue::as_str(v).to_owned());
+        }
+    }
+    out
+}
+
+#[async_trait]
+impl Subscriber for NatsTransport {
+    async fn subscribe(&self, group: &str, topic: &str) -> Result<Subscription> {
+        let stream = self.stream(topic).await?;
+        let durable = stream_token(group);
+        let consumer: consumer::PullConsumer = stream
+            .get_or_create_consumer(
+                &durable,
+                consumer::pull::Config {
+                    durable_name: Some(durable.clone()),
+                    ack_policy: consumer::AckPolicy::Explicit,
+                    deliver_policy: consumer::DeliverPolicy::All,
+                    ack_wait: self.options.ack_wait,
+                    max_ack_pending: self.options.max_ack_pending,
+                    max_deliver: -1,
+                    filter_subject: format!("{}.>", subject_token(topic)),
+                    ..Default::default()
+                },
+            )
+            .await
+            .map_err(|e| transport_error(&format!("creating consumer {durable}"), e, true))?;
+        let messages = consumer
+            .stream()
+            .max_messages_per_batch(self.options.prefetch)
+            .messages()
+            .await
+            .map_err(|e| transport_error("pulling messages", e, true))?;
+        let topic = topic.to_owned();
+        let deliveries = messages.map(move |m| {
+            let m = m.map_err(|e| transport_error("receiving", e, true))?;
+            let delivery_count = m.info().map(|i| i.delivered as u32).unwrap_or(0);
+            let (message, acker) = m.split();
+            let headers = headers_of(message.headers.as_ref());
+            let key = headers.get("ce-subject").cloned();
+            let raw = RawMessage {
+                topic: topic.clone(),
+                key,
+                headers,
+                body: message.payload.to_vec(),
+            };
+            Ok(Delivery::new(raw, delivery_count, NatsAcker(acker)))
+        });
+        let client = self.client.clone();
+        Ok(Subscription::new(deliveries).on_close(move || async move {
+            // Acks are fire-and-forget publishes: make sure they left.
+            client
+                .flush()
+                .await
+                .map_err(|e| transport_error("flushing acknowledgements", e, true))
+        }))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_are_safe_for_jetstream() {
+        assert_eq!(stream_token("checkout.commands"), "CHECKOUT_COMMANDS");
+        assert_eq!(stream_token("a b*c>d"), "A_B_C_D");
+        assert_eq!(subject_token("Order.Placed v2"), "Order_Placed_v2");
+    }
+}

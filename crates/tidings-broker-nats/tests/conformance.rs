@@ -1,0 +1,61 @@
+//! NATS JetStream passes the transport conformance suite, against the real
+//! server (`NATS_URL`, default `nats://127.0.0.1:4222`).
+
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use async_trait::async_trait;
+use tidings_broker_nats::{NatsOptions, NatsTransport};
+use tidings_core::{Publisher, Subscriber};
+use tidings_testkit::conformance::TransportUnderTest;
+use tidings_testkit::nats::nats_url;
+
+const ACK_WAIT: Duration = Duration::from_secs(2);
+
+#[derive(Default)]
+struct Nats {
+    opened: Mutex<Vec<NatsTransport>>,
+}
+
+impl Nats {
+    async fn open(&self) -> NatsTransport {
+        let url = nats_url();
+        let t = NatsTransport::connect_with(&url, NatsOptions::default().ack_wait(ACK_WAIT))
+            .await
+            .unwrap_or_else(|e| panic!("NATS JetStream is not reachable at {url} (set NATS_URL): {e}"));
+        self.opened.lock().unwrap().push(t.clone());
+        t
+    }
+}
+
+#[async_trait]
+impl TransportUnderTest for Nats {
+    async fn publisher(&self) -> Arc<dyn Publisher> {
+        Arc::new(self.open().await)
+    }
+
+    async fn subscriber(&self) -> Arc<dyn Subscriber> {
+        Arc::new(self.open().await)
+    }
+
+    fn redelivery_wait(&self) -> Duration {
+        ACK_WAIT
+    }
+
+    async fn teardown(&self) {
+        let opened = self.opened.lock().unwrap().clone();
+        let mut streams: Vec<String> = opened.iter().flat_map(|t| t.streams()).collect();
+        streams.sort();
+        streams.dedup();
+        if let Some(t) = opened.first() {
+            for stream in streams {
+                let _ = t.delete_stream(&stream).await;
+            }
+        }
+    }
+}
+
+tidings_testkit::transport_conformance!(
+    async { Nats::default() },
+    features: [competing_consumers_split_the_work, cloudevents_attributes_travel_as_headers]
+);
