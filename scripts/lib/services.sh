@@ -52,3 +52,24 @@ ensure_postgres() {
     psql -h 127.0.0.1 -U postgres -d test -q >/dev/null
   log "PostgreSQL ready on 127.0.0.1:5432"
 }
+
+tcp_open() { (exec 3<>"/dev/tcp/$1/$2") 2>/dev/null; }
+
+# NATS with JetStream on 127.0.0.1:4222.
+ensure_nats() {
+  if ! tcp_open 127.0.0.1 4222; then
+    local bin
+    bin=$(command -v nats-server || echo /usr/sbin/nats-server)
+    if [ ! -x "$bin" ]; then
+      log "installing nats-server from the distribution's packages"
+      apt_install nats-server
+      bin=$(command -v nats-server || echo /usr/sbin/nats-server)
+    fi
+    log "starting NATS with JetStream"
+    as_root mkdir -p /var/lib/nats-server
+    as_root start-stop-daemon --start --oknodo --background --exec "$bin" -- \
+      -a 127.0.0.1 -p 4222 -js -sd /var/lib/nats-server -l /var/log/nats-server.log
+    wait_until 30 "NATS on 127.0.0.1:4222" tcp_open 127.0.0.1 4222
+  fi
+  log "NATS ready on 127.0.0.1:4222"
+}

@@ -6,11 +6,15 @@
 //!
 //! | Tidings | JetStream |
 //! |---|---|
-//! | topic `orders` | stream `TIDINGS_ORDERS`, subjects `orders.>` (file storage) |
-//! | message of type `OrderPlaced` on `orders` | subject `orders.OrderPlaced` |
+//! | topic `orders` | stream `TIDINGS_ORDERS`, subjects `TIDINGS.orders.>` (file storage) |
+//! | message of type `OrderPlaced` on `orders` | subject `TIDINGS.orders.OrderPlaced` |
 //! | consumer group `email` | durable pull consumer `email` on that stream, explicit acks, delivering from the start |
 //! | envelope | CloudEvents binary mode: `ce-*` headers, the payload as the body |
 //! | envelope id | `Nats-Msg-Id`: JetStream drops a publisher's retry inside the stream's duplicate window |
+//!
+//! `TIDINGS` is the prefix ([`NatsOptions::stream_prefix`]): it starts both
+//! stream names and subjects, so that systems with different prefixes share
+//! a server without their subjects overlapping.
 //!
 //! Names are made safe for JetStream (upper case, `_` for anything but
 //! letters, digits, `-` and `_`), so two topics differing only there share a
@@ -73,7 +77,7 @@ impl Default for NatsOptions {
 }
 
 impl NatsOptions {
-    /// The prefix of stream names.
+    /// The prefix of stream names and subjects.
     pub fn stream_prefix(mut self, prefix: impl Into<String>) -> Self {
         self.stream_prefix = prefix.into();
         self
@@ -145,6 +149,19 @@ fn stream_token(s: &str) -> String {
         .collect()
 }
 
+/// Topic names keep their dots (they become subject levels), lose wildcards and spaces.
+fn subject_token_keep_dots(s: &str) -> String {
+    s.chars()
+        .map(|c| {
+            if c == '*' || c == '>' || c.is_whitespace() {
+                '_'
+            } else {
+                c
+            }
+        })
+        .collect()
+}
+
 /// A subject token: no dots, wildcards or spaces.
 fn subject_token(s: &str) -> String {
     s.chars()
@@ -192,6 +209,15 @@ impl NatsTransport {
         )
     }
 
+    /// The subject prefix of `topic`: `<prefix>.<topic>`.
+    fn subject(&self, topic: &str) -> String {
+        format!(
+            "{}.{}",
+            subject_token(&self.options.stream_prefix),
+            subject_token_keep_dots(topic)
+        )
+    }
+
     /// Streams this transport created or checked, by name.
     pub fn streams(&self) -> Vec<String> {
         self.streams
@@ -223,7 +249,7 @@ impl NatsTransport {
             .js
             .get_or_create_stream(stream::Config {
                 name: name.clone(),
-                subjects: vec![format!("{}.>", subject_token(topic))],
+                subjects: vec![format!("{}.>", self.subject(topic))],
                 storage: stream::StorageType::File,
                 duplicate_window: self.options.duplicate_window,
                 ..Default::default()
@@ -263,7 +289,7 @@ impl Publisher for NatsTransport {
             headers.insert("Nats-Msg-Id", m.envelope.id.to_string().as_str());
             let subject = format!(
                 "{}.{}",
-                subject_token(&m.topic),
+                self.subject(&m.topic),
                 subject_token(&m.envelope.message_type)
             );
             let ack = self
@@ -329,7 +355,7 @@ impl Subscriber for NatsTransport {
                     ack_wait: self.options.ack_wait,
                     max_ack_pending: self.options.max_ack_pending,
                     max_deliver: -1,
-                    filter_subject: format!("{}.>", subject_token(topic)),
+                    filter_subject: format!("{}.>", self.subject(topic)),
                     ..Default::default()
                 },
             )

@@ -146,6 +146,56 @@ async fn checkout_on_postgres_with_duplicates_and_poison() {
     pg.drop_schema().await;
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn checkout_on_postgres_over_nats_with_duplicates_and_poison() {
+    let pg = PgTestDb::new().await;
+    let url = pg.url.clone();
+    let nats = tidings_testkit::nats::nats_url();
+    let broker = nats.clone();
+    let s = tokio::task::spawn_blocking(move || {
+        demo(
+            &url,
+            &[
+                "--broker",
+                &broker,
+                "--orders",
+                "300",
+                "--duplicate-rate",
+                "0.2",
+                "--poison-rate",
+                "0.05",
+            ],
+        )
+    })
+    .await
+    .unwrap();
+    assert_sound(&s);
+    assert_eq!(n(&s, "orders_total"), 300);
+    assert!(
+        s["transport"].as_str().unwrap().starts_with("NATS JetStream"),
+        "{s:#}"
+    );
+    assert_eq!(
+        s["published"].as_i64().unwrap(),
+        n(&s, "commands_committed") + n(&s, "events_committed")
+    );
+    // The run's streams belong to its database, which is dropped: drop them too.
+    let namespace = s["broker_namespace"]
+        .as_str()
+        .expect("a broker namespace")
+        .to_owned();
+    let transport = tidings_broker_nats::NatsTransport::connect_with(
+        &nats,
+        tidings_broker_nats::NatsOptions::default().stream_prefix(&namespace),
+    )
+    .await
+    .unwrap();
+    for topic in ["orders", "checkout.commands"] {
+        transport.delete_topic(topic).await.unwrap();
+    }
+    pg.drop_schema().await;
+}
+
 #[test]
 fn a_killed_demo_resumes_without_loss_or_duplicated_effects() {
     let db = TempDb::new();

@@ -358,6 +358,13 @@ where
         if Instant::now() > deadline {
             break;
         }
+        // A relay or consumer that stopped on its own stopped on an error
+        // (a refused configuration, say): waiting longer cannot help.
+        if let Some(done) = tasks.try_join_next() {
+            shutdown.cancel();
+            done.context("a demo task panicked")??;
+            anyhow::bail!("a relay or consumer stopped before the work was done");
+        }
     }
     bar.finish_and_clear();
     shutdown.cancel();
