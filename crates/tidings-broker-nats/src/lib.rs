@@ -10,7 +10,7 @@
 //! | message of type `OrderPlaced` on `orders` | subject `TIDINGS.orders.OrderPlaced` |
 //! | consumer group `email` | durable pull consumer `email` on that stream, explicit acks, delivering from the start |
 //! | envelope | CloudEvents binary mode: `ce-*` headers, the payload as the body |
-//! | envelope id | `Nats-Msg-Id`: JetStream drops a publisher's retry inside the stream's duplicate window |
+//! | envelope id | `Nats-Msg-Id`: JetStream drops a publisher's retry inside the stream's duplicate window (a redrive adds `/redrive/<n>`, so it is not dropped) |
 //!
 //! `TIDINGS` is the prefix ([`NatsOptions::stream_prefix`]): it starts both
 //! stream names and subjects, so that systems with different prefixes share
@@ -286,7 +286,12 @@ impl Publisher for NatsTransport {
             for (k, v) in attributes {
                 headers.insert(k.as_str(), v.as_str());
             }
-            headers.insert("Nats-Msg-Id", m.envelope.id.to_string().as_str());
+            // A redrive must not be dropped as a duplicate of the first publish.
+            let msg_id = match m.envelope.headers.get(tidings_core::REDRIVE_HEADER) {
+                Some(n) => format!("{}/redrive/{n}", m.envelope.id),
+                None => m.envelope.id.to_string(),
+            };
+            headers.insert("Nats-Msg-Id", msg_id.as_str());
             let subject = format!(
                 "{}.{}",
                 self.subject(&m.topic),

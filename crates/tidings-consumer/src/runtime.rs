@@ -426,6 +426,8 @@ impl<S: ConsumerStore + FailureStore> Worker<S> {
             attempts: errors.len() as u32,
             errors,
             created_at: Utc::now(),
+            redrives: 0,
+            redriven_at: None,
         };
         let mut tries = 0u32;
         loop {

@@ -52,7 +52,7 @@ pub use error::{DecodeError, Error, ErrorClass, Result, classify_sqlx};
 pub use message::Message;
 pub use store::{
     ClaimedBatch, ConsumerLag, ConsumerStore, DeadLetter, DeadLetterFilter, Failure, FailureStore, LagReport,
-    LagSource, Outbox, RelayStore,
+    LagSource, Outbox, REDRIVE_HEADER, Redrive, RelayStore, redrive_envelope,
 };
 pub use transport::{
     AckKind, Acker, Delivery, OutgoingMessage, Publisher, RawMessage, Subscriber, Subscription,

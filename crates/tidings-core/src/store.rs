@@ -141,7 +141,36 @@ pub struct DeadLetter {
     pub errors: Vec<Failure>,
     /// When it was first dead-lettered.
     pub created_at: DateTime<Utc>,
+    /// How many times it was redriven.
+    pub redrives: u32,
+    /// When it was last redriven; `None` while it waits for a decision.
+    /// A redriven message that fails again is pending again.
+    pub redriven_at: Option<DateTime<Utc>>,
 }
+
+/// What a redrive did.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Redrive {
+    /// The message is back in the outbox, to be published to its topic
+    /// again. Consumers that already processed it skip it (their markers are
+    /// durable); the one that failed handles it.
+    Enqueued {
+        /// The message's id (unchanged).
+        message_id: Uuid,
+        /// Which redrive of this dead letter this is, from 1.
+        redrive: u32,
+    },
+    /// No dead letter has that id.
+    NotFound,
+    /// The stored body is not a valid envelope (it was dead-lettered for
+    /// that): fix it at the source and publish it anew.
+    Undecodable,
+}
+
+/// The header a redriven envelope carries: which redrive it is. Transports
+/// with publish-side deduplication use it so that a redrive is not dropped
+/// as a duplicate of the original publish.
+pub const REDRIVE_HEADER: &str = "tidingsredrive";
 
 /// Which dead letters to list.
 #[derive(Debug, Clone, Default)]
@@ -152,6 +181,8 @@ pub struct DeadLetterFilter {
     pub message_type: Option<String>,
     /// At most this many (newest first); unlimited when `None`.
     pub limit: Option<u32>,
+    /// Also those already redriven (by default only pending ones).
+    pub include_redriven: bool,
 }
 
 impl DeadLetterFilter {
@@ -172,6 +203,12 @@ impl DeadLetterFilter {
         self.limit = Some(n);
         self
     }
+
+    /// Include dead letters already redriven.
+    pub fn include_redriven(mut self) -> Self {
+        self.include_redriven = true;
+        self
+    }
 }
 
 /// Where consumers put what they could not handle.
@@ -183,6 +220,26 @@ pub trait FailureStore: Send + Sync + 'static {
 
     /// Lists dead letters, newest first.
     async fn dead_letters(&self, filter: &DeadLetterFilter) -> Result<Vec<DeadLetter>>;
+
+    /// Puts a dead letter's message back on its way, in one transaction:
+    /// it is enqueued in the outbox (same id, with [`REDRIVE_HEADER`]) and the
+    /// dead letter is marked redriven. Transport-independent: the relay
+    /// publishes it like any other message.
+    async fn redrive(&self, id: Uuid) -> Result<Redrive>;
+}
+
+/// The envelope to redrive a dead letter with: decoded from the body and
+/// headers as received (structured or binary mode), marked with its
+/// redrive number. `None` if it does not decode.
+pub fn redrive_envelope(letter: &DeadLetter) -> Option<crate::Envelope> {
+    let raw = crate::RawMessage {
+        topic: letter.topic.clone(),
+        key: letter.aggregate_key.clone(),
+        headers: letter.headers.clone(),
+        body: letter.body.clone(),
+    };
+    let envelope = raw.decode().ok()?;
+    Some(envelope.header(REDRIVE_HEADER, (letter.redrives + 1).to_string()))
 }
 
 /// Lag of one consumer group on one topic.

@@ -3,16 +3,45 @@
 use async_trait::async_trait;
 use chrono::{DateTime, Utc};
 use sqlx::Row;
-use tidings_core::{DeadLetter, DeadLetterFilter, Error, Failure, FailureStore, Result};
+use sqlx::postgres::PgRow;
+use tidings_core::{
+    DeadLetter, DeadLetterFilter, Error, Failure, FailureStore, Outbox, OutgoingMessage, Redrive, Result,
+    redrive_envelope,
+};
 use uuid::Uuid;
 
 use crate::PgStore;
+
+const COLUMNS: &str =
+    "id, consumer, topic, message_id, message_type, aggregate_key, headers, body, attempts, errors,
+    created_at, redrives, redriven_at";
+
+fn letter(r: PgRow) -> DeadLetter {
+    let headers: serde_json::Value = r.get("headers");
+    let errors: serde_json::Value = r.get("errors");
+    DeadLetter {
+        id: r.get::<Uuid, _>("id"),
+        consumer: r.get("consumer"),
+        topic: r.get("topic"),
+        message_id: r.get("message_id"),
+        message_type: r.get("message_type"),
+        aggregate_key: r.get("aggregate_key"),
+        headers: serde_json::from_value(headers).unwrap_or_default(),
+        body: r.get("body"),
+        attempts: u32::try_from(r.get::<i32, _>("attempts")).unwrap_or(0),
+        errors: serde_json::from_value::<Vec<Failure>>(errors).unwrap_or_default(),
+        created_at: r.get::<DateTime<Utc>, _>("created_at"),
+        redrives: u32::try_from(r.get::<i32, _>("redrives")).unwrap_or(0),
+        redriven_at: r.get("redriven_at"),
+    }
+}
 
 #[async_trait]
 impl FailureStore for PgStore {
     async fn dead_letter(&self, l: &DeadLetter) -> Result<()> {
         let headers = serde_json::to_value(&l.headers).expect("string map to JSON");
         let errors = serde_json::to_value(&l.errors).expect("failures to JSON");
+        // Failing again after a redrive makes it pending again, history appended.
         sqlx::query(
             "INSERT INTO tidings_dead_letters
                (id, consumer, topic, message_id, message_type, aggregate_key, headers, body, attempts, errors, created_at)
@@ -20,6 +49,7 @@ impl FailureStore for PgStore {
              ON CONFLICT (consumer, message_id) WHERE message_id IS NOT NULL DO UPDATE SET
                attempts = tidings_dead_letters.attempts + EXCLUDED.attempts,
                errors = tidings_dead_letters.errors || EXCLUDED.errors,
+               redriven_at = NULL,
                updated_at = now()",
         )
         .bind(l.id)
@@ -40,37 +70,64 @@ impl FailureStore for PgStore {
     }
 
     async fn dead_letters(&self, filter: &DeadLetterFilter) -> Result<Vec<DeadLetter>> {
-        let rows = sqlx::query(
-            "SELECT id, consumer, topic, message_id, message_type, aggregate_key, headers, body, attempts, errors, created_at
-             FROM tidings_dead_letters
+        let sql = format!(
+            "SELECT {COLUMNS} FROM tidings_dead_letters
              WHERE ($1::text IS NULL OR consumer = $1) AND ($2::text IS NULL OR message_type = $2)
-             ORDER BY created_at DESC LIMIT $3",
+               AND ($4 OR redriven_at IS NULL)
+             ORDER BY created_at DESC LIMIT $3"
+        );
+        let rows = sqlx::query(sqlx::AssertSqlSafe(sql))
+            .bind(&filter.consumer)
+            .bind(&filter.message_type)
+            .bind(filter.limit.map(i64::from))
+            .bind(filter.include_redriven)
+            .fetch_all(&self.inner.pool)
+            .await
+            .map_err(Error::db("listing dead letters"))?;
+        Ok(rows.into_iter().map(letter).collect())
+    }
+
+    async fn redrive(&self, id: Uuid) -> Result<Redrive> {
+        let mut tx = self
+            .inner
+            .pool
+            .begin()
+            .await
+            .map_err(Error::db("starting a redrive"))?;
+        let sql = format!("SELECT {COLUMNS} FROM tidings_dead_letters WHERE id = $1 FOR UPDATE");
+        let Some(row) = sqlx::query(sqlx::AssertSqlSafe(sql))
+            .bind(id)
+            .fetch_optional(&mut *tx)
+            .await
+            .map_err(Error::db("reading a dead letter"))?
+        else {
+            return Ok(Redrive::NotFound);
+        };
+        let dead = letter(row);
+        let Some(envelope) = redrive_envelope(&dead) else {
+            return Ok(Redrive::Undecodable);
+        };
+        let message_id = envelope.id;
+        self.enqueue(
+            &mut tx,
+            &OutgoingMessage {
+                topic: dead.topic.clone(),
+                envelope,
+            },
         )
-        .bind(&filter.consumer)
-        .bind(&filter.message_type)
-        .bind(filter.limit.map(i64::from))
-        .fetch_all(&self.inner.pool)
+        .await?;
+        sqlx::query(
+            "UPDATE tidings_dead_letters SET redrives = redrives + 1, redriven_at = now() WHERE id = $1",
+        )
+        .bind(id)
+        .execute(&mut *tx)
         .await
-        .map_err(Error::db("listing dead letters"))?;
-        rows.into_iter()
-            .map(|r| {
-                let headers: serde_json::Value = r.get(6);
-                let errors: serde_json::Value = r.get(9);
-                let attempts: i32 = r.get(8);
-                Ok(DeadLetter {
-                    id: r.get::<Uuid, _>(0),
-                    consumer: r.get(1),
-                    topic: r.get(2),
-                    message_id: r.get(3),
-                    message_type: r.get(4),
-                    aggregate_key: r.get(5),
-                    headers: serde_json::from_value(headers).unwrap_or_default(),
-                    body: r.get(7),
-                    attempts: u32::try_from(attempts).unwrap_or(0),
-                    errors: serde_json::from_value::<Vec<Failure>>(errors).unwrap_or_default(),
-                    created_at: r.get::<DateTime<Utc>, _>(10),
-                })
-            })
-            .collect()
+        .map_err(Error::db("marking a dead letter redriven"))?;
+        tx.commit().await.map_err(Error::db("committing a redrive"))?;
+        self.wake();
+        Ok(Redrive::Enqueued {
+            message_id,
+            redrive: dead.redrives + 1,
+        })
     }
 }

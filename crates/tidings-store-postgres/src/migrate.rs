@@ -10,11 +10,18 @@ const PLAN: MigrationPlan = MigrationPlan {
     create_table: "CREATE TABLE IF NOT EXISTS tidings_migrations (
         version BIGINT PRIMARY KEY, name TEXT NOT NULL, applied_at TIMESTAMPTZ NOT NULL DEFAULT now())",
     record: "INSERT INTO tidings_migrations (version, name) VALUES ($1, $2)",
-    migrations: &[Migration {
-        version: 1,
-        name: "tidings",
-        sql: include_str!("../migrations/0001_tidings.sql"),
-    }],
+    migrations: &[
+        Migration {
+            version: 1,
+            name: "tidings",
+            sql: include_str!("../migrations/0001_tidings.sql"),
+        },
+        Migration {
+            version: 2,
+            name: "redrive",
+            sql: include_str!("../migrations/0002_redrive.sql"),
+        },
+    ],
 };
 
 pub(crate) async fn run(pool: &PgPool) -> Result<()> {

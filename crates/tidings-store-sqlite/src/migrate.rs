@@ -12,11 +12,18 @@ const PLAN: MigrationPlan = MigrationPlan {
         version INTEGER PRIMARY KEY, name TEXT NOT NULL,
         applied_at INTEGER NOT NULL DEFAULT (CAST((julianday('now') - 2440587.5) * 86400000 AS INTEGER)))",
     record: "INSERT INTO tidings_migrations (version, name) VALUES ($1, $2)",
-    migrations: &[Migration {
-        version: 1,
-        name: "tidings",
-        sql: include_str!("../migrations/0001_tidings.sql"),
-    }],
+    migrations: &[
+        Migration {
+            version: 1,
+            name: "tidings",
+            sql: include_str!("../migrations/0001_tidings.sql"),
+        },
+        Migration {
+            version: 2,
+            name: "redrive",
+            sql: include_str!("../migrations/0002_redrive.sql"),
+        },
+    ],
 };
 
 pub(crate) async fn run(pool: &SqlitePool) -> Result<()> {

@@ -439,6 +439,8 @@ pub async fn cloudevents_attributes_travel_as_headers<T: TransportUnderTest>(t: 
 #[derive(Debug, Clone, Default)]
 struct ProbeHandler {
     poison_key: Option<String>,
+    /// Once set, the poison key is handled like any other (the bug was fixed).
+    healed: Arc<std::sync::atomic::AtomicBool>,
     seen: Arc<std::sync::Mutex<Vec<(String, u32)>>>,
 }
 
@@ -449,7 +451,9 @@ impl<DB: sqlx::Database> tidings_consumer::Handler<DB> for ProbeHandler {
         ctx: &mut tidings_consumer::Context<'_, DB>,
     ) -> Result<(), tidings_consumer::HandlerError> {
         let p: Probe = ctx.decode()?;
-        if self.poison_key.as_deref() == Some(p.key.as_str()) {
+        if self.poison_key.as_deref() == Some(p.key.as_str())
+            && !self.healed.load(std::sync::atomic::Ordering::SeqCst)
+        {
             return Err(tidings_consumer::HandlerError::transient("poisoned"));
         }
         // Uneven handling times, so that lanes finish out of step.
@@ -564,6 +568,84 @@ pub async fn poison_is_dead_lettered_and_never_redelivered<T: TransportUnderTest
     assert_eq!(stats.dead_lettered(), 0, "the settled poison came back");
 }
 
+/// A dead letter is redriven through the outbox, whatever the transport:
+/// the consumer that failed handles it once, a consumer that had handled it
+/// skips it, and the dead letter is recorded as redriven.
+pub async fn dead_letters_redrive_through_the_outbox<T: TransportUnderTest>(t: &T) {
+    use std::sync::atomic::Ordering;
+    use tidings_core::{DeadLetterFilter, FailureStore, Redrive};
+    let db = crate::services::SqliteTestDb::new().await;
+    let topic = fresh_topic();
+    let handler = ProbeHandler {
+        poison_key: Some("poison".into()),
+        ..ProbeHandler::default()
+    };
+    let quick = tidings_consumer::ConsumerConfig::default()
+        .max_attempts(2)
+        .backoff(tidings_core::Backoff::new(
+            Duration::from_millis(1),
+            Duration::from_millis(5),
+        ));
+    let stop = tokio_util::sync::CancellationToken::new();
+    let failing = tidings_consumer::Consumer::new(fresh_group("failing"), db.store.clone(), handler.clone())
+        .topic(topic.clone())
+        .config(quick.clone());
+    let bystander = tidings_consumer::Consumer::new(
+        fresh_group("bystander"),
+        db.store.clone(),
+        ProbeHandler::default(),
+    )
+    .topic(topic.clone())
+    .config(quick);
+    let (failing, failing_task) = start(t, failing, stop.clone()).await;
+    let (bystander, bystander_task) = start(t, bystander, stop.clone()).await;
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let mut sent = vec![probe(&topic, "poison", 1)];
+    sent.extend(probes(&topic, 3, 1));
+    t.publisher().await.publish(&sent).await.unwrap();
+    eventually("the poison dead-lettered", || {
+        failing.dead_lettered() == 1 && failing.handled() == 3
+    })
+    .await;
+    eventually("the bystander done", || bystander.handled() == 4).await;
+
+    let pending = db.store.dead_letters(&DeadLetterFilter::default()).await.unwrap();
+    assert_eq!(pending.len(), 1);
+    handler.healed.store(true, Ordering::SeqCst);
+    let outcome = db.store.redrive(pending[0].id).await.unwrap();
+    assert_eq!(
+        outcome,
+        Redrive::Enqueued {
+            message_id: sent[0].envelope.id,
+            redrive: 1
+        }
+    );
+    assert_eq!(db.store.redrive(Uuid::now_v7()).await.unwrap(), Redrive::NotFound);
+    let relay = tidings_relay::Relay::new(db.store.clone(), t.publisher().await);
+    assert_eq!(relay.round().await.unwrap(), tidings_relay::Round::Published(1));
+
+    eventually("the redriven message handled", || failing.handled() == 4).await;
+    eventually("the bystander skipping it", || bystander.duplicates() == 1).await;
+    stop.cancel();
+    failing_task.await.unwrap().unwrap();
+    bystander_task.await.unwrap().unwrap();
+    assert_eq!(bystander.handled(), 4, "the bystander handled the redrive again");
+    assert!(
+        db.store
+            .dead_letters(&DeadLetterFilter::default())
+            .await
+            .unwrap()
+            .is_empty()
+    );
+    let all = db
+        .store
+        .dead_letters(&DeadLetterFilter::default().include_redriven())
+        .await
+        .unwrap();
+    assert_eq!((all.len(), all[0].redrives), (1, 1));
+    assert!(all[0].redriven_at.is_some());
+}
+
 /// Expands the suite into one `#[tokio::test]` per check, each on a fresh
 /// fixture built by `$fixture` (an async expression).
 ///
@@ -585,6 +667,7 @@ macro_rules! transport_conformance {
             confirmed_publish_survives_the_publisher,
             parallel_handling_keeps_order_per_key,
             poison_is_dead_lettered_and_never_redelivered,
+            dead_letters_redrive_through_the_outbox,
             $($feature,)*
         );
     };

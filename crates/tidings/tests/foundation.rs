@@ -598,7 +598,77 @@ impl<P: tidings::Publisher> tidings::Publisher for SlowPublisher<P> {
     }
 }
 
-on_both_databases!(shutdown_finishes_the_batch_being_published);
+on_both_databases!(
+    shutdown_finishes_the_batch_being_published,
+    a_redriven_dead_letter_is_handled_once
+);
+
+async fn a_redriven_dead_letter_is_handled_once<S: TestStore>(store: S)
+where
+    Recorder: Handler<S::Database>,
+{
+    store.enqueue_in_tx(&message("bad", 1), true).await;
+    store.enqueue_in_tx(&message("good", 1), true).await;
+    let stop = CancellationToken::new();
+    let relay_task = tokio::spawn(relay(&store).run(stop.clone()));
+    let recorder = Recorder {
+        poison_key: Some("bad".into()),
+        ..Recorder::default()
+    };
+    let consumer = Consumer::new("fixable", store.clone(), recorder.clone())
+        .topic(TOPIC)
+        .config(quick().max_attempts(2));
+    let stats = consumer.stats();
+    let task = spawn(consumer, subscriber(&store), &stop);
+    eventually(WAIT, "the poison dead-lettered", || async {
+        stats.dead_lettered() == 1 && stats.handled() == 1
+    })
+    .await;
+
+    let letters = store
+        .dead_letters(&DeadLetterFilter::default().consumer("fixable"))
+        .await
+        .unwrap();
+    assert_eq!(letters.len(), 1);
+    recorder.healed.store(true, Ordering::SeqCst);
+    let outcome = store.redrive(letters[0].id).await.unwrap();
+    assert!(
+        matches!(outcome, tidings::Redrive::Enqueued { redrive: 1, .. }),
+        "{outcome:?}"
+    );
+    eventually(WAIT, "the redriven message handled", || async {
+        stats.handled() == 2
+    })
+    .await;
+    stop.cancel();
+    task.await.unwrap();
+    relay_task.await.unwrap().unwrap();
+    assert_eq!(
+        store
+            .count("SELECT CAST(count(*) AS BIGINT) FROM test_applied WHERE k = 'bad'")
+            .await,
+        1,
+        "handled exactly once"
+    );
+    assert!(
+        store
+            .dead_letters(&DeadLetterFilter::default())
+            .await
+            .unwrap()
+            .is_empty(),
+        "no longer pending"
+    );
+    let history = store
+        .dead_letters(&DeadLetterFilter::default().include_redriven())
+        .await
+        .unwrap();
+    assert_eq!(history[0].redrives, 1);
+    assert_eq!(
+        history[0].errors.len(),
+        2,
+        "the history of the failed attempts stays"
+    );
+}
 
 async fn shutdown_finishes_the_batch_being_published<S: TestStore>(store: S) {
     for seq in 1..=3 {

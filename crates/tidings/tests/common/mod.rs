@@ -57,8 +57,10 @@ pub fn message(key: &str, seq: i64) -> OutgoingMessage {
 /// database (effects), and misbehaves on request.
 #[derive(Debug, Clone, Default)]
 pub struct Recorder {
-    /// Messages of this key fail transiently, forever.
+    /// Messages of this key fail transiently, until `healed`.
     pub poison_key: Option<String>,
+    /// The fix for the poison key shipped.
+    pub healed: Arc<AtomicBool>,
     /// Sleep up to this long in each run, to shake up timing.
     pub max_sleep_ms: u64,
     /// Messages of this key take a whole second.
@@ -87,7 +89,9 @@ macro_rules! recorder_for {
         impl Handler<$db> for Recorder {
             async fn handle(&self, ctx: &mut Context<'_, $db>) -> Result<(), HandlerError> {
                 self.calls.fetch_add(1, Ordering::SeqCst);
-                if self.poison_key.as_deref() == Some(ctx.envelope().aggregate_key.as_str()) {
+                if self.poison_key.as_deref() == Some(ctx.envelope().aggregate_key.as_str())
+                    && !self.healed.load(Ordering::SeqCst)
+                {
                     return Err(HandlerError::transient("poisoned key"));
                 }
                 let event: TestEvent = ctx.decode()?;

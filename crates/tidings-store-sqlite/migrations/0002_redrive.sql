@@ -1,0 +1,3 @@
+-- Redrive bookkeeping for dead letters.
+ALTER TABLE tidings_dead_letters ADD COLUMN redrives INTEGER NOT NULL DEFAULT 0;
+ALTER TABLE tidings_dead_letters ADD COLUMN redriven_at INTEGER;
