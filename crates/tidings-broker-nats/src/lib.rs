@@ -45,9 +45,11 @@ use async_nats::{HeaderMap, HeaderValue};
 use async_trait::async_trait;
 use futures::StreamExt;
 use tidings_core::{
-    AckKind, Acker, Delivery, Error, Headers, OutgoingMessage, Publisher, RawMessage, Result, Subscriber,
-    Subscription, cloudevents,
+    AckKind, Acker, Backoff, Delivery, Error, Headers, OutgoingMessage, Publisher, RawMessage, Result,
+    Subscriber, Subscription, cloudevents,
 };
+use tokio::sync::mpsc;
+use tokio_stream::wrappers::ReceiverStream;
 
 const TRANSPORT: &str = "nats";
 
@@ -348,6 +350,70 @@ fn headers_of(map: Option<&HeaderMap>) -> Headers {
 #[async_trait]
 impl Subscriber for NatsTransport {
     async fn subscribe(&self, group: &str, topic: &str) -> Result<Subscription> {
+        // The first pull is set up here, so that a refused configuration is
+        // an error of `subscribe`; later failures are retried in the background.
+        let first = self.pull(group, topic).await?;
+        let (tx, rx) = mpsc::channel(self.options.prefetch.max(1));
+        let this = self.clone();
+        let (group, topic) = (group.to_owned(), topic.to_owned());
+        let task = tokio::spawn(async move {
+            let mut messages = Some(first);
+            let mut failures = 0u32;
+            loop {
+                let mut current = match messages.take() {
+                    Some(m) => m,
+                    None => match this.pull(&group, &topic).await {
+                        Ok(m) => m,
+                        Err(e) => {
+                            failures += 1;
+                            let delay = Backoff::default().delay(failures);
+                            tracing::warn!(%group, %topic, error = %e, retry_in_ms = delay.as_millis() as u64, "NATS pull failed; retrying");
+                            tokio::select! {
+                                _ = tx.closed() => return,
+                                _ = tokio::time::sleep(delay) => continue,
+                            }
+                        }
+                    },
+                };
+                loop {
+                    let next = tokio::select! {
+                        _ = tx.closed() => return,
+                        next = current.next() => next,
+                    };
+                    match next {
+                        Some(Ok(m)) => {
+                            failures = 0;
+                            if tx.send(Ok(delivery(&topic, m))).await.is_err() {
+                                return;
+                            }
+                        }
+                        Some(Err(e)) => {
+                            // Missed heartbeats, a reconnect: the pull is re-established.
+                            tracing::debug!(%group, %topic, error = %e, "NATS pull interrupted");
+                            break;
+                        }
+                        None => break,
+                    }
+                }
+            }
+        });
+        let client = self.client.clone();
+        Ok(
+            Subscription::new(ReceiverStream::new(rx)).on_close(move || async move {
+                let _ = task.await;
+                // Acks are fire-and-forget publishes: make sure they left.
+                client
+                    .flush()
+                    .await
+                    .map_err(|e| transport_error("flushing acknowledgements", e, true))
+            }),
+        )
+    }
+}
+
+impl NatsTransport {
+    /// Creates (or finds) the group's durable consumer and starts pulling.
+    async fn pull(&self, group: &str, topic: &str) -> Result<consumer::pull::Stream> {
         let stream = self.stream(topic).await?;
         let durable = stream_token(group);
         let consumer: consumer::PullConsumer = stream
@@ -366,36 +432,27 @@ impl Subscriber for NatsTransport {
             )
             .await
             .map_err(|e| transport_error(&format!("creating consumer {durable}"), e, true))?;
-        let messages = consumer
+        consumer
             .stream()
             .max_messages_per_batch(self.options.prefetch)
             .messages()
             .await
-            .map_err(|e| transport_error("pulling messages", e, true))?;
-        let topic = topic.to_owned();
-        let deliveries = messages.map(move |m| {
-            let m = m.map_err(|e| transport_error("receiving", e, true))?;
-            let delivery_count = m.info().map(|i| i.delivered as u32).unwrap_or(0);
-            let (message, acker) = m.split();
-            let headers = headers_of(message.headers.as_ref());
-            let key = headers.get("ce-subject").cloned();
-            let raw = RawMessage {
-                topic: topic.clone(),
-                key,
-                headers,
-                body: message.payload.to_vec(),
-            };
-            Ok(Delivery::new(raw, delivery_count, NatsAcker(acker)))
-        });
-        let client = self.client.clone();
-        Ok(Subscription::new(deliveries).on_close(move || async move {
-            // Acks are fire-and-forget publishes: make sure they left.
-            client
-                .flush()
-                .await
-                .map_err(|e| transport_error("flushing acknowledgements", e, true))
-        }))
+            .map_err(|e| transport_error("pulling messages", e, true))
     }
+}
+
+fn delivery(topic: &str, m: jetstream::Message) -> Delivery {
+    let delivery_count = m.info().map(|i| i.delivered as u32).unwrap_or(0);
+    let (message, acker) = m.split();
+    let headers = headers_of(message.headers.as_ref());
+    let key = headers.get("ce-subject").cloned();
+    let raw = RawMessage {
+        topic: topic.to_owned(),
+        key,
+        headers,
+        body: message.payload.to_vec(),
+    };
+    Delivery::new(raw, delivery_count, NatsAcker(acker))
 }
 
 #[cfg(test)]
