@@ -138,6 +138,31 @@ fn transport_error(what: &str, e: impl fmt::Display, retryable: bool) -> Error {
     }
 }
 
+enum Credentials {
+    UserPassword(String, String),
+    Token(String),
+}
+
+/// `nats://user:pw@host:4222` -> (`nats://host:4222`, user and password);
+/// `nats://token@host` -> (`nats://host`, the token).
+fn split_credentials(url: &str) -> (String, Option<Credentials>) {
+    let Some(scheme_end) = url.find("://").map(|i| i + 3) else {
+        return (url.to_owned(), None);
+    };
+    let rest = &url[scheme_end..];
+    let authority_end = rest.find('/').unwrap_or(rest.len());
+    let Some(at) = rest[..authority_end].rfind('@') else {
+        return (url.to_owned(), None);
+    };
+    let userinfo = &rest[..at];
+    let address = format!("{}{}", &url[..scheme_end], &rest[at + 1..]);
+    let credentials = match userinfo.split_once(':') {
+        Some((user, password)) => Credentials::UserPassword(user.to_owned(), password.to_owned()),
+        None => Credentials::Token(userinfo.to_owned()),
+    };
+    (address, Some(credentials))
+}
+
 /// `orders.v2` -> `ORDERS_V2`.
 fn stream_token(s: &str) -> String {
     s.chars()
@@ -184,10 +209,23 @@ impl NatsTransport {
     }
 
     /// Connects with options.
+    ///
+    /// Credentials in the URL are taken out and handed to the client
+    /// separately: the client logs the server address it dials, and a
+    /// password must never reach a log.
     pub async fn connect_with(url: &str, options: NatsOptions) -> Result<Self> {
-        let client = async_nats::connect(url)
+        let (address, credentials) = split_credentials(url);
+        let connect = match credentials {
+            Some(Credentials::UserPassword(user, password)) => {
+                async_nats::ConnectOptions::with_user_and_password(user, password)
+            }
+            Some(Credentials::Token(token)) => async_nats::ConnectOptions::with_token(token),
+            None => async_nats::ConnectOptions::new(),
+        };
+        let client = connect
+            .connect(address.as_str())
             .await
-            .map_err(|e| transport_error("connecting to NATS", e, true))?;
+            .map_err(|e| transport_error(&format!("connecting to NATS at {address}"), e, true))?;
         Ok(Self::new(client, options))
     }
 
@@ -458,6 +496,19 @@ fn delivery(topic: &str, m: jetstream::Message) -> Delivery {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn credentials_are_taken_out_of_the_url() {
+        let (address, c) = split_credentials("nats://me:pw@127.0.0.1:4222");
+        assert_eq!(address, "nats://127.0.0.1:4222");
+        assert!(matches!(c, Some(Credentials::UserPassword(u, p)) if u == "me" && p == "pw"));
+        let (address, c) = split_credentials("tls://tok@nats.example:4222");
+        assert_eq!(address, "tls://nats.example:4222");
+        assert!(matches!(c, Some(Credentials::Token(t)) if t == "tok"));
+        let (address, c) = split_credentials("nats://127.0.0.1:4222");
+        assert_eq!(address, "nats://127.0.0.1:4222");
+        assert!(c.is_none());
+    }
 
     #[test]
     fn names_are_safe_for_jetstream() {

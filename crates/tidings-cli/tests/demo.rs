@@ -251,3 +251,59 @@ fn bad_arguments_and_unreachable_databases_fail_with_one_clear_line() {
     assert!(stderr.contains("PostgreSQL"), "{stderr}");
     assert!(!stderr.contains("secret-password"), "a password leaked: {stderr}");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn credentials_never_reach_the_output_or_the_logs() {
+    let pg = PgTestDb::new().await;
+    // Local connections are trusted: the password is accepted and ignored.
+    let database = pg.url.replacen("://postgres@", "://postgres:pg-s3cret-pw@", 1);
+    assert!(
+        database.contains("pg-s3cret-pw"),
+        "DATABASE_URL should be postgres://postgres@...: {database}"
+    );
+    let nats = tidings_testkit::nats::nats_url();
+    let broker = nats.replacen("nats://", "nats://someone:nats-s3cret-pw@", 1);
+    let namespace_probe = database.clone();
+    let out = tokio::task::spawn_blocking(move || {
+        Command::new(env!("CARGO_BIN_EXE_tidings"))
+            .env("RUST_LOG", "debug")
+            .args([
+                "demo",
+                "checkout",
+                "--orders",
+                "5",
+                "--database",
+                &namespace_probe,
+                "--broker",
+                &broker,
+            ])
+            .output()
+            .expect("running tidings")
+    })
+    .await
+    .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stdout}\n{stderr}");
+    assert!(
+        stdout.contains("postgres://postgres@"),
+        "the summary names the database: {stdout}"
+    );
+    for secret in ["pg-s3cret-pw", "nats-s3cret-pw"] {
+        assert!(!stdout.contains(secret), "{secret} in the output:\n{stdout}");
+        assert!(!stderr.contains(secret), "{secret} in the logs:\n{stderr}");
+    }
+    // And in Debug output of the stores and transports.
+    let store = tidings_store_postgres::PgStore::connect(&database).await.unwrap();
+    let transport = tidings_broker_nats::NatsTransport::connect(&nats.replacen(
+        "nats://",
+        "nats://someone:nats-s3cret-pw@",
+        1,
+    ))
+    .await
+    .unwrap();
+    let debug = format!("{store:?} {transport:?}");
+    assert!(!debug.contains("s3cret"), "{debug}");
+    store.pool().close().await;
+    pg.drop_schema().await;
+}
