@@ -11,4 +11,5 @@
 pub mod conformance;
 pub mod faults;
 pub mod nats;
+pub mod rabbitmq;
 pub mod services;

@@ -1,0 +1,538 @@
+//! RabbitMQ for Tidings: a [`Publisher`] that returns only once the broker
+//! confirmed every message (publisher confirms), and a [`Subscriber`] with a
+//! durable queue per consumer group, manual acknowledgements and a bounded
+//! prefetch.
+//!
+//! # Topology Tidings declares
+//!
+//! | Tidings | RabbitMQ |
+//! |---|---|
+//! | topic `orders` | durable topic exchange `tidings.orders` |
+//! | message of type `OrderPlaced` | routing key `OrderPlaced`, persistent (delivery mode 2), `message_id` = envelope id |
+//! | consumer group `email` on `orders` | durable queue `tidings.orders.email`, bound with `#` |
+//! | `Nak(delay)` | the message is republished (confirmed) to `tidings.orders.email.delay.<ms>`, a durable queue whose messages expire after `<ms>` into `tidings.orders.email`, then the original is acknowledged; delays are rounded up to a power of two of milliseconds so that few such queues exist |
+//! | `Nak(None)` | `basic.nack` with requeue |
+//! | `Term` | `basic.reject` without requeue (Tidings' failure store holds the dead letter) |
+//! | envelope | CloudEvents binary mode: `ce-*` headers, `content-type`, the payload as the body |
+//!
+//! A queue only receives what is published after it exists: a new consumer
+//! group starts with messages published after its first subscription.
+//! Competing members of one group share the queue (round robin, bounded by
+//! the prefetch). Ordering per key holds within one member; across members
+//! of one group it does not yet (a consistent-hash or single-active-consumer
+//! topology is planned).
+//!
+//! `tidings` is the prefix ([`RabbitOptions::prefix`]).
+#![warn(missing_docs, missing_debug_implementations, unreachable_pub)]
+
+use std::collections::HashSet;
+use std::fmt;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use async_trait::async_trait;
+use futures::StreamExt;
+use lapin::options::{
+    BasicAckOptions, BasicConsumeOptions, BasicNackOptions, BasicPublishOptions, BasicQosOptions,
+    BasicRejectOptions, ConfirmSelectOptions, ExchangeDeclareOptions, QueueBindOptions, QueueDeclareOptions,
+    QueueDeleteOptions,
+};
+use lapin::types::{AMQPValue, FieldTable, LongString, ShortString};
+use lapin::{BasicProperties, Channel, Connection, ConnectionProperties, ExchangeKind};
+use tidings_core::{
+    AckKind, Acker, Delivery, Error, Headers, OutgoingMessage, Publisher, RawMessage, Result, Subscriber,
+    Subscription, cloudevents,
+};
+use tokio::sync::mpsc;
+use tokio_stream::wrappers::ReceiverStream;
+
+const TRANSPORT: &str = "rabbitmq";
+const DELIVERY_COUNT: &str = "x-tidings-delivery-count";
+
+fn transport_error(what: &str, e: impl fmt::Display, retryable: bool) -> Error {
+    Error::Transport {
+        transport: TRANSPORT,
+        reason: format!("{what}: {e}"),
+        retryable,
+    }
+}
+
+/// Options of a [`RabbitTransport`].
+#[derive(Debug, Clone)]
+pub struct RabbitOptions {
+    prefix: String,
+    prefetch: u16,
+}
+
+impl Default for RabbitOptions {
+    /// Names prefixed `tidings.`, 64 unacknowledged messages per member.
+    fn default() -> Self {
+        RabbitOptions {
+            prefix: "tidings".into(),
+            prefetch: 64,
+        }
+    }
+}
+
+impl RabbitOptions {
+    /// The prefix of exchange and queue names.
+    pub fn prefix(mut self, prefix: impl Into<String>) -> Self {
+        self.prefix = prefix.into();
+        self
+    }
+
+    /// Unacknowledged messages one member may hold (backpressure).
+    pub fn prefetch(mut self, n: u16) -> Self {
+        self.prefetch = n.max(1);
+        self
+    }
+}
+
+/// A connection to RabbitMQ, usable as publisher and subscriber. Cheap to clone.
+#[derive(Clone)]
+pub struct RabbitTransport {
+    connection: Arc<Connection>,
+    /// Publisher confirms are on: every publish is acknowledged by the broker.
+    confirms: Channel,
+    options: RabbitOptions,
+    declared: Arc<Mutex<HashSet<String>>>,
+}
+
+impl fmt::Debug for RabbitTransport {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        // The connection URI holds the password: never printed.
+        f.debug_struct("RabbitTransport")
+            .field("options", &self.options)
+            .finish_non_exhaustive()
+    }
+}
+
+/// `amqp://user:pw@host/vhost` -> `amqp://user@host/vhost`, for messages.
+fn redact(url: &str) -> String {
+    match (url.find("://"), url.rfind('@')) {
+        (Some(scheme), Some(at)) if at > scheme => {
+            let user = url[scheme + 3..at].split(':').next().unwrap_or("");
+            format!("{}{}{}", &url[..scheme + 3], user, &url[at..])
+        }
+        _ => url.to_owned(),
+    }
+}
+
+/// Rounds a delay up to a power of two of milliseconds (at least 1 ms).
+fn delay_bucket(d: Duration) -> u64 {
+    let ms = d.as_millis().clamp(1, u128::from(u32::MAX)) as u64;
+    ms.next_power_of_two()
+}
+
+impl RabbitTransport {
+    /// Connects to `url` (`amqp://user:pw@host:5672/%2f`).
+    pub async fn connect(url: &str) -> Result<Self> {
+        Self::connect_with(url, RabbitOptions::default()).await
+    }
+
+    /// Connects with options.
+    pub async fn connect_with(url: &str, options: RabbitOptions) -> Result<Self> {
+        let connection = Connection::connect(url, ConnectionProperties::default())
+            .await
+            .map_err(|e| transport_error(&format!("connecting to {}", redact(url)), e, true))?;
+        let confirms = connection
+            .create_channel()
+            .await
+            .map_err(|e| transport_error("opening a channel", e, true))?;
+        confirms
+            .confirm_select(ConfirmSelectOptions::default())
+            .await
+            .map_err(|e| transport_error("enabling publisher confirms", e, true))?;
+        Ok(RabbitTransport {
+            connection: Arc::new(connection),
+            confirms,
+            options,
+            declared: Arc::default(),
+        })
+    }
+
+    /// The exchange of `topic`.
+    pub fn exchange(&self, topic: &str) -> String {
+        format!("{}.{topic}", self.options.prefix)
+    }
+
+    /// The queue of `group` on `topic`.
+    pub fn queue(&self, topic: &str, group: &str) -> String {
+        format!("{}.{topic}.{group}", self.options.prefix)
+    }
+
+    /// Queues this transport declared, by name.
+    pub fn queues(&self) -> Vec<String> {
+        self.declared_with("q:")
+    }
+
+    /// Exchanges this transport declared, by name.
+    pub fn exchanges(&self) -> Vec<String> {
+        self.declared_with("x:")
+    }
+
+    fn declared_with(&self, kind: &str) -> Vec<String> {
+        let declared = self.declared.lock().expect("declared lock");
+        declared
+            .iter()
+            .filter_map(|n| n.strip_prefix(kind))
+            .map(str::to_owned)
+            .collect()
+    }
+
+    /// Deletes a queue (and its messages).
+    pub async fn delete_queue(&self, name: &str) -> Result<()> {
+        self.confirms
+            .queue_delete(name.into(), QueueDeleteOptions::default())
+            .await
+            .map_err(|e| transport_error("deleting a queue", e, true))?;
+        Ok(())
+    }
+
+    /// Deletes an exchange.
+    pub async fn delete_exchange(&self, name: &str) -> Result<()> {
+        self.confirms
+            .exchange_delete(name.into(), Default::default())
+            .await
+            .map_err(|e| transport_error("deleting an exchange", e, true))?;
+        Ok(())
+    }
+
+    async fn declare_exchange(&self, channel: &Channel, topic: &str) -> Result<String> {
+        let name = self.exchange(topic);
+        let key = format!("x:{name}");
+        if !self.declared.lock().expect("declared lock").contains(&key) {
+            channel
+                .exchange_declare(
+                    name.as_str().into(),
+                    ExchangeKind::Topic,
+                    ExchangeDeclareOptions {
+                        durable: true,
+                        ..Default::default()
+                    },
+                    FieldTable::default(),
+                )
+                .await
+                .map_err(|e| transport_error(&format!("declaring exchange {name}"), e, true))?;
+            self.declared.lock().expect("declared lock").insert(key);
+        }
+        Ok(name)
+    }
+
+    async fn declare_queue(&self, channel: &Channel, name: &str, arguments: FieldTable) -> Result<()> {
+        channel
+            .queue_declare(
+                name.into(),
+                QueueDeclareOptions {
+                    durable: true,
+                    ..Default::default()
+                },
+                arguments,
+            )
+            .await
+            .map_err(|e| transport_error(&format!("declaring queue {name}"), e, true))?;
+        self.declared
+            .lock()
+            .expect("declared lock")
+            .insert(format!("q:{name}"));
+        Ok(())
+    }
+
+    /// Publishes one message with confirms on, returning the confirmation to await.
+    async fn send(
+        &self,
+        exchange: &str,
+        routing_key: &str,
+        body: &[u8],
+        properties: BasicProperties,
+    ) -> Result<lapin::PublisherConfirm> {
+        self.confirms
+            .basic_publish(
+                exchange.into(),
+                routing_key.into(),
+                BasicPublishOptions::default(),
+                body,
+                properties,
+            )
+            .await
+            .map_err(|e| transport_error("publishing", e, true))
+    }
+}
+
+async fn confirmed(confirm: lapin::PublisherConfirm) -> Result<()> {
+    match confirm
+        .await
+        .map_err(|e| transport_error("waiting for a publisher confirm", e, true))?
+    {
+        lapin::Confirmation::Ack(_) => Ok(()),
+        lapin::Confirmation::Nack(_) => Err(transport_error(
+            "publishing",
+            "the broker refused the message (nack)",
+            true,
+        )),
+        lapin::Confirmation::NotRequested => {
+            Err(transport_error("publishing", "publisher confirms are off", false))
+        }
+    }
+}
+
+fn long(s: &str) -> AMQPValue {
+    AMQPValue::LongString(LongString::from(s))
+}
+
+#[async_trait]
+impl Publisher for RabbitTransport {
+    async fn publish(&self, batch: &[OutgoingMessage]) -> Result<()> {
+        // Publish the whole batch, then wait for every confirm.
+        let mut confirms = Vec::with_capacity(batch.len());
+        for m in batch {
+            let exchange = self.declare_exchange(&self.confirms, &m.topic).await?;
+            let (attributes, payload) = cloudevents::to_binary(&m.envelope);
+            let mut headers = FieldTable::default();
+            let mut content_type = None;
+            for (k, v) in &attributes {
+                if k == cloudevents::CONTENT_TYPE_HEADER {
+                    content_type = Some(v.clone());
+                } else {
+                    headers.insert(ShortString::from(k.as_str()), long(v));
+                }
+            }
+            let mut properties = BasicProperties::default()
+                .with_headers(headers)
+                .with_delivery_mode(2)
+                .with_message_id(m.envelope.id.to_string().as_str().into());
+            if let Some(ct) = content_type {
+                properties = properties.with_content_type(ct.as_str().into());
+            }
+            confirms.push(
+                self.send(&exchange, &m.envelope.message_type, &payload, properties)
+                    .await?,
+            );
+        }
+        for c in confirms {
+            confirmed(c).await?;
+        }
+        Ok(())
+    }
+}
+
+fn value_str(v: &AMQPValue) -> Option<String> {
+    match v {
+        AMQPValue::LongString(s) => Some(String::from_utf8_lossy(s.as_bytes()).into_owned()),
+        AMQPValue::ShortString(s) => Some(s.as_str().to_owned()),
+        _ => None,
+    }
+}
+
+/// The message's headers, without RabbitMQ's and Tidings' own bookkeeping.
+fn headers_of(properties: &BasicProperties) -> Headers {
+    let mut out = Headers::new();
+    if let Some(table) = properties.headers() {
+        for (k, v) in table.inner() {
+            let k = k.as_str();
+            if k == "x-death"
+                || k.starts_with("x-first-death")
+                || k.starts_with("x-last-death")
+                || k.starts_with("x-tidings-")
+            {
+                continue;
+            }
+            if let Some(v) = value_str(v) {
+                out.insert(k.to_owned(), v);
+            }
+        }
+    }
+    if let Some(ct) = properties.content_type() {
+        out.insert(
+            cloudevents::CONTENT_TYPE_HEADER.to_owned(),
+            ct.as_str().to_owned(),
+        );
+    }
+    out
+}
+
+fn delivery_count(d: &lapin::message::Delivery) -> u32 {
+    let carried = d
+        .properties
+        .headers()
+        .as_ref()
+        .and_then(|t| t.inner().get(DELIVERY_COUNT))
+        .and_then(value_str)
+        .and_then(|s| s.parse::<u32>().ok());
+    match carried {
+        Some(n) => n + u32::from(d.redelivered),
+        None if d.redelivered => 2,
+        None => 1,
+    }
+}
+
+struct RabbitAcker {
+    acker: lapin::Acker,
+    transport: RabbitTransport,
+    queue: String,
+    body: Vec<u8>,
+    properties: BasicProperties,
+    count: u32,
+}
+
+#[async_trait]
+impl Acker for RabbitAcker {
+    async fn ack(&self, kind: AckKind) -> Result<()> {
+        let settle = |e| transport_error("settling a delivery", e, true);
+        match kind {
+            AckKind::Ack => self
+                .acker
+                .ack(BasicAckOptions::default())
+                .await
+                .map(drop)
+                .map_err(settle),
+            AckKind::Term => self
+                .acker
+                .reject(BasicRejectOptions { requeue: false })
+                .await
+                .map(drop)
+                .map_err(settle),
+            AckKind::Progress => Ok(()),
+            AckKind::Nak(None) => self
+                .acker
+                .nack(BasicNackOptions {
+                    requeue: true,
+                    ..Default::default()
+                })
+                .await
+                .map(drop)
+                .map_err(settle),
+            AckKind::Nak(Some(delay)) => {
+                // RabbitMQ cannot requeue with a delay: park a copy in a
+                // queue whose messages expire back into this one, then let
+                // the original go. A crash in between redelivers the
+                // original as well: a duplicate, never a loss.
+                let ms = delay_bucket(delay);
+                let parking = format!("{}.delay.{ms}", self.queue);
+                let mut args = FieldTable::default();
+                args.insert("x-message-ttl".into(), AMQPValue::LongLongInt(ms as i64));
+                args.insert("x-dead-letter-exchange".into(), long(""));
+                args.insert("x-dead-letter-routing-key".into(), long(&self.queue));
+                self.transport
+                    .declare_queue(&self.transport.confirms, &parking, args)
+                    .await?;
+                let mut headers = self.properties.headers().clone().unwrap_or_default();
+                headers.insert(DELIVERY_COUNT.into(), long(&(self.count + 1).to_string()));
+                let properties = self.properties.clone().with_headers(headers);
+                confirmed(self.transport.send("", &parking, &self.body, properties).await?).await?;
+                self.acker
+                    .ack(BasicAckOptions::default())
+                    .await
+                    .map(drop)
+                    .map_err(settle)
+            }
+        }
+    }
+}
+
+#[async_trait]
+impl Subscriber for RabbitTransport {
+    async fn subscribe(&self, group: &str, topic: &str) -> Result<Subscription> {
+        let channel = self
+            .connection
+            .create_channel()
+            .await
+            .map_err(|e| transport_error("opening a channel", e, true))?;
+        channel
+            .basic_qos(self.options.prefetch, BasicQosOptions::default())
+            .await
+            .map_err(|e| transport_error("setting the prefetch", e, true))?;
+        let exchange = self.declare_exchange(&channel, topic).await?;
+        let queue = self.queue(topic, group);
+        self.declare_queue(&channel, &queue, FieldTable::default())
+            .await?;
+        channel
+            .queue_bind(
+                queue.as_str().into(),
+                exchange.as_str().into(),
+                "#".into(),
+                QueueBindOptions::default(),
+                FieldTable::default(),
+            )
+            .await
+            .map_err(|e| transport_error(&format!("binding {queue}"), e, true))?;
+        let mut consumer = channel
+            .basic_consume(
+                queue.as_str().into(),
+                "".into(),
+                BasicConsumeOptions::default(),
+                FieldTable::default(),
+            )
+            .await
+            .map_err(|e| transport_error(&format!("consuming {queue}"), e, true))?;
+        let (tx, rx) = mpsc::channel(usize::from(self.options.prefetch));
+        let transport = self.clone();
+        let topic = topic.to_owned();
+        let task = tokio::spawn(async move {
+            loop {
+                let next = tokio::select! {
+                    _ = tx.closed() => break,
+                    next = consumer.next() => next,
+                };
+                let item = match next {
+                    None => break,
+                    Some(Err(e)) => Err(transport_error("receiving", e, true)),
+                    Some(Ok(d)) => {
+                        let headers = headers_of(&d.properties);
+                        let raw = RawMessage {
+                            topic: topic.clone(),
+                            key: headers.get("ce-subject").cloned(),
+                            headers,
+                            body: d.data.clone(),
+                        };
+                        let acker = RabbitAcker {
+                            count: delivery_count(&d),
+                            acker: d.acker.clone(),
+                            transport: transport.clone(),
+                            queue: queue.clone(),
+                            body: d.data,
+                            properties: d.properties,
+                        };
+                        let count = acker.count;
+                        Ok(Delivery::new(raw, count, acker))
+                    }
+                };
+                if tx.send(item).await.is_err() {
+                    break;
+                }
+            }
+        });
+        Ok(
+            Subscription::new(ReceiverStream::new(rx)).on_close(move || async move {
+                let _ = task.await;
+                // Closing the channel after the acks sent on it: whatever is
+                // still unacknowledged goes back to the queue.
+                channel
+                    .close(200, "subscription closed".into())
+                    .await
+                    .map_err(|e| transport_error("closing a channel", e, true))
+            }),
+        )
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn delays_fall_in_few_buckets() {
+        assert_eq!(delay_bucket(Duration::ZERO), 1);
+        assert_eq!(delay_bucket(Duration::from_millis(500)), 512);
+        assert_eq!(delay_bucket(Duration::from_millis(512)), 512);
+        assert_eq!(delay_bucket(Duration::from_secs(10)), 16384);
+    }
+
+    #[test]
+    fn passwords_are_redacted() {
+        assert_eq!(
+            redact("amqp://guest:secret@127.0.0.1:5672/%2f"),
+            "amqp://guest@127.0.0.1:5672/%2f"
+        );
+    }
+}

@@ -1,0 +1,65 @@
+//! RabbitMQ passes the transport conformance suite, against the real
+//! broker (`AMQP_URL`, default `amqp://guest:guest@127.0.0.1:5672/%2f`).
+
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use async_trait::async_trait;
+use tidings_broker_rabbitmq::RabbitTransport;
+use tidings_core::{Publisher, Subscriber};
+use tidings_testkit::conformance::TransportUnderTest;
+use tidings_testkit::rabbitmq::amqp_url;
+
+#[derive(Default)]
+struct Rabbit {
+    opened: Mutex<Vec<RabbitTransport>>,
+}
+
+impl Rabbit {
+    async fn open(&self) -> RabbitTransport {
+        let url = amqp_url();
+        let t = RabbitTransport::connect(&url)
+            .await
+            .unwrap_or_else(|e| panic!("RabbitMQ is not reachable (set AMQP_URL): {e}"));
+        self.opened.lock().unwrap().push(t.clone());
+        t
+    }
+}
+
+#[async_trait]
+impl TransportUnderTest for Rabbit {
+    async fn publisher(&self) -> Arc<dyn Publisher> {
+        Arc::new(self.open().await)
+    }
+
+    async fn subscriber(&self) -> Arc<dyn Subscriber> {
+        Arc::new(self.open().await)
+    }
+
+    fn redelivery_wait(&self) -> Duration {
+        // A closed channel's unacknowledged messages are requeued at once.
+        Duration::ZERO
+    }
+
+    async fn teardown(&self) {
+        let opened = self.opened.lock().unwrap().clone();
+        let Some(t) = opened.first() else { return };
+        let mut queues: Vec<String> = opened.iter().flat_map(|t| t.queues()).collect();
+        let mut exchanges: Vec<String> = opened.iter().flat_map(|t| t.exchanges()).collect();
+        queues.sort();
+        queues.dedup();
+        exchanges.sort();
+        exchanges.dedup();
+        for q in queues {
+            let _ = t.delete_queue(&q).await;
+        }
+        for x in exchanges {
+            let _ = t.delete_exchange(&x).await;
+        }
+    }
+}
+
+tidings_testkit::transport_conformance!(
+    async { Rabbit::default() },
+    features: [competing_consumers_split_the_work, cloudevents_attributes_travel_as_headers]
+);
