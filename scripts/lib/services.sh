@@ -73,3 +73,17 @@ ensure_nats() {
   fi
   log "NATS ready on 127.0.0.1:4222"
 }
+
+# RabbitMQ on 127.0.0.1:5672 (guest/guest, loopback only, as shipped).
+ensure_rabbitmq() {
+  if ! tcp_open 127.0.0.1 5672; then
+    if ! command -v rabbitmq-server >/dev/null; then
+      log "installing RabbitMQ from the distribution's packages"
+      apt_install rabbitmq-server
+    fi
+    log "starting RabbitMQ"
+    as_root rabbitmq-server -detached || true
+    wait_until 90 "RabbitMQ on 127.0.0.1:5672" tcp_open 127.0.0.1 5672
+  fi
+  log "RabbitMQ ready on 127.0.0.1:5672"
+}

@@ -17,6 +17,10 @@
 //!
 //! A queue only receives what is published after it exists: a new consumer
 //! group starts with messages published after its first subscription.
+//! Messages are published *mandatory*: one that no queue would take is
+//! returned and the publish fails, so the relay keeps it in the outbox
+//! (and retries) rather than losing it. Subscribe every consumer group once
+//! (this declares its queue) before the relay starts on a new topic.
 //! Competing members of one group share the queue (round robin, bounded by
 //! the prefetch). Ordering per key holds within one member; across members
 //! of one group it does not yet (a consistent-hash or single-active-consumer
@@ -250,7 +254,12 @@ impl RabbitTransport {
             .basic_publish(
                 exchange.into(),
                 routing_key.into(),
-                BasicPublishOptions::default(),
+                // Mandatory: a message no queue takes comes back, instead of
+                // being dropped while the relay believes it delivered.
+                BasicPublishOptions {
+                    mandatory: true,
+                    ..Default::default()
+                },
                 body,
                 properties,
             )
@@ -264,7 +273,17 @@ async fn confirmed(confirm: lapin::PublisherConfirm) -> Result<()> {
         .await
         .map_err(|e| transport_error("waiting for a publisher confirm", e, true))?
     {
-        lapin::Confirmation::Ack(_) => Ok(()),
+        lapin::Confirmation::Ack(None) => Ok(()),
+        lapin::Confirmation::Ack(Some(returned)) => Err(transport_error(
+            "publishing",
+            format!(
+                "no queue is bound to exchange {:?} (routing key {:?}): subscribe the consumer groups \
+                 (which declares their queues) before publishing; the message stays in the outbox",
+                returned.delivery.exchange.as_str(),
+                returned.delivery.routing_key.as_str()
+            ),
+            true,
+        )),
         lapin::Confirmation::Nack(_) => Err(transport_error(
             "publishing",
             "the broker refused the message (nack)",

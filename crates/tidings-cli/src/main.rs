@@ -54,7 +54,8 @@ enum Demo {
         /// `postgres://user@host/db`, or `sqlite://path`.
         #[arg(long, env = "TIDINGS_DATABASE_URL", default_value = DEFAULT_DATABASE)]
         database: String,
-        /// `nats://host:4222` to run over NATS JetStream; the database log when left out.
+        /// `nats://host:4222` (NATS JetStream) or `amqp://user:pw@host:5672/%2f` (RabbitMQ);
+        /// the database log when left out.
         #[arg(long, env = "TIDINGS_BROKER_URL")]
         broker: Option<String>,
         /// Fraction of deliveries to redeliver a second time (0 to 1).
@@ -86,7 +87,7 @@ async fn main() -> ExitCode {
     tracing_subscriber::fmt()
         .with_env_filter(
             tracing_subscriber::EnvFilter::try_from_default_env()
-                .unwrap_or_else(|_| "warn,sqlx=error".into()),
+                .unwrap_or_else(|_| "warn,sqlx=error,lapin::returned_messages=error".into()),
         )
         .with_writer(std::io::stderr)
         .init();

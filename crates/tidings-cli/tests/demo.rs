@@ -196,6 +196,63 @@ async fn checkout_on_postgres_over_nats_with_duplicates_and_poison() {
     pg.drop_schema().await;
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn checkout_on_postgres_over_rabbitmq_with_duplicates_and_poison() {
+    let pg = PgTestDb::new().await;
+    let url = pg.url.clone();
+    let amqp = tidings_testkit::rabbitmq::amqp_url();
+    let broker = amqp.clone();
+    let s = tokio::task::spawn_blocking(move || {
+        demo(
+            &url,
+            &[
+                "--broker",
+                &broker,
+                "--orders",
+                "300",
+                "--duplicate-rate",
+                "0.2",
+                "--poison-rate",
+                "0.05",
+            ],
+        )
+    })
+    .await
+    .unwrap();
+    assert_sound(&s);
+    assert_eq!(n(&s, "orders_total"), 300);
+    assert!(s["transport"].as_str().unwrap().starts_with("RabbitMQ"), "{s:#}");
+    assert_eq!(
+        s["published"].as_i64().unwrap(),
+        n(&s, "commands_committed") + n(&s, "events_committed")
+    );
+    // The run's queues and exchanges belong to its database, which is dropped: drop them too.
+    let namespace = s["broker_namespace"]
+        .as_str()
+        .expect("a broker namespace")
+        .to_owned();
+    let rabbit = tidings_broker_rabbitmq::RabbitTransport::connect(&amqp)
+        .await
+        .unwrap();
+    for (topic, groups) in [
+        ("checkout.commands", &["checkout"][..]),
+        ("orders", &["inventory", "email", "analytics", "loyalty"][..]),
+    ] {
+        for group in groups {
+            let queue = format!("{namespace}.{topic}.{group}");
+            let _ = rabbit.delete_queue(&queue).await;
+            for ms in [1u64, 2, 4, 8, 16, 32, 64] {
+                let _ = rabbit.delete_queue(&format!("{queue}.delay.{ms}")).await;
+            }
+        }
+        rabbit
+            .delete_exchange(&format!("{namespace}.{topic}"))
+            .await
+            .unwrap();
+    }
+    pg.drop_schema().await;
+}
+
 #[test]
 fn a_killed_demo_resumes_without_loss_or_duplicated_effects() {
     let db = TempDb::new();
@@ -262,48 +319,61 @@ async fn credentials_never_reach_the_output_or_the_logs() {
         "DATABASE_URL should be postgres://postgres@...: {database}"
     );
     let nats = tidings_testkit::nats::nats_url();
-    let broker = nats.replacen("nats://", "nats://someone:nats-s3cret-pw@", 1);
-    let namespace_probe = database.clone();
-    let out = tokio::task::spawn_blocking(move || {
-        Command::new(env!("CARGO_BIN_EXE_tidings"))
-            .env("RUST_LOG", "debug")
-            .args([
-                "demo",
-                "checkout",
-                "--orders",
-                "5",
-                "--database",
-                &namespace_probe,
-                "--broker",
-                &broker,
-            ])
-            .output()
-            .expect("running tidings")
-    })
-    .await
-    .unwrap();
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(out.status.success(), "{stdout}\n{stderr}");
-    assert!(
-        stdout.contains("postgres://postgres@"),
-        "the summary names the database: {stdout}"
-    );
-    for secret in ["pg-s3cret-pw", "nats-s3cret-pw"] {
-        assert!(!stdout.contains(secret), "{secret} in the output:\n{stdout}");
-        assert!(!stderr.contains(secret), "{secret} in the logs:\n{stderr}");
+    let nats_broker = nats.replacen("nats://", "nats://someone:nats-s3cret-pw@", 1);
+    // RabbitMQ refuses a wrong password, so its real one stands for the secret.
+    let amqp = tidings_testkit::rabbitmq::amqp_url();
+    let amqp_secret = amqp
+        .split("://")
+        .nth(1)
+        .and_then(|rest| rest.split('@').next())
+        .and_then(|userinfo| userinfo.split_once(':'))
+        .map(|(_, pw)| format!(":{pw}@"))
+        .expect("AMQP_URL carries a password");
+    for broker in [nats_broker.clone(), amqp.clone()] {
+        let database = database.clone();
+        let out = tokio::task::spawn_blocking(move || {
+            Command::new(env!("CARGO_BIN_EXE_tidings"))
+                .env("RUST_LOG", "debug")
+                .args([
+                    "demo",
+                    "checkout",
+                    "--orders",
+                    "5",
+                    "--database",
+                    &database,
+                    "--broker",
+                    &broker,
+                ])
+                .output()
+                .expect("running tidings")
+        })
+        .await
+        .unwrap();
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(out.status.success(), "{stdout}\n{stderr}");
+        assert!(
+            stdout.contains("postgres://postgres@"),
+            "the summary names the database: {stdout}"
+        );
+        for secret in ["pg-s3cret-pw", "nats-s3cret-pw", amqp_secret.as_str()] {
+            assert!(!stdout.contains(secret), "{secret} in the output:\n{stdout}");
+            assert!(!stderr.contains(secret), "{secret} in the logs:\n{stderr}");
+        }
     }
     // And in Debug output of the stores and transports.
     let store = tidings_store_postgres::PgStore::connect(&database).await.unwrap();
-    let transport = tidings_broker_nats::NatsTransport::connect(&nats.replacen(
-        "nats://",
-        "nats://someone:nats-s3cret-pw@",
-        1,
-    ))
-    .await
-    .unwrap();
-    let debug = format!("{store:?} {transport:?}");
-    assert!(!debug.contains("s3cret"), "{debug}");
+    let transport = tidings_broker_nats::NatsTransport::connect(&nats_broker)
+        .await
+        .unwrap();
+    let rabbit = tidings_broker_rabbitmq::RabbitTransport::connect(&amqp)
+        .await
+        .unwrap();
+    let debug = format!("{store:?} {transport:?} {rabbit:?}");
+    assert!(
+        !debug.contains("s3cret") && !debug.contains(&amqp_secret),
+        "{debug}"
+    );
     store.pool().close().await;
     pg.drop_schema().await;
 }

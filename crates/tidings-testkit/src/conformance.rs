@@ -401,6 +401,32 @@ pub async fn confirmed_publish_survives_the_publisher<T: TransportUnderTest>(t: 
     sub.close().await.unwrap();
 }
 
+/// A message published before any group exists is never silently dropped:
+/// the transport either keeps it for groups that subscribe later, or
+/// refuses the publish (so the relay keeps it in the outbox).
+pub async fn publish_before_any_group_is_kept_or_refused<T: TransportUnderTest>(t: &T) {
+    let topic = fresh_topic();
+    let sent = probe(&topic, "early", 1);
+    match t.publisher().await.publish(std::slice::from_ref(&sent)).await {
+        Err(e) => assert!(
+            e.class().is_retryable(),
+            "a refusal should be retryable once groups exist: {e}"
+        ),
+        Ok(()) => {
+            let mut sub = t
+                .subscriber()
+                .await
+                .subscribe(&fresh_group("late"), &topic)
+                .await
+                .unwrap();
+            let d = next(&mut sub, "the message published before the group existed").await;
+            assert_eq!(decode(&d).0.id, sent.envelope.id);
+            d.ack(AckKind::Ack).await.unwrap();
+            sub.close().await.unwrap();
+        }
+    }
+}
+
 /// Optional feature: in binary mode, CloudEvents attributes are transport headers.
 pub async fn cloudevents_attributes_travel_as_headers<T: TransportUnderTest>(t: &T) {
     let topic = fresh_topic();
@@ -659,6 +685,7 @@ macro_rules! transport_conformance {
     ($fixture:expr, features: [$($feature:ident),* $(,)?]) => {
         $crate::transport_conformance!(@cases $fixture;
             publish_and_receive,
+            publish_before_any_group_is_kept_or_refused,
             fan_out_to_every_group,
             order_is_kept_per_key,
             unsettled_delivery_is_redelivered_after_a_crash,

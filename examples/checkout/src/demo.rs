@@ -11,6 +11,7 @@ use indicatif::{ProgressBar, ProgressStyle};
 use rand::Rng;
 use serde::Serialize;
 use tidings_broker_nats::{NatsOptions, NatsTransport};
+use tidings_broker_rabbitmq::{RabbitOptions, RabbitTransport};
 use tidings_consumer::{Consumer, ConsumerConfig, ConsumerStats, Handler};
 use tidings_core::log::{LogPublisher, LogReaderConfig, LogSubscriber};
 use tidings_core::{Backoff, Envelope, Message, OutgoingMessage, Publisher, Subscriber};
@@ -40,7 +41,7 @@ pub struct DemoOptions {
     pub orders: usize,
     /// `postgres://...` or `sqlite://path` (default: [`DEFAULT_DATABASE`]).
     pub database: Option<String>,
-    /// `nats://host:port`, or `None` for the database-log transport.
+    /// `nats://host:port`, `amqp://user:pw@host:port/vhost`, or `None` for the database-log transport.
     pub broker: Option<String>,
     /// Fraction of deliveries redelivered a second time.
     pub duplicate_rate: f64,
@@ -267,6 +268,19 @@ where
     let mut tasks = JoinSet::new();
 
     let transport = Transport::open(&store, &options).await?;
+    // Every group exists on the transport before anything is published (on
+    // RabbitMQ, a queue only receives what is published after it exists).
+    for (group, topic) in [(COMMAND_CONSUMER, COMMANDS)]
+        .into_iter()
+        .chain(EVENT_CONSUMERS.map(|c| (c, ORDERS)))
+    {
+        transport
+            .subscriber
+            .subscribe(group, topic)
+            .await?
+            .close()
+            .await?;
+    }
     let relay = Relay::new(store.clone(), transport.publisher.clone())
         .config(RelayConfig::default().poll_interval(Duration::from_millis(100)));
     let relay_stats = relay.stats();
@@ -422,8 +436,21 @@ impl Transport {
                     namespace: Some(namespace),
                 })
             }
+            Some(url) if url.starts_with("amqp://") || url.starts_with("amqps://") => {
+                let namespace = format!("tidings-demo-{}", store.system_id().await?);
+                let rabbit = RabbitTransport::connect_with(url, RabbitOptions::default().prefix(&namespace))
+                    .await
+                    .with_context(|| format!("connecting to RabbitMQ at {}", redact(url)))?;
+                Ok(Transport {
+                    publisher: Arc::new(rabbit.clone()),
+                    subscriber: Arc::new(rabbit),
+                    label: format!("RabbitMQ ({})", redact(url)),
+                    namespace: Some(namespace),
+                })
+            }
             Some(other) => anyhow::bail!(
-                "unsupported broker URL {:?}: use nats://host:port, or leave --broker out for the database log",
+                "unsupported broker URL {:?}: use nats://host:port or amqp://user:pw@host:port/vhost, \
+                 or leave --broker out for the database log",
                 redact(other)
             ),
         }
