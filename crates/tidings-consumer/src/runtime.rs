@@ -26,6 +26,7 @@ use crate::handler::{Context, Handler, HandlerError};
 #[derive(Debug, Clone)]
 pub struct ConsumerConfig {
     max_attempts: u32,
+    max_deliveries: u32,
     backoff: Backoff,
     handler_timeout: Duration,
     lanes: usize,
@@ -34,11 +35,12 @@ pub struct ConsumerConfig {
 }
 
 impl Default for ConsumerConfig {
-    /// 5 attempts, backoff from 100 ms to 10 s, a 30 s handler timeout, 16
-    /// key lanes of 32 queued messages each.
+    /// 5 attempts, at most 10 deliveries, backoff from 100 ms to 10 s, a
+    /// 30 s handler timeout, 16 key lanes of 32 queued messages each.
     fn default() -> Self {
         ConsumerConfig {
             max_attempts: 5,
+            max_deliveries: 10,
             backoff: Backoff::new(Duration::from_millis(100), Duration::from_secs(10)),
             handler_timeout: Duration::from_secs(30),
             lanes: 16,
@@ -56,6 +58,17 @@ impl ConsumerConfig {
     /// ```
     pub fn max_attempts(mut self, n: u32) -> Self {
         self.max_attempts = n.max(1);
+        self
+    }
+
+    /// Deliveries of one message the transport may make before it is
+    /// dead-lettered unhandled. Retries happen in process, so a message
+    /// delivered this often was never settled: most likely its handler
+    /// crashes the process. Without this bound such a message would be
+    /// redelivered, and crash a consumer, forever. Counts come from the
+    /// transport (JetStream's delivery count, for example).
+    pub fn max_deliveries(mut self, n: u32) -> Self {
+        self.max_deliveries = n.max(1);
         self
     }
 
@@ -312,6 +325,20 @@ impl<S: ConsumerStore + FailureStore> Worker<S> {
                 return;
             }
         };
+        if delivery.delivery_count > self.config.max_deliveries {
+            let error = format!(
+                "delivered {} times without being settled (more than {}): its handling may be crashing the consumer",
+                delivery.delivery_count, self.config.max_deliveries
+            );
+            tracing::error!(consumer = %self.name, message_id = %envelope.id, %error, "dead-lettering unhandled");
+            self.dead_letter(
+                &delivery,
+                Some(&envelope),
+                vec![failure(0, ErrorClass::Permanent, &error)],
+            )
+            .await;
+            return;
+        }
         let mut failures = Vec::new();
         let mut attempt = 0u32;
         let mut store_failures = 0u32;
