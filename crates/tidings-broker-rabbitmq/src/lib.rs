@@ -9,10 +9,10 @@
 //! |---|---|
 //! | topic `orders` | durable topic exchange `tidings.orders` |
 //! | message of type `OrderPlaced` | routing key `OrderPlaced`, persistent (delivery mode 2), `message_id` = envelope id |
-//! | consumer group `email` on `orders` | durable queue `tidings.orders.email`, bound with `#` |
+//! | consumer group `email` on `orders` | durable queue `tidings.orders.email`, bound with `#`, dead-lettering into fanout exchange `tidings.orders.email.dlx` and its queue `tidings.orders.email.dead` |
 //! | `Nak(delay)` | the message is republished (confirmed) to `tidings.orders.email.delay.<ms>`, a durable queue whose messages expire after `<ms>` into `tidings.orders.email`, then the original is acknowledged; delays are rounded up to a power of two of milliseconds so that few such queues exist |
 //! | `Nak(None)` | `basic.nack` with requeue |
-//! | `Term` | `basic.reject` without requeue (Tidings' failure store holds the dead letter) |
+//! | `Term` | `basic.reject` without requeue: RabbitMQ moves it to `tidings.orders.email.dead` (and Tidings' failure store holds it with its error history) |
 //! | envelope | CloudEvents binary mode: `ce-*` headers, `content-type`, the payload as the body |
 //!
 //! A queue only receives what is published after it exists: a new consumer
@@ -204,12 +204,18 @@ impl RabbitTransport {
 
     async fn declare_exchange(&self, channel: &Channel, topic: &str) -> Result<String> {
         let name = self.exchange(topic);
+        self.declare_named_exchange(channel, &name, ExchangeKind::Topic)
+            .await?;
+        Ok(name)
+    }
+
+    async fn declare_named_exchange(&self, channel: &Channel, name: &str, kind: ExchangeKind) -> Result<()> {
         let key = format!("x:{name}");
         if !self.declared.lock().expect("declared lock").contains(&key) {
             channel
                 .exchange_declare(
-                    name.as_str().into(),
-                    ExchangeKind::Topic,
+                    name.into(),
+                    kind,
                     ExchangeDeclareOptions {
                         durable: true,
                         ..Default::default()
@@ -220,7 +226,37 @@ impl RabbitTransport {
                 .map_err(|e| transport_error(&format!("declaring exchange {name}"), e, true))?;
             self.declared.lock().expect("declared lock").insert(key);
         }
-        Ok(name)
+        Ok(())
+    }
+
+    /// Declares the group's queue with its dead-letter exchange and queue.
+    async fn declare_group(&self, channel: &Channel, topic: &str, group: &str) -> Result<String> {
+        let exchange = self.declare_exchange(channel, topic).await?;
+        let queue = self.queue(topic, group);
+        let dlx = format!("{queue}.dlx");
+        let dead = format!("{queue}.dead");
+        self.declare_named_exchange(channel, &dlx, ExchangeKind::Fanout)
+            .await?;
+        self.declare_queue(channel, &dead, FieldTable::default()).await?;
+        self.bind(channel, &dead, &dlx).await?;
+        let mut args = FieldTable::default();
+        args.insert("x-dead-letter-exchange".into(), long(&dlx));
+        self.declare_queue(channel, &queue, args).await?;
+        self.bind(channel, &queue, &exchange).await?;
+        Ok(queue)
+    }
+
+    async fn bind(&self, channel: &Channel, queue: &str, exchange: &str) -> Result<()> {
+        channel
+            .queue_bind(
+                queue.into(),
+                exchange.into(),
+                "#".into(),
+                QueueBindOptions::default(),
+                FieldTable::default(),
+            )
+            .await
+            .map_err(|e| transport_error(&format!("binding {queue} to {exchange}"), e, true))
     }
 
     async fn declare_queue(&self, channel: &Channel, name: &str, arguments: FieldTable) -> Result<()> {
@@ -461,20 +497,7 @@ impl Subscriber for RabbitTransport {
             .basic_qos(self.options.prefetch, BasicQosOptions::default())
             .await
             .map_err(|e| transport_error("setting the prefetch", e, true))?;
-        let exchange = self.declare_exchange(&channel, topic).await?;
-        let queue = self.queue(topic, group);
-        self.declare_queue(&channel, &queue, FieldTable::default())
-            .await?;
-        channel
-            .queue_bind(
-                queue.as_str().into(),
-                exchange.as_str().into(),
-                "#".into(),
-                QueueBindOptions::default(),
-                FieldTable::default(),
-            )
-            .await
-            .map_err(|e| transport_error(&format!("binding {queue}"), e, true))?;
+        let queue = self.declare_group(&channel, topic, group).await?;
         let mut consumer = channel
             .basic_consume(
                 queue.as_str().into(),

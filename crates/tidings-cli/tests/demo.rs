@@ -241,6 +241,8 @@ async fn checkout_on_postgres_over_rabbitmq_with_duplicates_and_poison() {
         for group in groups {
             let queue = format!("{namespace}.{topic}.{group}");
             let _ = rabbit.delete_queue(&queue).await;
+            let _ = rabbit.delete_queue(&format!("{queue}.dead")).await;
+            let _ = rabbit.delete_exchange(&format!("{queue}.dlx")).await;
             for ms in [1u64, 2, 4, 8, 16, 32, 64] {
                 let _ = rabbit.delete_queue(&format!("{queue}.delay.{ms}")).await;
             }
