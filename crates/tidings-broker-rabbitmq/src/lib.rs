@@ -44,8 +44,8 @@ use lapin::options::{
 use lapin::types::{AMQPValue, FieldTable, LongString, ShortString};
 use lapin::{BasicProperties, Channel, Connection, ConnectionProperties, ExchangeKind};
 use tidings_core::{
-    AckKind, Acker, Delivery, Error, Headers, OutgoingMessage, Publisher, RawMessage, Result, Subscriber,
-    Subscription, cloudevents,
+    AckKind, Acker, Backoff, Delivery, Error, Headers, OutgoingMessage, Publisher, RawMessage, Result,
+    Subscriber, Subscription, cloudevents,
 };
 use tokio::sync::mpsc;
 use tokio_stream::wrappers::ReceiverStream;
@@ -66,6 +66,7 @@ fn transport_error(what: &str, e: impl fmt::Display, retryable: bool) -> Error {
 pub struct RabbitOptions {
     prefix: String,
     prefetch: u16,
+    connection_name: Option<String>,
 }
 
 impl Default for RabbitOptions {
@@ -74,6 +75,7 @@ impl Default for RabbitOptions {
         RabbitOptions {
             prefix: "tidings".into(),
             prefetch: 64,
+            connection_name: None,
         }
     }
 }
@@ -85,6 +87,12 @@ impl RabbitOptions {
         self
     }
 
+    /// The name the broker shows for this transport's connections.
+    pub fn connection_name(mut self, name: impl Into<String>) -> Self {
+        self.connection_name = Some(name.into());
+        self
+    }
+
     /// Unacknowledged messages one member may hold (backpressure).
     pub fn prefetch(mut self, n: u16) -> Self {
         self.prefetch = n.max(1);
@@ -93,13 +101,24 @@ impl RabbitOptions {
 }
 
 /// A connection to RabbitMQ, usable as publisher and subscriber. Cheap to clone.
+///
+/// A lost connection is opened again on next use: the relay's next publish
+/// reconnects, and each subscription re-establishes its consumer (messages
+/// unacknowledged on the lost channel are redelivered by the broker).
 #[derive(Clone)]
 pub struct RabbitTransport {
-    connection: Arc<Connection>,
-    /// Publisher confirms are on: every publish is acknowledged by the broker.
-    confirms: Channel,
+    url: Arc<str>,
+    link: Arc<tokio::sync::Mutex<Link>>,
     options: RabbitOptions,
     declared: Arc<Mutex<HashSet<String>>>,
+}
+
+/// The current connection and its confirm-mode channel, if alive.
+#[derive(Default)]
+struct Link {
+    connection: Option<Arc<Connection>>,
+    /// Publisher confirms are on: every publish is acknowledged by the broker.
+    confirms: Option<Channel>,
 }
 
 impl fmt::Debug for RabbitTransport {
@@ -136,23 +155,57 @@ impl RabbitTransport {
 
     /// Connects with options.
     pub async fn connect_with(url: &str, options: RabbitOptions) -> Result<Self> {
-        let connection = Connection::connect(url, ConnectionProperties::default())
-            .await
-            .map_err(|e| transport_error(&format!("connecting to {}", redact(url)), e, true))?;
-        let confirms = connection
+        let transport = RabbitTransport {
+            url: url.into(),
+            link: Arc::default(),
+            options,
+            declared: Arc::default(),
+        };
+        transport.confirms().await?;
+        Ok(transport)
+    }
+
+    /// The live connection, opened again if it was lost.
+    async fn connection(&self) -> Result<Arc<Connection>> {
+        let mut link = self.link.lock().await;
+        self.live_connection(&mut link).await
+    }
+
+    async fn live_connection(&self, link: &mut Link) -> Result<Arc<Connection>> {
+        if let Some(c) = link.connection.as_ref().filter(|c| c.status().connected()) {
+            return Ok(c.clone());
+        }
+        link.confirms = None;
+        let mut properties = ConnectionProperties::default();
+        if let Some(name) = &self.options.connection_name {
+            properties = properties.with_connection_name(name.as_str().into());
+        }
+        let connection = Arc::new(
+            Connection::connect(&self.url, properties)
+                .await
+                .map_err(|e| transport_error(&format!("connecting to {}", redact(&self.url)), e, true))?,
+        );
+        link.connection = Some(connection.clone());
+        Ok(connection)
+    }
+
+    /// The live confirm-mode channel, opened again if it was lost.
+    async fn confirms(&self) -> Result<Channel> {
+        let mut link = self.link.lock().await;
+        if let Some(c) = link.confirms.as_ref().filter(|c| c.status().connected()) {
+            return Ok(c.clone());
+        }
+        let connection = self.live_connection(&mut link).await?;
+        let channel = connection
             .create_channel()
             .await
             .map_err(|e| transport_error("opening a channel", e, true))?;
-        confirms
+        channel
             .confirm_select(ConfirmSelectOptions::default())
             .await
             .map_err(|e| transport_error("enabling publisher confirms", e, true))?;
-        Ok(RabbitTransport {
-            connection: Arc::new(connection),
-            confirms,
-            options,
-            declared: Arc::default(),
-        })
+        link.confirms = Some(channel.clone());
+        Ok(channel)
     }
 
     /// The exchange of `topic`.
@@ -186,7 +239,8 @@ impl RabbitTransport {
 
     /// Deletes a queue (and its messages).
     pub async fn delete_queue(&self, name: &str) -> Result<()> {
-        self.confirms
+        self.confirms()
+            .await?
             .queue_delete(name.into(), QueueDeleteOptions::default())
             .await
             .map_err(|e| transport_error("deleting a queue", e, true))?;
@@ -195,7 +249,8 @@ impl RabbitTransport {
 
     /// Deletes an exchange.
     pub async fn delete_exchange(&self, name: &str) -> Result<()> {
-        self.confirms
+        self.confirms()
+            .await?
             .exchange_delete(name.into(), Default::default())
             .await
             .map_err(|e| transport_error("deleting an exchange", e, true))?;
@@ -286,7 +341,8 @@ impl RabbitTransport {
         body: &[u8],
         properties: BasicProperties,
     ) -> Result<lapin::PublisherConfirm> {
-        self.confirms
+        self.confirms()
+            .await?
             .basic_publish(
                 exchange.into(),
                 routing_key.into(),
@@ -341,7 +397,7 @@ impl Publisher for RabbitTransport {
         // Publish the whole batch, then wait for every confirm.
         let mut confirms = Vec::with_capacity(batch.len());
         for m in batch {
-            let exchange = self.declare_exchange(&self.confirms, &m.topic).await?;
+            let exchange = self.declare_exchange(&self.confirms().await?, &m.topic).await?;
             let (attributes, payload) = cloudevents::to_binary(&m.envelope);
             let mut headers = FieldTable::default();
             let mut content_type = None;
@@ -469,7 +525,7 @@ impl Acker for RabbitAcker {
                 args.insert("x-dead-letter-exchange".into(), long(""));
                 args.insert("x-dead-letter-routing-key".into(), long(&self.queue));
                 self.transport
-                    .declare_queue(&self.transport.confirms, &parking, args)
+                    .declare_queue(&self.transport.confirms().await?, &parking, args)
                     .await?;
                 let mut headers = self.properties.headers().clone().unwrap_or_default();
                 headers.insert(DELIVERY_COUNT.into(), long(&(self.count + 1).to_string()));
@@ -488,8 +544,91 @@ impl Acker for RabbitAcker {
 #[async_trait]
 impl Subscriber for RabbitTransport {
     async fn subscribe(&self, group: &str, topic: &str) -> Result<Subscription> {
+        // The first consumer is set up here, so that a refused declaration
+        // is an error of `subscribe`; a lost one is set up again below.
+        let first = self.consume(group, topic).await?;
+        let (tx, rx) = mpsc::channel(usize::from(self.options.prefetch));
+        let transport = self.clone();
+        let (group, topic) = (group.to_owned(), topic.to_owned());
+        let task = tokio::spawn(async move {
+            let mut current = Some(first);
+            let mut failures = 0u32;
+            loop {
+                let (channel, queue, mut consumer) = match current.take() {
+                    Some(c) => c,
+                    None => match transport.consume(&group, &topic).await {
+                        Ok(c) => c,
+                        Err(e) => {
+                            failures += 1;
+                            let delay = Backoff::default().delay(failures);
+                            tracing::warn!(%group, %topic, error = %e, retry_in_ms = delay.as_millis() as u64, "RabbitMQ consumer lost; reconnecting");
+                            tokio::select! {
+                                _ = tx.closed() => return None,
+                                _ = tokio::time::sleep(delay) => continue,
+                            }
+                        }
+                    },
+                };
+                loop {
+                    let next = tokio::select! {
+                        _ = tx.closed() => return Some(channel),
+                        next = consumer.next() => next,
+                    };
+                    let d = match next {
+                        Some(Ok(d)) => d,
+                        // The channel or connection went away: its unacknowledged
+                        // messages go back to the queue; consume again.
+                        Some(Err(e)) => {
+                            tracing::debug!(%group, %topic, error = %e, "RabbitMQ consumer interrupted");
+                            break;
+                        }
+                        None => break,
+                    };
+                    failures = 0;
+                    let headers = headers_of(&d.properties);
+                    let raw = RawMessage {
+                        topic: topic.clone(),
+                        key: headers.get("ce-subject").cloned(),
+                        headers,
+                        body: d.data.clone(),
+                    };
+                    let count = delivery_count(&d);
+                    let acker = RabbitAcker {
+                        count,
+                        acker: d.acker.clone(),
+                        transport: transport.clone(),
+                        queue: queue.clone(),
+                        body: d.data,
+                        properties: d.properties,
+                    };
+                    if tx.send(Ok(Delivery::new(raw, count, acker))).await.is_err() {
+                        return Some(channel);
+                    }
+                }
+            }
+        });
+        Ok(
+            Subscription::new(ReceiverStream::new(rx)).on_close(move || async move {
+                // Closing the channel after the acks sent on it: whatever is
+                // still unacknowledged goes back to the queue.
+                match task.await {
+                    Ok(Some(channel)) if channel.status().connected() => channel
+                        .close(200, "subscription closed".into())
+                        .await
+                        .map_err(|e| transport_error("closing a channel", e, true)),
+                    _ => Ok(()),
+                }
+            }),
+        )
+    }
+}
+
+impl RabbitTransport {
+    /// Opens a channel with the prefetch, declares the group and starts consuming.
+    async fn consume(&self, group: &str, topic: &str) -> Result<(Channel, String, lapin::Consumer)> {
         let channel = self
-            .connection
+            .connection()
+            .await?
             .create_channel()
             .await
             .map_err(|e| transport_error("opening a channel", e, true))?;
@@ -498,7 +637,7 @@ impl Subscriber for RabbitTransport {
             .await
             .map_err(|e| transport_error("setting the prefetch", e, true))?;
         let queue = self.declare_group(&channel, topic, group).await?;
-        let mut consumer = channel
+        let consumer = channel
             .basic_consume(
                 queue.as_str().into(),
                 "".into(),
@@ -507,54 +646,7 @@ impl Subscriber for RabbitTransport {
             )
             .await
             .map_err(|e| transport_error(&format!("consuming {queue}"), e, true))?;
-        let (tx, rx) = mpsc::channel(usize::from(self.options.prefetch));
-        let transport = self.clone();
-        let topic = topic.to_owned();
-        let task = tokio::spawn(async move {
-            loop {
-                let next = tokio::select! {
-                    _ = tx.closed() => break,
-                    next = consumer.next() => next,
-                };
-                let item = match next {
-                    None => break,
-                    Some(Err(e)) => Err(transport_error("receiving", e, true)),
-                    Some(Ok(d)) => {
-                        let headers = headers_of(&d.properties);
-                        let raw = RawMessage {
-                            topic: topic.clone(),
-                            key: headers.get("ce-subject").cloned(),
-                            headers,
-                            body: d.data.clone(),
-                        };
-                        let acker = RabbitAcker {
-                            count: delivery_count(&d),
-                            acker: d.acker.clone(),
-                            transport: transport.clone(),
-                            queue: queue.clone(),
-                            body: d.data,
-                            properties: d.properties,
-                        };
-                        let count = acker.count;
-                        Ok(Delivery::new(raw, count, acker))
-                    }
-                };
-                if tx.send(item).await.is_err() {
-                    break;
-                }
-            }
-        });
-        Ok(
-            Subscription::new(ReceiverStream::new(rx)).on_close(move || async move {
-                let _ = task.await;
-                // Closing the channel after the acks sent on it: whatever is
-                // still unacknowledged goes back to the queue.
-                channel
-                    .close(200, "subscription closed".into())
-                    .await
-                    .map_err(|e| transport_error("closing a channel", e, true))
-            }),
-        )
+        Ok((channel, queue, consumer))
     }
 }
 
