@@ -94,17 +94,7 @@ impl Drop for TempDb {
 #[test]
 fn checkout_on_sqlite_with_duplicates_and_poison() {
     let db = TempDb::new();
-    let s = demo(
-        &db.url(),
-        &[
-            "--orders",
-            "300",
-            "--duplicate-rate",
-            "0.2",
-            "--poison-rate",
-            "0.05",
-        ],
-    );
+    let s = demo(&db.url(), &FAULTY);
     assert_sound(&s);
     assert_eq!(n(&s, "orders_total"), 300);
     assert!(n(&s, "poisoned_orders") > 0, "{s:#}");
@@ -121,75 +111,66 @@ fn checkout_on_sqlite_with_duplicates_and_poison() {
     );
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn checkout_on_postgres_with_duplicates_and_poison() {
+/// 300 orders with a fifth of deliveries duplicated and one order in twenty poisoned.
+const FAULTY: [&str; 6] = [
+    "--orders",
+    "300",
+    "--duplicate-rate",
+    "0.2",
+    "--poison-rate",
+    "0.05",
+];
+
+/// Runs the faulty demo on a fresh PostgreSQL schema, over `broker` if given,
+/// and checks the invariants; the caller drops the schema.
+async fn faulty_demo_on_postgres(broker: Option<String>) -> (Value, PgTestDb) {
     let pg = PgTestDb::new().await;
     let url = pg.url.clone();
     let s = tokio::task::spawn_blocking(move || {
-        demo(
-            &url,
-            &[
-                "--orders",
-                "300",
-                "--duplicate-rate",
-                "0.2",
-                "--poison-rate",
-                "0.05",
-            ],
-        )
+        let mut args = FAULTY.to_vec();
+        if let Some(broker) = &broker {
+            args.extend(["--broker", broker.as_str()]);
+        }
+        demo(&url, &args)
     })
     .await
     .unwrap();
     assert_sound(&s);
     assert_eq!(n(&s, "orders_total"), 300);
+    if s["broker_namespace"].is_string() {
+        assert_eq!(
+            s["published"].as_i64().unwrap(),
+            n(&s, "commands_committed") + n(&s, "events_committed")
+        );
+    }
+    (s, pg)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn checkout_on_postgres_with_duplicates_and_poison() {
+    let (s, pg) = faulty_demo_on_postgres(None).await;
     assert!(s["database"].as_str().unwrap().starts_with("postgres"));
+    assert_eq!(s["transport"], "the database log");
     pg.drop_schema().await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn checkout_on_postgres_over_nats_with_duplicates_and_poison() {
-    let pg = PgTestDb::new().await;
-    let url = pg.url.clone();
     let nats = tidings_testkit::nats::nats_url();
-    let broker = nats.clone();
-    let s = tokio::task::spawn_blocking(move || {
-        demo(
-            &url,
-            &[
-                "--broker",
-                &broker,
-                "--orders",
-                "300",
-                "--duplicate-rate",
-                "0.2",
-                "--poison-rate",
-                "0.05",
-            ],
-        )
-    })
-    .await
-    .unwrap();
-    assert_sound(&s);
-    assert_eq!(n(&s, "orders_total"), 300);
+    let (s, pg) = faulty_demo_on_postgres(Some(nats.clone())).await;
     assert!(
         s["transport"].as_str().unwrap().starts_with("NATS JetStream"),
         "{s:#}"
-    );
-    assert_eq!(
-        s["published"].as_i64().unwrap(),
-        n(&s, "commands_committed") + n(&s, "events_committed")
     );
     // The run's streams belong to its database, which is dropped: drop them too.
     let namespace = s["broker_namespace"]
         .as_str()
         .expect("a broker namespace")
         .to_owned();
-    let transport = tidings_broker_nats::NatsTransport::connect_with(
-        &nats,
-        tidings_broker_nats::NatsOptions::default().stream_prefix(&namespace),
-    )
-    .await
-    .unwrap();
+    let options = tidings_broker_nats::NatsOptions::default().stream_prefix(&namespace);
+    let transport = tidings_broker_nats::NatsTransport::connect_with(&nats, options)
+        .await
+        .unwrap();
     for topic in ["orders", "checkout.commands"] {
         transport.delete_topic(topic).await.unwrap();
     }
@@ -198,34 +179,9 @@ async fn checkout_on_postgres_over_nats_with_duplicates_and_poison() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn checkout_on_postgres_over_rabbitmq_with_duplicates_and_poison() {
-    let pg = PgTestDb::new().await;
-    let url = pg.url.clone();
     let amqp = tidings_testkit::rabbitmq::amqp_url();
-    let broker = amqp.clone();
-    let s = tokio::task::spawn_blocking(move || {
-        demo(
-            &url,
-            &[
-                "--broker",
-                &broker,
-                "--orders",
-                "300",
-                "--duplicate-rate",
-                "0.2",
-                "--poison-rate",
-                "0.05",
-            ],
-        )
-    })
-    .await
-    .unwrap();
-    assert_sound(&s);
-    assert_eq!(n(&s, "orders_total"), 300);
+    let (s, pg) = faulty_demo_on_postgres(Some(amqp.clone())).await;
     assert!(s["transport"].as_str().unwrap().starts_with("RabbitMQ"), "{s:#}");
-    assert_eq!(
-        s["published"].as_i64().unwrap(),
-        n(&s, "commands_committed") + n(&s, "events_committed")
-    );
     // The run's queues and exchanges belong to its database, which is dropped: drop them too.
     let namespace = s["broker_namespace"]
         .as_str()
