@@ -612,10 +612,13 @@ impl Subscriber for RabbitTransport {
                 // Closing the channel after the acks sent on it: whatever is
                 // still unacknowledged goes back to the queue.
                 match task.await {
-                    Ok(Some(channel)) if channel.status().connected() => channel
-                        .close(200, "subscription closed".into())
-                        .await
-                        .map_err(|e| transport_error("closing a channel", e, true)),
+                    Ok(Some(channel)) => match channel.close(200, "subscription closed".into()).await {
+                        Ok(()) => Ok(()),
+                        // Already closing (the consumer's cancel got there first) or
+                        // gone: either way its unacknowledged messages are requeued.
+                        Err(_) if !channel.status().connected() => Ok(()),
+                        Err(e) => Err(transport_error("closing a channel", e, true)),
+                    },
                     _ => Ok(()),
                 }
             }),
