@@ -152,15 +152,30 @@ async fn receive_all(sub: &mut Subscription, n: usize, what: &str) -> Vec<Envelo
     out
 }
 
+/// Subscribes a fresh group (named after `role`) to `topic`.
+async fn subscribe<T: TransportUnderTest>(t: &T, role: &str, topic: &str) -> Subscription {
+    t.subscriber()
+        .await
+        .subscribe(&fresh_group(role), topic)
+        .await
+        .unwrap()
+}
+
+/// Publishes one probe of key `k` to `topic`, returning it.
+async fn publish_one<T: TransportUnderTest>(t: &T, topic: &str) -> OutgoingMessage {
+    let sent = probe(topic, "k", 1);
+    t.publisher()
+        .await
+        .publish(std::slice::from_ref(&sent))
+        .await
+        .unwrap();
+    sent
+}
+
 /// A message published goes to a subscribed group, whole.
 pub async fn publish_and_receive<T: TransportUnderTest>(t: &T) {
     let topic = fresh_topic();
-    let mut sub = t
-        .subscriber()
-        .await
-        .subscribe(&fresh_group("g"), &topic)
-        .await
-        .unwrap();
+    let mut sub = subscribe(t, "g", &topic).await;
     let sent = probes(&topic, 2, 2);
     t.publisher().await.publish(&sent).await.unwrap();
     let got = receive_all(&mut sub, sent.len(), "published messages").await;
@@ -246,12 +261,7 @@ pub async fn competing_consumers_split_the_work<T: TransportUnderTest>(t: &T) {
 /// A key's messages arrive in publish order.
 pub async fn order_is_kept_per_key<T: TransportUnderTest>(t: &T) {
     let topic = fresh_topic();
-    let mut sub = t
-        .subscriber()
-        .await
-        .subscribe(&fresh_group("o"), &topic)
-        .await
-        .unwrap();
+    let mut sub = subscribe(t, "o", &topic).await;
     let publisher = t.publisher().await;
     let sent = probes(&topic, 5, 20);
     // Several batches, as the relay sends them.
@@ -277,12 +287,7 @@ pub async fn unsettled_delivery_is_redelivered_after_a_crash<T: TransportUnderTe
     let topic = fresh_topic();
     let group = fresh_group("crash");
     let mut sub = t.subscriber().await.subscribe(&group, &topic).await.unwrap();
-    let sent = probe(&topic, "k", 1);
-    t.publisher()
-        .await
-        .publish(std::slice::from_ref(&sent))
-        .await
-        .unwrap();
+    let sent = publish_one(t, &topic).await;
     let d = next(&mut sub, "the first delivery").await;
     assert_eq!(decode(&d).0.id, sent.envelope.id);
     // Crash: no ack, the member goes away.
@@ -302,18 +307,8 @@ pub async fn unsettled_delivery_is_redelivered_after_a_crash<T: TransportUnderTe
 /// `Nak(delay)` brings the message back, not before the delay.
 pub async fn nak_with_delay_redelivers_later<T: TransportUnderTest>(t: &T) {
     let topic = fresh_topic();
-    let mut sub = t
-        .subscriber()
-        .await
-        .subscribe(&fresh_group("nak"), &topic)
-        .await
-        .unwrap();
-    let sent = probe(&topic, "k", 1);
-    t.publisher()
-        .await
-        .publish(std::slice::from_ref(&sent))
-        .await
-        .unwrap();
+    let mut sub = subscribe(t, "nak", &topic).await;
+    let sent = publish_one(t, &topic).await;
     let d = next(&mut sub, "the first delivery").await;
     let delay = Duration::from_millis(500);
     let naked = Instant::now();
@@ -413,12 +408,7 @@ pub async fn publish_before_any_group_is_kept_or_refused<T: TransportUnderTest>(
             "a refusal should be retryable once groups exist: {e}"
         ),
         Ok(()) => {
-            let mut sub = t
-                .subscriber()
-                .await
-                .subscribe(&fresh_group("late"), &topic)
-                .await
-                .unwrap();
+            let mut sub = subscribe(t, "late", &topic).await;
             let d = next(&mut sub, "the message published before the group existed").await;
             assert_eq!(decode(&d).0.id, sent.envelope.id);
             d.ack(AckKind::Ack).await.unwrap();
@@ -430,18 +420,8 @@ pub async fn publish_before_any_group_is_kept_or_refused<T: TransportUnderTest>(
 /// Optional feature: in binary mode, CloudEvents attributes are transport headers.
 pub async fn cloudevents_attributes_travel_as_headers<T: TransportUnderTest>(t: &T) {
     let topic = fresh_topic();
-    let mut sub = t
-        .subscriber()
-        .await
-        .subscribe(&fresh_group("h"), &topic)
-        .await
-        .unwrap();
-    let sent = probe(&topic, "k", 1);
-    t.publisher()
-        .await
-        .publish(std::slice::from_ref(&sent))
-        .await
-        .unwrap();
+    let mut sub = subscribe(t, "h", &topic).await;
+    let sent = publish_one(t, &topic).await;
     let d = next(&mut sub, "a message").await;
     let h = &d.message.headers;
     let e = &sent.envelope;
