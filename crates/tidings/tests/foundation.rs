@@ -40,18 +40,35 @@ fn relay<S: TestStore>(store: &S) -> Relay<S, LogPublisher<S>> {
         .config(RelayConfig::default().poll_interval(Duration::from_millis(20)))
 }
 
-/// Starts `consumer` on `subscriber` in the background.
-fn spawn<S, Sub>(
-    consumer: Consumer<S>,
-    subscriber: Sub,
-    stop: &CancellationToken,
-) -> tokio::task::JoinHandle<()>
-where
-    S: TestStore,
-    Sub: Subscriber,
-{
-    let stop = stop.clone();
-    tokio::spawn(async move { consumer.run(&subscriber, stop).await.unwrap() })
+/// The relay and one consumer, running in the background over the store.
+struct Pipeline {
+    stop: CancellationToken,
+    relay: tokio::task::JoinHandle<tidings::Result<()>>,
+    consumer: tokio::task::JoinHandle<()>,
+}
+
+impl Pipeline {
+    /// Starts the store's relay to its log, and `consumer` reading `subscriber`.
+    fn start<S: TestStore, Sub: Subscriber>(store: &S, consumer: Consumer<S>, subscriber: Sub) -> Pipeline {
+        let stop = CancellationToken::new();
+        let relay = tokio::spawn(relay(store).run(stop.clone()));
+        let consumer = tokio::spawn({
+            let stop = stop.clone();
+            async move { consumer.run(&subscriber, stop).await.unwrap() }
+        });
+        Pipeline {
+            stop,
+            relay,
+            consumer,
+        }
+    }
+
+    /// Stops both and waits for them: offsets are stored, batches finished.
+    async fn stop(self) {
+        self.stop.cancel();
+        self.consumer.await.unwrap();
+        self.relay.await.unwrap().unwrap();
+    }
 }
 
 on_both_databases!(
@@ -144,8 +161,6 @@ where
 {
     const KEYS: usize = 6;
     const PER_KEY: i64 = 40;
-    let stop = CancellationToken::new();
-    let relay_task = tokio::spawn(relay(&store).run(stop.clone()));
     let recorder = Recorder {
         max_sleep_ms: 3,
         ..Recorder::default()
@@ -154,7 +169,7 @@ where
         .topic(TOPIC)
         .config(quick());
     let stats = consumer.stats();
-    let consumer_task = spawn(consumer, subscriber(&store), &stop);
+    let pipeline = Pipeline::start(&store, consumer, subscriber(&store));
 
     // Each key's producer commits its events one by one; keys interleave.
     let producers: Vec<_> = (0..KEYS)
@@ -174,9 +189,7 @@ where
     }
     let total = KEYS as u64 * PER_KEY as u64;
     eventually(WAIT, "every event handled", || async { stats.handled() == total }).await;
-    stop.cancel();
-    consumer_task.await.unwrap();
-    relay_task.await.unwrap().unwrap();
+    pipeline.stop().await;
 
     let lag = store.lag().await.unwrap();
     let ordered = lag
@@ -213,8 +226,6 @@ where
             .enqueue_in_tx(&message(&format!("k{}", seq % 5), seq), true)
             .await;
     }
-    let stop = CancellationToken::new();
-    let relay_task = tokio::spawn(relay(&store).run(stop.clone()));
     let recorder = Recorder::default();
     let consumer = Consumer::new("dedupe", store.clone(), recorder.clone())
         .topic(TOPIC)
@@ -222,16 +233,14 @@ where
     let stats = consumer.stats();
     let duplicating = Duplicating::new(subscriber(&store), 1.0);
     let injected = duplicating.injected();
-    let task = spawn(consumer, duplicating, &stop);
+    let pipeline = Pipeline::start(&store, consumer, duplicating);
     eventually(WAIT, "every original and every duplicate settled", || async {
         stats.handled() == 30
             && stats.duplicates() == injected.load(Ordering::SeqCst)
             && stats.duplicates() == 30
     })
     .await;
-    stop.cancel();
-    task.await.unwrap();
-    relay_task.await.unwrap().unwrap();
+    pipeline.stop().await;
     assert_eq!(
         store
             .count("SELECT CAST(count(*) AS BIGINT) FROM test_applied")
@@ -257,8 +266,6 @@ where
             .enqueue_in_tx(&message(&format!("good-{}", seq % 3), seq), true)
             .await;
     }
-    let stop = CancellationToken::new();
-    let relay_task = tokio::spawn(relay(&store).run(stop.clone()));
     let recorder = Recorder {
         poison_key: Some("bad".into()),
         ..Recorder::default()
@@ -267,16 +274,14 @@ where
         .topic(TOPIC)
         .config(quick().max_attempts(3));
     let stats = consumer.stats();
-    let task = spawn(consumer, subscriber(&store), &stop);
+    let pipeline = Pipeline::start(&store, consumer, subscriber(&store));
     eventually(
         WAIT,
         "good events handled and the poison dead-lettered",
         || async { stats.handled() == 30 && stats.dead_lettered() == 1 },
     )
     .await;
-    stop.cancel();
-    task.await.unwrap();
-    relay_task.await.unwrap().unwrap();
+    pipeline.stop().await;
 
     let letters = store
         .dead_letters(&DeadLetterFilter::default().consumer("poisoned"))
@@ -391,21 +396,19 @@ where
     for (_, body) in &bodies {
         store.append_raw(TOPIC, "k", body.clone(), Duration::ZERO).await;
     }
-    let stop = CancellationToken::new();
     let recorder = Recorder::default();
     let consumer = Consumer::new("strict", store.clone(), recorder.clone())
         .topic(TOPIC)
         .config(quick());
     let stats = consumer.stats();
-    let task = spawn(consumer, subscriber(&store), &stop);
+    let pipeline = Pipeline::start(&store, consumer, subscriber(&store));
     eventually(
         WAIT,
         "bad input dead-lettered and the good event handled",
         || async { stats.dead_lettered() == 4 && stats.handled() == 1 },
     )
     .await;
-    stop.cancel();
-    task.await.unwrap();
+    pipeline.stop().await;
     assert_eq!(stats.retries(), 0, "bad input is permanent: no retries");
 
     let letters = store
@@ -437,8 +440,6 @@ where
     let m = message("pay", 1);
     let id = m.envelope.id;
     store.enqueue_in_tx(&m, true).await;
-    let stop = CancellationToken::new();
-    let relay_task = tokio::spawn(relay(&store).run(stop.clone()));
     let recorder = Recorder {
         effect: true,
         ..Recorder::default()
@@ -449,14 +450,12 @@ where
         .config(quick());
     let stats = consumer.stats();
     // Every delivery comes twice: the second must not reach the provider.
-    let task = spawn(consumer, Duplicating::new(subscriber(&store), 1.0), &stop);
+    let pipeline = Pipeline::start(&store, consumer, Duplicating::new(subscriber(&store), 1.0));
     eventually(WAIT, "handled once and the duplicate suppressed", || async {
         stats.handled() == 1 && stats.duplicates() == 1
     })
     .await;
-    stop.cancel();
-    task.await.unwrap();
-    relay_task.await.unwrap().unwrap();
+    pipeline.stop().await;
 
     let expected = IdempotencyKey::derive("payments", id, "charge");
     let keys = recorder.effect_keys.lock().unwrap().clone();
@@ -484,8 +483,6 @@ where
     for seq in 1..=10 {
         store.enqueue_in_tx(&message("fast", seq), true).await;
     }
-    let stop = CancellationToken::new();
-    let relay_task = tokio::spawn(relay(&store).run(stop.clone()));
     let recorder = Recorder {
         slow_key: Some("slow".into()),
         ..Recorder::default()
@@ -497,16 +494,14 @@ where
         .topic(TOPIC)
         .config(config);
     let stats = consumer.stats();
-    let task = spawn(consumer, subscriber(&store), &stop);
+    let pipeline = Pipeline::start(&store, consumer, subscriber(&store));
     eventually(
         WAIT,
         "the slow message dead-lettered, the others handled",
         || async { stats.handled() == 10 && stats.dead_lettered() == 1 },
     )
     .await;
-    stop.cancel();
-    task.await.unwrap();
-    relay_task.await.unwrap().unwrap();
+    pipeline.stop().await;
     assert_eq!(stats.retries(), 1);
     let letters = store
         .dead_letters(&DeadLetterFilter::default().consumer("impatient"))
@@ -609,8 +604,6 @@ where
 {
     store.enqueue_in_tx(&message("bad", 1), true).await;
     store.enqueue_in_tx(&message("good", 1), true).await;
-    let stop = CancellationToken::new();
-    let relay_task = tokio::spawn(relay(&store).run(stop.clone()));
     let recorder = Recorder {
         poison_key: Some("bad".into()),
         ..Recorder::default()
@@ -619,7 +612,7 @@ where
         .topic(TOPIC)
         .config(quick().max_attempts(2));
     let stats = consumer.stats();
-    let task = spawn(consumer, subscriber(&store), &stop);
+    let pipeline = Pipeline::start(&store, consumer, subscriber(&store));
     eventually(WAIT, "the poison dead-lettered", || async {
         stats.dead_lettered() == 1 && stats.handled() == 1
     })
@@ -640,9 +633,7 @@ where
         stats.handled() == 2
     })
     .await;
-    stop.cancel();
-    task.await.unwrap();
-    relay_task.await.unwrap().unwrap();
+    pipeline.stop().await;
     assert_eq!(
         store
             .count("SELECT CAST(count(*) AS BIGINT) FROM test_applied WHERE k = 'bad'")
