@@ -7,8 +7,9 @@
 //! | Tidings | JetStream |
 //! |---|---|
 //! | topic `orders` | stream `TIDINGS_ORDERS`, subjects `TIDINGS.orders.>` (file storage) |
-//! | message of type `OrderPlaced` on `orders` | subject `TIDINGS.orders.OrderPlaced` |
-//! | consumer group `email` | durable pull consumer `email` on that stream, explicit acks, delivering from the start |
+//! | message of type `OrderPlaced` with key `o-1` on `orders` | subject `TIDINGS.orders.<p>.OrderPlaced`, where `<p>` is the key's partition ([`Partition::of`]) |
+//! | consumer group `email` reading the whole topic | durable pull consumer `EMAIL` on that stream, filtered on `TIDINGS.orders.>`, explicit acks, delivering from the start |
+//! | partition `p` of `n` of group `email` | durable pull consumer `EMAIL-<p>-OF-<n>`, filtered on `TIDINGS.orders.<p>.>` |
 //! | envelope | CloudEvents binary mode: `ce-*` headers, the payload as the body |
 //! | envelope id | `Nats-Msg-Id`: JetStream drops a publisher's retry inside the stream's duplicate window (a redrive adds `/redrive/<n>`, so it is not dropped) |
 //!
@@ -19,6 +20,11 @@
 //! Names are made safe for JetStream (upper case, `_` for anything but
 //! letters, digits, `-` and `_`), so two topics differing only there share a
 //! stream name and the second is refused: pick distinct names.
+//!
+//! Topics have one partition unless [`NatsOptions::partitions`] says more;
+//! publishers and subscribers of a topic must agree on the count. The
+//! consumer runtime leases each partition to one member of the group, so
+//! the members share the work and a key stays with one of them.
 //!
 //! Acknowledgements map one to one: `Ack`, `Nak(delay)` (redelivered after
 //! the delay), `Progress` (extends the ack wait), `Term` (never again).
@@ -45,8 +51,8 @@ use async_nats::{HeaderMap, HeaderValue};
 use async_trait::async_trait;
 use futures::StreamExt;
 use tidings_core::{
-    AckKind, Acker, Backoff, Delivery, Error, Headers, OutgoingMessage, Publisher, RawMessage, Result,
-    Subscriber, Subscription, cloudevents,
+    AckKind, Acker, Backoff, Delivery, Error, Headers, OutgoingMessage, Partition, Publisher, RawMessage,
+    Result, Subscriber, Subscription, cloudevents,
 };
 use tokio::sync::mpsc;
 use tokio_stream::wrappers::ReceiverStream;
@@ -61,12 +67,13 @@ pub struct NatsOptions {
     max_ack_pending: i64,
     duplicate_window: Duration,
     prefetch: usize,
+    partitions: u32,
 }
 
 impl Default for NatsOptions {
     /// Streams named `TIDINGS_<TOPIC>`, a 30 s ack wait, at most 1000
     /// unacknowledged messages per consumer group (backpressure), a
-    /// 2-minute duplicate window, and pulls of 64 messages.
+    /// 2-minute duplicate window, pulls of 64 messages, one partition per topic.
     fn default() -> Self {
         NatsOptions {
             stream_prefix: "TIDINGS".into(),
@@ -74,6 +81,7 @@ impl Default for NatsOptions {
             max_ack_pending: 1000,
             duplicate_window: Duration::from_secs(120),
             prefetch: 64,
+            partitions: 1,
         }
     }
 }
@@ -102,6 +110,13 @@ impl NatsOptions {
     /// across the members of a group; larger saves round trips.
     pub fn prefetch(mut self, n: usize) -> Self {
         self.prefetch = n.max(1);
+        self
+    }
+
+    /// Partitions of every topic: up to this many members of one group share
+    /// a topic's work. Publishers and subscribers must use the same count.
+    pub fn partitions(mut self, n: u32) -> Self {
+        self.partitions = n.max(1);
         self
     }
 
@@ -332,9 +347,11 @@ impl Publisher for NatsTransport {
                 None => m.envelope.id.to_string(),
             };
             headers.insert("Nats-Msg-Id", msg_id.as_str());
+            let partition = Partition::of(&m.envelope.aggregate_key, self.options.partitions);
             let subject = format!(
-                "{}.{}",
+                "{}.{}.{}",
                 self.subject(&m.topic),
+                partition.index,
                 subject_token(&m.envelope.message_type)
             );
             let ack = self
@@ -387,10 +404,19 @@ fn headers_of(map: Option<&HeaderMap>) -> Headers {
 
 #[async_trait]
 impl Subscriber for NatsTransport {
-    async fn subscribe(&self, group: &str, topic: &str) -> Result<Subscription> {
+    fn partitions(&self, _topic: &str) -> u32 {
+        self.options.partitions
+    }
+
+    async fn subscribe_partition(
+        &self,
+        group: &str,
+        topic: &str,
+        partition: Partition,
+    ) -> Result<Subscription> {
         // The first pull is set up here, so that a refused configuration is
         // an error of `subscribe`; later failures are retried in the background.
-        let first = self.pull(group, topic).await?;
+        let first = self.pull(group, topic, partition).await?;
         let (tx, rx) = mpsc::channel(self.options.prefetch.max(1));
         let this = self.clone();
         let (group, topic) = (group.to_owned(), topic.to_owned());
@@ -400,7 +426,7 @@ impl Subscriber for NatsTransport {
             loop {
                 let mut current = match messages.take() {
                     Some(m) => m,
-                    None => match this.pull(&group, &topic).await {
+                    None => match this.pull(&group, &topic, partition).await {
                         Ok(m) => m,
                         Err(e) => {
                             failures += 1;
@@ -450,10 +476,22 @@ impl Subscriber for NatsTransport {
 }
 
 impl NatsTransport {
-    /// Creates (or finds) the group's durable consumer and starts pulling.
-    async fn pull(&self, group: &str, topic: &str) -> Result<consumer::pull::Stream> {
+    /// Creates (or finds) the durable consumer of the group's partition and starts pulling.
+    async fn pull(&self, group: &str, topic: &str, partition: Partition) -> Result<consumer::pull::Stream> {
         let stream = self.stream(topic).await?;
-        let durable = stream_token(group);
+        let (durable, filter_subject) = if partition.is_whole() {
+            (stream_token(group), format!("{}.>", self.subject(topic)))
+        } else {
+            (
+                format!(
+                    "{}-{}-OF-{}",
+                    stream_token(group),
+                    partition.index,
+                    partition.count
+                ),
+                format!("{}.{}.>", self.subject(topic), partition.index),
+            )
+        };
         let consumer: consumer::PullConsumer = stream
             .get_or_create_consumer(
                 &durable,
@@ -464,7 +502,7 @@ impl NatsTransport {
                     ack_wait: self.options.ack_wait,
                     max_ack_pending: self.options.max_ack_pending,
                     max_deliver: -1,
-                    filter_subject: format!("{}.>", self.subject(topic)),
+                    filter_subject,
                     ..Default::default()
                 },
             )

@@ -1,5 +1,5 @@
 //! NATS JetStream passes the transport conformance suite, against the real
-//! server (`NATS_URL`, default `nats://127.0.0.1:4222`).
+//! server (`NATS_URL`, default `nats://127.0.0.1:4222`), with three partitions per topic.
 
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -20,7 +20,7 @@ struct Nats {
 impl Nats {
     async fn open(&self) -> NatsTransport {
         let url = nats_url();
-        let t = NatsTransport::connect_with(&url, NatsOptions::default().ack_wait(ACK_WAIT))
+        let t = NatsTransport::connect_with(&url, NatsOptions::default().ack_wait(ACK_WAIT).partitions(3))
             .await
             .unwrap_or_else(|e| panic!("NATS JetStream is not reachable at {url} (set NATS_URL): {e}"));
         self.opened.lock().unwrap().push(t.clone());
@@ -57,5 +57,5 @@ impl TransportUnderTest for Nats {
 
 tidings_testkit::transport_conformance!(
     async { Nats::default() },
-    features: [competing_consumers_split_the_work, cloudevents_attributes_travel_as_headers]
+    features: [cloudevents_attributes_travel_as_headers]
 );

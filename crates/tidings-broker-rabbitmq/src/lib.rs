@@ -8,8 +8,9 @@
 //! | Tidings | RabbitMQ |
 //! |---|---|
 //! | topic `orders` | durable topic exchange `tidings.orders` |
-//! | message of type `OrderPlaced` | routing key `OrderPlaced`, persistent (delivery mode 2), `message_id` = envelope id |
-//! | consumer group `email` on `orders` | durable queue `tidings.orders.email`, bound with `#`, dead-lettering into fanout exchange `tidings.orders.email.dlx` and its queue `tidings.orders.email.dead` |
+//! | message of type `OrderPlaced` with key `o-1` | routing key `<p>.OrderPlaced`, where `<p>` is the key's partition ([`Partition::of`]); persistent (delivery mode 2), `message_id` = envelope id |
+//! | consumer group `email` on `orders` (one partition) | durable queue `tidings.orders.email`, bound with `#`, single active consumer, dead-lettering into fanout exchange `tidings.orders.email.dlx` and its queue `tidings.orders.email.dead` |
+//! | partition `p` of `n` of group `email` | durable queue `tidings.orders.email.<p>-of-<n>`, bound with `<p>.#`, single active consumer, dead-lettering into the group's `tidings.orders.email.dlx` |
 //! | `Nak(delay)` | the message is republished (confirmed) to `tidings.orders.email.delay.<ms>`, a durable queue whose messages expire after `<ms>` into `tidings.orders.email`, then the original is acknowledged; delays are rounded up to a power of two of milliseconds so that few such queues exist |
 //! | `Nak(None)` | `basic.nack` with requeue |
 //! | `Term` | `basic.reject` without requeue: RabbitMQ moves it to `tidings.orders.email.dead` (and Tidings' failure store holds it with its error history) |
@@ -21,10 +22,15 @@
 //! returned and the publish fails, so the relay keeps it in the outbox
 //! (and retries) rather than losing it. Subscribe every consumer group once
 //! (this declares its queue) before the relay starts on a new topic.
-//! Competing members of one group share the queue (round robin, bounded by
-//! the prefetch). Ordering per key holds within one member; across members
-//! of one group it does not yet (a consistent-hash or single-active-consumer
-//! topology is planned).
+//!
+//! Topics have one partition unless [`RabbitOptions::partitions`] says more;
+//! publishers and subscribers of a topic must agree on the count. Subscribing
+//! to any partition of a group declares the queues of all of them. The
+//! consumer runtime leases each partition to one member of the group, and
+//! every group queue is a *single active consumer* queue: even while a lease
+//! changes hands, the broker delivers a partition to one member at a time,
+//! and messages a departing member left unacknowledged go back to the head
+//! of its queue, so a key is handled in order across members.
 //!
 //! `tidings` is the prefix ([`RabbitOptions::prefix`]).
 #![warn(missing_docs, missing_debug_implementations, unreachable_pub)]
@@ -44,8 +50,8 @@ use lapin::options::{
 use lapin::types::{AMQPValue, FieldTable, LongString, ShortString};
 use lapin::{BasicProperties, Channel, Connection, ConnectionProperties, ExchangeKind};
 use tidings_core::{
-    AckKind, Acker, Backoff, Delivery, Error, Headers, OutgoingMessage, Publisher, RawMessage, Result,
-    Subscriber, Subscription, cloudevents,
+    AckKind, Acker, Backoff, Delivery, Error, Headers, OutgoingMessage, Partition, Publisher, RawMessage,
+    Result, Subscriber, Subscription, cloudevents,
 };
 use tokio::sync::mpsc;
 use tokio_stream::wrappers::ReceiverStream;
@@ -67,15 +73,17 @@ pub struct RabbitOptions {
     prefix: String,
     prefetch: u16,
     connection_name: Option<String>,
+    partitions: u32,
 }
 
 impl Default for RabbitOptions {
-    /// Names prefixed `tidings.`, 64 unacknowledged messages per member.
+    /// Names prefixed `tidings.`, 64 unacknowledged messages per member, one partition per topic.
     fn default() -> Self {
         RabbitOptions {
             prefix: "tidings".into(),
             prefetch: 64,
             connection_name: None,
+            partitions: 1,
         }
     }
 }
@@ -90,6 +98,13 @@ impl RabbitOptions {
     /// The name the broker shows for this transport's connections.
     pub fn connection_name(mut self, name: impl Into<String>) -> Self {
         self.connection_name = Some(name.into());
+        self
+    }
+
+    /// Partitions of every topic: up to this many members of one group share
+    /// a topic's work. Publishers and subscribers must use the same count.
+    pub fn partitions(mut self, n: u32) -> Self {
+        self.partitions = n.max(1);
         self
     }
 
@@ -213,9 +228,20 @@ impl RabbitTransport {
         format!("{}.{topic}", self.options.prefix)
     }
 
-    /// The queue of `group` on `topic`.
+    /// The queue of `group` on `topic` (its only partition), and the stem of
+    /// the group's other names (`.dlx`, `.dead`, partition queues).
     pub fn queue(&self, topic: &str, group: &str) -> String {
         format!("{}.{topic}.{group}", self.options.prefix)
+    }
+
+    /// The queue of one partition of `group` on `topic`.
+    pub fn partition_queue(&self, topic: &str, group: &str, partition: Partition) -> String {
+        let stem = self.queue(topic, group);
+        if partition.is_whole() {
+            stem
+        } else {
+            format!("{stem}.{}-of-{}", partition.index, partition.count)
+        }
     }
 
     /// Queues this transport declared, by name.
@@ -284,29 +310,39 @@ impl RabbitTransport {
         Ok(())
     }
 
-    /// Declares the group's queue with its dead-letter exchange and queue.
-    async fn declare_group(&self, channel: &Channel, topic: &str, group: &str) -> Result<String> {
+    /// Declares the queues of every partition of the group, with the
+    /// group's dead-letter exchange and queue.
+    async fn declare_group(&self, channel: &Channel, topic: &str, group: &str) -> Result<()> {
         let exchange = self.declare_exchange(channel, topic).await?;
-        let queue = self.queue(topic, group);
-        let dlx = format!("{queue}.dlx");
-        let dead = format!("{queue}.dead");
+        let stem = self.queue(topic, group);
+        let dlx = format!("{stem}.dlx");
+        let dead = format!("{stem}.dead");
         self.declare_named_exchange(channel, &dlx, ExchangeKind::Fanout)
             .await?;
         self.declare_queue(channel, &dead, FieldTable::default()).await?;
-        self.bind(channel, &dead, &dlx).await?;
-        let mut args = FieldTable::default();
-        args.insert("x-dead-letter-exchange".into(), long(&dlx));
-        self.declare_queue(channel, &queue, args).await?;
-        self.bind(channel, &queue, &exchange).await?;
-        Ok(queue)
+        self.bind(channel, &dead, &dlx, "#").await?;
+        for partition in Partition::all(self.options.partitions) {
+            let queue = self.partition_queue(topic, group, partition);
+            let mut args = FieldTable::default();
+            args.insert("x-dead-letter-exchange".into(), long(&dlx));
+            args.insert("x-single-active-consumer".into(), AMQPValue::Boolean(true));
+            self.declare_queue(channel, &queue, args).await?;
+            let pattern = if partition.is_whole() {
+                "#".to_owned()
+            } else {
+                format!("{}.#", partition.index)
+            };
+            self.bind(channel, &queue, &exchange, &pattern).await?;
+        }
+        Ok(())
     }
 
-    async fn bind(&self, channel: &Channel, queue: &str, exchange: &str) -> Result<()> {
+    async fn bind(&self, channel: &Channel, queue: &str, exchange: &str, pattern: &str) -> Result<()> {
         channel
             .queue_bind(
                 queue.into(),
                 exchange.into(),
-                "#".into(),
+                pattern.into(),
                 QueueBindOptions::default(),
                 FieldTable::default(),
             )
@@ -415,10 +451,9 @@ impl Publisher for RabbitTransport {
             if let Some(ct) = content_type {
                 properties = properties.with_content_type(ct.as_str().into());
             }
-            confirms.push(
-                self.send(&exchange, &m.envelope.message_type, &payload, properties)
-                    .await?,
-            );
+            let partition = Partition::of(&m.envelope.aggregate_key, self.options.partitions);
+            let routing_key = format!("{}.{}", partition.index, m.envelope.message_type);
+            confirms.push(self.send(&exchange, &routing_key, &payload, properties).await?);
         }
         for c in confirms {
             confirmed(c).await?;
@@ -543,10 +578,19 @@ impl Acker for RabbitAcker {
 
 #[async_trait]
 impl Subscriber for RabbitTransport {
-    async fn subscribe(&self, group: &str, topic: &str) -> Result<Subscription> {
+    fn partitions(&self, _topic: &str) -> u32 {
+        self.options.partitions
+    }
+
+    async fn subscribe_partition(
+        &self,
+        group: &str,
+        topic: &str,
+        partition: Partition,
+    ) -> Result<Subscription> {
         // The first consumer is set up here, so that a refused declaration
         // is an error of `subscribe`; a lost one is set up again below.
-        let first = self.consume(group, topic).await?;
+        let first = self.consume(group, topic, partition).await?;
         let (tx, rx) = mpsc::channel(usize::from(self.options.prefetch));
         let transport = self.clone();
         let (group, topic) = (group.to_owned(), topic.to_owned());
@@ -556,7 +600,7 @@ impl Subscriber for RabbitTransport {
             loop {
                 let (channel, queue, mut consumer) = match current.take() {
                     Some(c) => c,
-                    None => match transport.consume(&group, &topic).await {
+                    None => match transport.consume(&group, &topic, partition).await {
                         Ok(c) => c,
                         Err(e) => {
                             failures += 1;
@@ -627,8 +671,13 @@ impl Subscriber for RabbitTransport {
 }
 
 impl RabbitTransport {
-    /// Opens a channel with the prefetch, declares the group and starts consuming.
-    async fn consume(&self, group: &str, topic: &str) -> Result<(Channel, String, lapin::Consumer)> {
+    /// Opens a channel with the prefetch, declares the group and starts consuming one partition.
+    async fn consume(
+        &self,
+        group: &str,
+        topic: &str,
+        partition: Partition,
+    ) -> Result<(Channel, String, lapin::Consumer)> {
         let channel = self
             .connection()
             .await?
@@ -639,7 +688,8 @@ impl RabbitTransport {
             .basic_qos(self.options.prefetch, BasicQosOptions::default())
             .await
             .map_err(|e| transport_error("setting the prefetch", e, true))?;
-        let queue = self.declare_group(&channel, topic, group).await?;
+        self.declare_group(&channel, topic, group).await?;
+        let queue = self.partition_queue(topic, group, partition);
         let consumer = channel
             .basic_consume(
                 queue.as_str().into(),

@@ -1,11 +1,12 @@
 //! RabbitMQ passes the transport conformance suite, against the real
-//! broker (`AMQP_URL`, default `amqp://guest:guest@127.0.0.1:5672/%2f`).
+//! broker (`AMQP_URL`, default `amqp://guest:guest@127.0.0.1:5672/%2f`), with three partitions
+//! per topic.
 
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use async_trait::async_trait;
-use tidings_broker_rabbitmq::RabbitTransport;
+use tidings_broker_rabbitmq::{RabbitOptions, RabbitTransport};
 use tidings_core::{Publisher, Subscriber};
 use tidings_testkit::conformance::TransportUnderTest;
 use tidings_testkit::rabbitmq::amqp_url;
@@ -18,7 +19,7 @@ struct Rabbit {
 impl Rabbit {
     async fn open(&self) -> RabbitTransport {
         let url = amqp_url();
-        let t = RabbitTransport::connect(&url)
+        let t = RabbitTransport::connect_with(&url, RabbitOptions::default().partitions(3))
             .await
             .unwrap_or_else(|e| panic!("RabbitMQ is not reachable (set AMQP_URL): {e}"));
         self.opened.lock().unwrap().push(t.clone());
@@ -61,5 +62,5 @@ impl TransportUnderTest for Rabbit {
 
 tidings_testkit::transport_conformance!(
     async { Rabbit::default() },
-    features: [competing_consumers_split_the_work, cloudevents_attributes_travel_as_headers]
+    features: [cloudevents_attributes_travel_as_headers]
 );

@@ -8,6 +8,7 @@
 //! - [`store`]: the small traits a database store implements: [`Outbox`],
 //!   [`RelayStore`], [`ConsumerStore`], [`FailureStore`], [`LagSource`].
 //! - [`Error`] and [`ErrorClass`]: every error says whether to retry.
+//! - [`Partition`]: how keys spread over the members of a group.
 //! - [`Backoff`]: capped exponential backoff with jitter.
 //!
 //! Users normally depend on the `tidings` facade crate, which re-exports this one.
@@ -42,6 +43,7 @@ pub mod error;
 pub mod log;
 pub mod message;
 pub mod migrate;
+pub mod partition;
 pub mod sql;
 pub mod store;
 pub mod transport;
@@ -50,6 +52,7 @@ pub use backoff::Backoff;
 pub use envelope::{Envelope, Headers, Kind};
 pub use error::{DecodeError, Error, ErrorClass, Result, classify_sqlx};
 pub use message::Message;
+pub use partition::Partition;
 pub use store::{
     ClaimedBatch, ConsumerLag, ConsumerStore, DeadLetter, DeadLetterFilter, Failure, FailureStore, LagReport,
     LagSource, Outbox, REDRIVE_HEADER, Redrive, RelayStore, redrive_envelope,

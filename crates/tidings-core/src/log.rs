@@ -25,6 +25,7 @@ use tokio::sync::{Notify, mpsc, watch};
 use tokio_stream::wrappers::ReceiverStream;
 
 use crate::error::Result;
+use crate::partition::Partition;
 use crate::transport::{
     AckKind, Acker, Delivery, OutgoingMessage, Publisher, RawMessage, Subscriber, Subscription,
 };
@@ -56,9 +57,16 @@ pub trait LogBackend: Send + Sync + 'static {
     /// Appends `batch` in order, in one transaction; returns once committed.
     async fn append(&self, batch: &[OutgoingMessage]) -> Result<()>;
 
-    /// Reads up to `limit` entries of `topic` after `after`, in order, only
-    /// from transactions that can no longer be overtaken by an earlier one.
-    async fn read(&self, topic: &str, after: LogPosition, limit: usize) -> Result<Vec<LogEntry>>;
+    /// Reads up to `limit` entries of `topic` in `partition` after `after`,
+    /// in order, only from transactions that can no longer be overtaken by an
+    /// earlier one. An entry's partition is [`Partition::of`] its key.
+    async fn read(
+        &self,
+        topic: &str,
+        partition: Partition,
+        after: LogPosition,
+        limit: usize,
+    ) -> Result<Vec<LogEntry>>;
 
     /// The committed offset of `group` on `topic` (the default position for a new group).
     async fn load_offset(&self, group: &str, topic: &str) -> Result<LogPosition>;
@@ -103,18 +111,20 @@ pub struct LogReaderConfig {
     max_in_flight: usize,
     poll_interval: Duration,
     commit_interval: Duration,
+    partitions: u32,
 }
 
 impl Default for LogReaderConfig {
     /// Batches of 500, at most 5000 unsettled messages per subscription,
     /// polling every 250 ms when no wake-up arrives, offsets stored at most
-    /// every 100 ms.
+    /// every 100 ms, one partition per topic.
     fn default() -> Self {
         LogReaderConfig {
             batch_size: 500,
             max_in_flight: 5000,
             poll_interval: Duration::from_millis(250),
             commit_interval: Duration::from_millis(100),
+            partitions: 1,
         }
     }
 }
@@ -135,6 +145,16 @@ impl LogReaderConfig {
     /// How often to look for new entries when no wake-up arrives.
     pub fn poll_interval(mut self, d: Duration) -> Self {
         self.poll_interval = d;
+        self
+    }
+
+    /// Partitions of every topic: members of one group can share the
+    /// topic's work up to this many ways. A group's offsets are kept per
+    /// partition, so changing the count starts the group's partitions anew
+    /// from the beginning of the log (idempotent consumers skip what they
+    /// already handled, at the cost of reading it again).
+    pub fn partitions(mut self, n: u32) -> Self {
+        self.partitions = n.max(1);
         self
     }
 
@@ -231,8 +251,18 @@ impl Acker for LogAcker {
 
 #[async_trait]
 impl<B: LogBackend> Subscriber for LogSubscriber<B> {
-    async fn subscribe(&self, group: &str, topic: &str) -> Result<Subscription> {
-        let start = self.backend.load_offset(group, topic).await?;
+    fn partitions(&self, _topic: &str) -> u32 {
+        self.config.partitions
+    }
+
+    async fn subscribe_partition(
+        &self,
+        group: &str,
+        topic: &str,
+        partition: Partition,
+    ) -> Result<Subscription> {
+        let offsets = offset_key(group, partition);
+        let start = self.backend.load_offset(&offsets, topic).await?;
         let (sender, receiver) = mpsc::channel(self.config.batch_size);
         let shared = Arc::new(Shared {
             window: Mutex::new(Window {
@@ -244,8 +274,9 @@ impl<B: LogBackend> Subscriber for LogSubscriber<B> {
         let reader = Reader {
             backend: self.backend.clone(),
             config: self.config.clone(),
-            group: group.to_owned(),
+            group: offsets,
             topic: topic.to_owned(),
+            partition,
             shared,
             sender,
             cursor: start,
@@ -266,11 +297,23 @@ impl<B: LogBackend> Subscriber for LogSubscriber<B> {
     }
 }
 
+/// The name a group's offset of one partition is stored under: the group
+/// itself for a whole topic, `group#index/count` for a partition.
+pub fn offset_key(group: &str, partition: Partition) -> String {
+    if partition.is_whole() {
+        group.to_owned()
+    } else {
+        format!("{group}#{partition}")
+    }
+}
+
 struct Reader<B> {
     backend: Arc<B>,
     config: LogReaderConfig,
+    /// The group, as its offsets are stored ([`offset_key`]).
     group: String,
     topic: String,
+    partition: Partition,
     shared: Arc<Shared>,
     sender: Sender,
     cursor: LogPosition,
@@ -299,7 +342,11 @@ impl<B: LogBackend> Reader<B> {
             let limit = self.config.batch_size.min(self.config.max_in_flight - in_flight);
             // Seen-before-read: an append after this line wakes the wait below.
             appended.mark_unchanged();
-            let entries = match self.backend.read(&self.topic, self.cursor, limit).await {
+            let entries = match self
+                .backend
+                .read(&self.topic, self.partition, self.cursor, limit)
+                .await
+            {
                 Ok(entries) => {
                     failures = 0;
                     entries

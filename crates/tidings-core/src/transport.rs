@@ -19,6 +19,7 @@ use futures::stream::BoxStream;
 
 use crate::envelope::{Envelope, Headers};
 use crate::error::{DecodeError, Result};
+use crate::partition::Partition;
 
 /// One message for a publisher: where it goes and what it is.
 #[derive(Debug, Clone)]
@@ -181,6 +182,28 @@ impl Subscription {
         self
     }
 
+    /// One subscription reading all of `parts`, closing each of them when closed.
+    pub fn merge(parts: Vec<Subscription>) -> Self {
+        if parts.len() == 1 {
+            return parts.into_iter().next().expect("one part");
+        }
+        let mut streams = Vec::with_capacity(parts.len());
+        let mut closers = Vec::with_capacity(parts.len());
+        for part in parts {
+            streams.push(part.stream);
+            closers.extend(part.closer);
+        }
+        Subscription::new(futures::stream::select_all(streams)).on_close(move || async move {
+            let mut first_error = None;
+            for close in closers {
+                if let Err(e) = close().await {
+                    first_error.get_or_insert(e);
+                }
+            }
+            first_error.map_or(Ok(()), Err)
+        })
+    }
+
     /// Stops reading and waits until the transport has stored what was acknowledged.
     pub async fn close(self) -> Result<()> {
         let Subscription { stream, closer } = self;
@@ -201,15 +224,52 @@ impl Stream for Subscription {
 }
 
 /// Reads messages from a transport as a member of a consumer group.
+///
+/// A topic has [`partitions`](Subscriber::partitions) (1 unless the
+/// transport is configured with more). Every group gets every message of the
+/// topic; within a group, each partition is read by one member at a time
+/// (the consumer runtime leases them), so a key's messages reach one member,
+/// in order, while the members of the group share the partitions.
 #[async_trait]
 pub trait Subscriber: Send + Sync + 'static {
-    /// Subscribes `group` to `topic`. Every group gets every message of the
-    /// topic; within one group each message is handled by one member.
-    async fn subscribe(&self, group: &str, topic: &str) -> Result<Subscription>;
+    /// How many partitions `topic` has on this transport.
+    fn partitions(&self, _topic: &str) -> u32 {
+        1
+    }
+
+    /// Subscribes `group` to one partition of `topic`.
+    async fn subscribe_partition(
+        &self,
+        group: &str,
+        topic: &str,
+        partition: Partition,
+    ) -> Result<Subscription>;
+
+    /// Subscribes `group` to every partition of `topic`: one member reading the whole topic.
+    async fn subscribe(&self, group: &str, topic: &str) -> Result<Subscription> {
+        let mut parts = Vec::new();
+        for partition in Partition::all(self.partitions(topic)) {
+            parts.push(self.subscribe_partition(group, topic, partition).await?);
+        }
+        Ok(Subscription::merge(parts))
+    }
 }
 
 #[async_trait]
 impl<S: Subscriber + ?Sized> Subscriber for std::sync::Arc<S> {
+    fn partitions(&self, topic: &str) -> u32 {
+        (**self).partitions(topic)
+    }
+
+    async fn subscribe_partition(
+        &self,
+        group: &str,
+        topic: &str,
+        partition: Partition,
+    ) -> Result<Subscription> {
+        (**self).subscribe_partition(group, topic, partition).await
+    }
+
     async fn subscribe(&self, group: &str, topic: &str) -> Result<Subscription> {
         (**self).subscribe(group, topic).await
     }

@@ -3,7 +3,8 @@
 use async_trait::async_trait;
 use sqlx::Row;
 use tidings_core::log::{LogBackend, LogEntry, LogPosition};
-use tidings_core::{Error, OutgoingMessage, RawMessage, Result, cloudevents};
+use tidings_core::partition::key_hash;
+use tidings_core::{Error, OutgoingMessage, Partition, RawMessage, Result, cloudevents};
 use tokio::sync::watch;
 
 use crate::PgStore;
@@ -17,15 +18,18 @@ impl LogBackend for PgStore {
     async fn append(&self, batch: &[OutgoingMessage]) -> Result<()> {
         let topics: Vec<&str> = batch.iter().map(|m| m.topic.as_str()).collect();
         let keys: Vec<&str> = batch.iter().map(|m| m.envelope.aggregate_key.as_str()).collect();
+        let hashes: Vec<i64> = keys.iter().map(|k| i64::from(key_hash(k))).collect();
         let bodies: Vec<Vec<u8>> = batch.iter().map(|m| cloudevents::to_json(&m.envelope)).collect();
         // One statement, one transaction: the batch is confirmed when it commits.
         sqlx::query(
-            "INSERT INTO tidings_log (topic, aggregate_key, body)
-             SELECT t, k, b FROM UNNEST($1::text[], $2::text[], $3::bytea[]) WITH ORDINALITY AS u(t, k, b, n)
+            "INSERT INTO tidings_log (topic, aggregate_key, key_hash, body)
+             SELECT t, k, h, b FROM UNNEST($1::text[], $2::text[], $3::int8[], $4::bytea[])
+                 WITH ORDINALITY AS u(t, k, h, b, n)
              ORDER BY n",
         )
         .bind(&topics)
         .bind(&keys)
+        .bind(&hashes)
         .bind(&bodies)
         .execute(&self.inner.pool)
         .await
@@ -38,19 +42,28 @@ impl LogBackend for PgStore {
         Ok(())
     }
 
-    async fn read(&self, topic: &str, after: LogPosition, limit: usize) -> Result<Vec<LogEntry>> {
+    async fn read(
+        &self,
+        topic: &str,
+        partition: Partition,
+        after: LogPosition,
+        limit: usize,
+    ) -> Result<Vec<LogEntry>> {
         // Only rows of transactions older than the oldest one still running:
         // those can no longer be joined by a row that sorts before them.
         let rows = sqlx::query(
             "SELECT txid, seq, aggregate_key, body FROM tidings_log
              WHERE topic = $1 AND (txid, seq) > ($2, $3)
                AND txid < pg_snapshot_xmin(pg_current_snapshot())::text::bigint
+               AND ($5 = 1 OR COALESCE(key_hash, 0) % $5 = $6)
              ORDER BY txid, seq LIMIT $4",
         )
         .bind(topic)
         .bind(after.txid)
         .bind(after.seq)
         .bind(i64::try_from(limit).unwrap_or(i64::MAX))
+        .bind(i64::from(partition.count))
+        .bind(i64::from(partition.index))
         .fetch_all(&self.inner.pool)
         .await
         .map_err(Error::db("reading the log"))?;

@@ -21,6 +21,11 @@ const PLAN: MigrationPlan = MigrationPlan {
             name: "redrive",
             sql: include_str!("../migrations/0002_redrive.sql"),
         },
+        Migration {
+            version: 3,
+            name: "partitions",
+            sql: include_str!("../migrations/0003_partitions.sql"),
+        },
     ],
 };
 

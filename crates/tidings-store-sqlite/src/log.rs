@@ -3,7 +3,8 @@
 use async_trait::async_trait;
 use sqlx::Row;
 use tidings_core::log::{LogBackend, LogEntry, LogPosition};
-use tidings_core::{Error, OutgoingMessage, RawMessage, Result, cloudevents};
+use tidings_core::partition::key_hash;
+use tidings_core::{Error, OutgoingMessage, Partition, RawMessage, Result, cloudevents};
 use tokio::sync::watch;
 
 use crate::{SqliteStore, now_millis};
@@ -24,10 +25,12 @@ impl LogBackend for SqliteStore {
         let now = now_millis();
         for m in batch {
             sqlx::query(
-                "INSERT INTO tidings_log (topic, aggregate_key, body, created_at) VALUES ($1, $2, $3, $4)",
+                "INSERT INTO tidings_log (topic, aggregate_key, key_hash, body, created_at)
+                 VALUES ($1, $2, $3, $4, $5)",
             )
             .bind(&m.topic)
             .bind(&m.envelope.aggregate_key)
+            .bind(i64::from(key_hash(&m.envelope.aggregate_key)))
             .bind(cloudevents::to_json(&m.envelope))
             .bind(now)
             .execute(&mut *tx)
@@ -39,13 +42,23 @@ impl LogBackend for SqliteStore {
         Ok(())
     }
 
-    async fn read(&self, topic: &str, after: LogPosition, limit: usize) -> Result<Vec<LogEntry>> {
+    async fn read(
+        &self,
+        topic: &str,
+        partition: Partition,
+        after: LogPosition,
+        limit: usize,
+    ) -> Result<Vec<LogEntry>> {
         let rows = sqlx::query(
-            "SELECT seq, aggregate_key, body FROM tidings_log WHERE topic = $1 AND seq > $2 ORDER BY seq LIMIT $3",
+            "SELECT seq, aggregate_key, body FROM tidings_log
+             WHERE topic = $1 AND seq > $2 AND ($4 = 1 OR COALESCE(key_hash, 0) % $4 = $5)
+             ORDER BY seq LIMIT $3",
         )
         .bind(topic)
         .bind(after.seq)
         .bind(i64::try_from(limit).unwrap_or(i64::MAX))
+        .bind(i64::from(partition.count))
+        .bind(i64::from(partition.index))
         .fetch_all(&self.inner.pool)
         .await
         .map_err(Error::db("reading the log"))?;

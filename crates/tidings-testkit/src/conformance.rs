@@ -10,7 +10,7 @@
 //!
 //! ```ignore
 //! tidings_testkit::transport_conformance!(async { MyFixture::new().await },
-//!     features: [competing_consumers_split_the_work, cloudevents_attributes_travel_as_headers]);
+//!     features: [cloudevents_attributes_travel_as_headers]);
 //! ```
 //!
 //! The contract every transport keeps:
@@ -18,6 +18,8 @@
 //! - a consumer group receives every message published to the topic after
 //!   it first subscribed (and may receive older retained ones);
 //! - messages of one key arrive in publish order;
+//! - a topic's partitions split a group: each member reading some of them
+//!   gets exactly the keys that fall in those;
 //! - `publish` returning `Ok` means the transport has the message: a member
 //!   connecting afterwards gets it;
 //! - a delivery that is not settled is delivered again after the
@@ -32,7 +34,8 @@ use async_trait::async_trait;
 use futures::StreamExt;
 use serde::{Deserialize, Serialize};
 use tidings_core::{
-    AckKind, Delivery, Envelope, Kind, Message, OutgoingMessage, Publisher, Subscriber, Subscription,
+    AckKind, Delivery, Envelope, Kind, Message, OutgoingMessage, Partition, Publisher, Subscriber,
+    Subscription,
 };
 use uuid::Uuid;
 
@@ -43,7 +46,9 @@ pub trait TransportUnderTest: Send + Sync + 'static {
     async fn publisher(&self) -> Arc<dyn Publisher>;
 
     /// A subscriber standing for one group member (a new connection where
-    /// the transport has connections).
+    /// the transport has connections), configured with at least two
+    /// partitions per topic, so that the suite runs partitioned and checks
+    /// that partitions split a group's work.
     async fn subscriber(&self) -> Arc<dyn Subscriber>;
 
     /// How long an unsettled delivery of a closed subscription takes to come back.
@@ -219,43 +224,92 @@ pub async fn fan_out_to_every_group<T: TransportUnderTest>(t: &T) {
     b.close().await.unwrap();
 }
 
-/// Optional feature: two members of one group split the messages; the group handles each once.
-pub async fn competing_consumers_split_the_work<T: TransportUnderTest>(t: &T) {
+/// Two members of one group, each reading half of the partitions, split
+/// the messages: the group gets each message once, every key reaches one
+/// member only (the one reading its partition), in order.
+pub async fn partitions_split_a_group<T: TransportUnderTest>(t: &T) {
     let topic = fresh_topic();
     let group = fresh_group("shared");
-    let one = t.subscriber().await.subscribe(&group, &topic).await.unwrap();
-    let two = t.subscriber().await.subscribe(&group, &topic).await.unwrap();
-    let sent = probes(&topic, 8, 40);
+    let count = t.subscriber().await.partitions(&topic);
+    assert!(
+        count >= 2,
+        "the fixture must give topics at least 2 partitions for this check (it gives {count})"
+    );
+    let mut members = Vec::new();
+    for parity in 0..2 {
+        let subscriber = t.subscriber().await;
+        let mut parts = Vec::new();
+        for partition in Partition::all(count).filter(|p| p.index % 2 == parity) {
+            parts.push(
+                subscriber
+                    .subscribe_partition(&group, &topic, partition)
+                    .await
+                    .unwrap(),
+            );
+        }
+        members.push(Subscription::merge(parts));
+    }
+    let sent = probes(&topic, 16, 20);
     t.publisher().await.publish(&sent).await.unwrap();
-    // Two members working at once, each acknowledging at once.
-    let seen: Arc<std::sync::Mutex<BTreeMap<Uuid, usize>>> = Arc::default();
+    // Both members working at once, each acknowledging at once.
+    type Seen = BTreeMap<Uuid, Vec<(u32, Probe)>>;
+    let seen: Arc<std::sync::Mutex<Seen>> = Arc::default();
     let total = sent.len();
-    let member = |mut sub: Subscription| {
-        let seen = seen.clone();
-        tokio::spawn(async move {
-            let mut handled = 0usize;
-            let deadline = Instant::now() + WAIT;
-            while seen.lock().expect("lock").len() < total && Instant::now() < deadline {
-                if let Some(d) = maybe_next(&mut sub, Duration::from_millis(100)).await {
-                    d.ack(AckKind::Ack).await.expect("ack");
-                    *seen.lock().expect("lock").entry(decode(&d).0.id).or_default() += 1;
-                    handled += 1;
+    let tasks: Vec<_> = members
+        .into_iter()
+        .zip(0u32..)
+        .map(|(mut sub, member)| {
+            let seen = seen.clone();
+            tokio::spawn(async move {
+                let deadline = Instant::now() + WAIT;
+                while seen.lock().expect("lock").len() < total && Instant::now() < deadline {
+                    if let Some(d) = maybe_next(&mut sub, Duration::from_millis(100)).await {
+                        d.ack(AckKind::Ack).await.expect("ack");
+                        let (e, probe) = decode(&d);
+                        seen.lock()
+                            .expect("lock")
+                            .entry(e.id)
+                            .or_default()
+                            .push((member, probe));
+                    }
                 }
-            }
-            (sub, handled)
+                sub
+            })
         })
-    };
-    let (a, b) = (member(one), member(two));
-    let ((one, in_one), (two, in_two)) = (a.await.expect("member"), b.await.expect("member"));
+        .collect();
+    let mut subs = Vec::new();
+    for task in tasks {
+        subs.push(task.await.expect("member"));
+    }
     let seen = seen.lock().expect("lock").clone();
     assert_eq!(seen.len(), total, "the group missed messages");
-    assert!(seen.values().all(|&n| n == 1), "a message went to both members");
     assert!(
-        in_one > 0 && in_two > 0,
-        "one member got everything: {in_one} and {in_two}"
+        seen.values().all(|d| d.len() == 1),
+        "a message reached the group twice"
     );
-    one.close().await.unwrap();
-    two.close().await.unwrap();
+    let mut by_key: BTreeMap<String, Vec<(u32, u32)>> = BTreeMap::new();
+    for (member, probe) in seen.values().flatten() {
+        by_key
+            .entry(probe.key.clone())
+            .or_default()
+            .push((*member, probe.seq));
+    }
+    let mut per_member = [0usize; 2];
+    for (key, got) in &by_key {
+        let member = Partition::of(key, count).index % 2;
+        assert!(
+            got.iter().all(|(m, _)| *m == member),
+            "key {key} reached a member not reading its partition"
+        );
+        per_member[member as usize] += got.len();
+    }
+    assert!(
+        per_member.iter().all(|&n| n > 0),
+        "one member got everything: {per_member:?}"
+    );
+    for sub in subs {
+        sub.close().await.unwrap();
+    }
 }
 
 /// A key's messages arrive in publish order.
@@ -656,7 +710,7 @@ pub async fn dead_letters_redrive_through_the_outbox<T: TransportUnderTest>(t: &
 /// fixture built by `$fixture` (an async expression).
 ///
 /// Optional checks, generated only when listed in `features: [...]`:
-/// `competing_consumers_split_the_work`, `cloudevents_attributes_travel_as_headers`.
+/// `cloudevents_attributes_travel_as_headers`.
 #[macro_export]
 macro_rules! transport_conformance {
     ($fixture:expr) => {
@@ -675,6 +729,7 @@ macro_rules! transport_conformance {
             parallel_handling_keeps_order_per_key,
             poison_is_dead_lettered_and_never_redelivered,
             dead_letters_redrive_through_the_outbox,
+            partitions_split_a_group,
             $($feature,)*
         );
     };

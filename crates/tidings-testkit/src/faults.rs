@@ -9,7 +9,7 @@ use async_trait::async_trait;
 use futures::StreamExt;
 use rand::Rng;
 use tidings_core::{
-    AckKind, Acker, Delivery, Error, OutgoingMessage, Publisher, Result, Subscriber, Subscription,
+    AckKind, Acker, Delivery, Error, OutgoingMessage, Partition, Publisher, Result, Subscriber, Subscription,
 };
 use tokio::sync::mpsc;
 use tokio_stream::wrappers::ReceiverStream;
@@ -51,8 +51,17 @@ impl Acker for NoopAcker {
 
 #[async_trait]
 impl<S: Subscriber> Subscriber for Duplicating<S> {
-    async fn subscribe(&self, group: &str, topic: &str) -> Result<Subscription> {
-        let mut inner = self.inner.subscribe(group, topic).await?;
+    fn partitions(&self, topic: &str) -> u32 {
+        self.inner.partitions(topic)
+    }
+
+    async fn subscribe_partition(
+        &self,
+        group: &str,
+        topic: &str,
+        partition: Partition,
+    ) -> Result<Subscription> {
+        let mut inner = self.inner.subscribe_partition(group, topic, partition).await?;
         let (tx, rx) = mpsc::channel(64);
         let rate = self.rate;
         let injected = self.injected.clone();
