@@ -26,6 +26,12 @@
 //! consumer runtime leases each partition to one member of the group, so
 //! the members share the work and a key stays with one of them.
 //!
+//! A member that starts reading a partition whose durable consumer still
+//! has unacknowledged messages (its previous reader crashed or handed over
+//! mid-batch) first waits one ack wait ([`NatsOptions::ack_wait`]), so that
+//! JetStream redelivers those before anything newer and each key stays in
+//! order.
+//!
 //! Acknowledgements map one to one: `Ack`, `Nak(delay)` (redelivered after
 //! the delay), `Progress` (extends the ack wait), `Term` (never again).
 //! Retries and dead-lettering are the consumer runtime's: the JetStream
@@ -416,7 +422,9 @@ impl Subscriber for NatsTransport {
     ) -> Result<Subscription> {
         // The first pull is set up here, so that a refused configuration is
         // an error of `subscribe`; later failures are retried in the background.
-        let first = self.pull(group, topic, partition).await?;
+        let mut consumer = self.durable(group, topic, partition).await?;
+        self.let_unacknowledged_come_back(&mut consumer).await?;
+        let first = self.messages(&consumer).await?;
         let (tx, rx) = mpsc::channel(self.options.prefetch.max(1));
         let this = self.clone();
         let (group, topic) = (group.to_owned(), topic.to_owned());
@@ -478,6 +486,49 @@ impl Subscriber for NatsTransport {
 impl NatsTransport {
     /// Creates (or finds) the durable consumer of the group's partition and starts pulling.
     async fn pull(&self, group: &str, topic: &str, partition: Partition) -> Result<consumer::pull::Stream> {
+        let consumer = self.durable(group, topic, partition).await?;
+        self.messages(&consumer).await
+    }
+
+    /// Starts pulling.
+    async fn messages(&self, consumer: &consumer::PullConsumer) -> Result<consumer::pull::Stream> {
+        consumer
+            .stream()
+            .max_messages_per_batch(self.options.prefetch)
+            .messages()
+            .await
+            .map_err(|e| transport_error("pulling messages", e, true))
+    }
+
+    /// Waits, before a member starts reading a partition, until what an
+    /// earlier reader left unacknowledged can be redelivered. JetStream
+    /// hands out redeliveries before new messages, but only once their ack
+    /// wait ran out: pulling at once would deliver a key's later messages
+    /// before its unacknowledged earlier one.
+    async fn let_unacknowledged_come_back(&self, consumer: &mut consumer::PullConsumer) -> Result<()> {
+        let info = consumer
+            .info()
+            .await
+            .map_err(|e| transport_error("reading consumer info", e, true))?;
+        if info.num_ack_pending > 0 {
+            tracing::info!(
+                consumer = %info.name,
+                unacknowledged = info.num_ack_pending,
+                wait_ms = self.options.ack_wait.as_millis() as u64,
+                "an earlier reader left messages unacknowledged; waiting for their redelivery so that order holds"
+            );
+            tokio::time::sleep(self.options.ack_wait).await;
+        }
+        Ok(())
+    }
+
+    /// Creates (or finds) the durable consumer of the group's partition.
+    async fn durable(
+        &self,
+        group: &str,
+        topic: &str,
+        partition: Partition,
+    ) -> Result<consumer::PullConsumer> {
         let stream = self.stream(topic).await?;
         let (durable, filter_subject) = if partition.is_whole() {
             (stream_token(group), format!("{}.>", self.subject(topic)))
@@ -508,12 +559,7 @@ impl NatsTransport {
             )
             .await
             .map_err(|e| transport_error(&format!("creating consumer {durable}"), e, true))?;
-        consumer
-            .stream()
-            .max_messages_per_batch(self.options.prefetch)
-            .messages()
-            .await
-            .map_err(|e| transport_error("pulling messages", e, true))
+        Ok(consumer)
     }
 }
 

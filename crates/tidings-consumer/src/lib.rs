@@ -2,6 +2,18 @@
 //! runtime make it idempotent, patient with transient failures, quick to
 //! give up on poison, bounded in concurrency and ordered per key.
 //!
+//! # Members of a group
+//!
+//! Run the same consumer in several processes and they share the work: each
+//! topic's partitions (set on the transport) are leased to the members of
+//! the group through the store, round robin, so that each partition, and
+//! with it each key, is read by one member at a time. Members that join or
+//! leave move the shares; a member that dies is replaced when its lease
+//! lapses ([`ConsumerConfig::lease_ttl`]). Every handler transaction checks
+//! the lease's fencing token, so a member that stalled past its lease
+//! cannot commit work for a partition that moved on. With one partition,
+//! extra members stand by.
+//!
 //! # The stack, outermost first
 //!
 //! Every delivery goes through the same layers, in this order:
@@ -25,8 +37,9 @@
 //! 5. **Transaction and idempotency.** Each attempt opens a transaction and
 //!    first inserts the processed marker (consumer, message id). If it is
 //!    already there, the delivery is a duplicate: rolled back, acknowledged,
-//!    nothing else runs. Otherwise the handler runs on the same transaction
-//!    and the marker commits with its writes, or not at all.
+//!    nothing else runs. Otherwise it checks the partition's lease (the
+//!    fence), then the handler runs on the same transaction and the marker
+//!    commits with its writes, or not at all.
 //! 6. **Timeout.** The handler has [`ConsumerConfig::handler_timeout`]; past
 //!    it the attempt is rolled back and counts as a transient failure.
 //! 7. **Handler.** Your code, with a [`Context`]: the envelope, the
@@ -66,6 +79,7 @@
 
 mod effects;
 mod handler;
+mod membership;
 mod runtime;
 mod store;
 

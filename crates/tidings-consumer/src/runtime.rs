@@ -13,7 +13,7 @@ use futures::StreamExt;
 use futures::stream::select_all;
 use tidings_core::{
     AckKind, Backoff, ConsumerStore, DeadLetter, DecodeError, Delivery, Envelope, ErrorClass, Failure,
-    FailureStore, Subscriber,
+    FailureStore, LeaseStore, Subscriber, Subscription, lease,
 };
 use tokio::sync::mpsc;
 use tokio::task::JoinSet;
@@ -21,6 +21,7 @@ use tokio_util::sync::CancellationToken;
 use uuid::Uuid;
 
 use crate::handler::{Context, Handler, HandlerError};
+use crate::membership::{Claim, Held, Membership, Scope};
 
 /// Tuning of a [`Consumer`].
 #[derive(Debug, Clone)]
@@ -32,11 +33,14 @@ pub struct ConsumerConfig {
     lanes: usize,
     lane_capacity: usize,
     source: Option<String>,
+    lease_ttl: Duration,
+    member: Option<String>,
 }
 
 impl Default for ConsumerConfig {
     /// 5 attempts, at most 10 deliveries, backoff from 100 ms to 10 s, a
-    /// 30 s handler timeout, 16 key lanes of 32 queued messages each.
+    /// 30 s handler timeout, 16 key lanes of 32 queued messages each,
+    /// partition leases of 10 s.
     fn default() -> Self {
         ConsumerConfig {
             max_attempts: 5,
@@ -46,6 +50,8 @@ impl Default for ConsumerConfig {
             lanes: 16,
             lane_capacity: 32,
             source: None,
+            lease_ttl: Duration::from_secs(10),
+            member: None,
         }
     }
 }
@@ -94,6 +100,21 @@ impl ConsumerConfig {
     /// Messages queued per lane before reading pauses (backpressure).
     pub fn lane_capacity(mut self, n: usize) -> Self {
         self.lane_capacity = n.max(1);
+        self
+    }
+
+    /// How long a member's partition leases last without renewal (renewed
+    /// three times as often). A member that dies is replaced after about
+    /// this long; a shorter lease fails over faster and writes more often.
+    pub fn lease_ttl(mut self, d: Duration) -> Self {
+        self.lease_ttl = d.max(Duration::from_millis(300));
+        self
+    }
+
+    /// This member's id in its group (default: unique per process and run).
+    /// Two running members must never share one.
+    pub fn member(mut self, id: impl Into<String>) -> Self {
+        self.member = Some(id.into());
         self
     }
 
@@ -171,14 +192,17 @@ enum AttemptError {
     Store(tidings_core::Error),
     /// The handler failed.
     Handler(HandlerError),
+    /// The member no longer holds the partition's lease: nothing was committed.
+    LeaseLost,
 }
 
 struct Work {
     delivery: Delivery,
     envelope: Result<Envelope, DecodeError>,
+    claim: Claim,
 }
 
-impl<S: ConsumerStore + FailureStore + Clone> Consumer<S> {
+impl<S: ConsumerStore + FailureStore + LeaseStore + Clone> Consumer<S> {
     /// A consumer named `name` (its group name on the transport, and its key
     /// in the idempotency and effects records: keep it stable).
     pub fn new(name: impl Into<String>, store: S, handler: impl Handler<S::Database>) -> Self {
@@ -214,10 +238,19 @@ impl<S: ConsumerStore + FailureStore + Clone> Consumer<S> {
         &self.name
     }
 
-    /// Runs until `shutdown` is cancelled or the subscription ends.
+    /// Runs until `shutdown` is cancelled.
     ///
-    /// On shutdown, each lane finishes the message it is handling; queued
-    /// messages are left unsettled and are delivered again after a restart.
+    /// The consumer joins its group: for each topic it takes the leases of
+    /// its share of the topic's partitions ([`tidings_core::lease`]) and
+    /// reads those, while other members of the group read the rest. When
+    /// members come or go, the shares move: each member stops reading
+    /// (finishing what it is handling), hands over what is no longer its
+    /// share and starts again with its new one. A member with no partition
+    /// free stands by and takes over when one is.
+    ///
+    /// On shutdown or a hand-over, each lane finishes the message it is
+    /// handling; queued messages are given back to the transport unhandled
+    /// and are delivered again, to whichever member reads their partition.
     pub async fn run(
         self,
         subscriber: &dyn Subscriber,
@@ -229,70 +262,108 @@ impl<S: ConsumerStore + FailureStore + Clone> Consumer<S> {
                 reason: "no topic to read".into(),
             });
         }
-        let mut streams = Vec::with_capacity(self.topics.len());
-        for topic in &self.topics {
-            streams.push(subscriber.subscribe(&self.name, topic).await?);
-        }
-        let mut deliveries = select_all(streams);
-        let worker = Arc::new(Worker {
+        let member = self.config.member.clone().unwrap_or_else(default_member);
+        let scopes = self
+            .topics
+            .iter()
+            .map(|topic| Scope {
+                topic: topic.clone(),
+                name: lease::scope(&self.name, topic).into(),
+                partitions: subscriber.partitions(topic),
+            })
+            .collect::<Vec<_>>();
+        let membership = Membership::new(self.store.clone(), member.clone(), self.config.lease_ttl, scopes);
+        let worker = Worker {
             name: self.name.clone(),
+            member,
             source: self.config.source.clone().unwrap_or_else(|| self.name.clone()),
             store: self.store,
             handler: self.handler,
             config: self.config.clone(),
             stats: self.stats,
-            shutdown: shutdown.clone(),
-        });
-        let mut lanes = Vec::with_capacity(self.config.lanes);
-        let mut tasks = JoinSet::new();
-        for _ in 0..self.config.lanes {
-            let (tx, mut rx) = mpsc::channel::<Work>(self.config.lane_capacity);
-            lanes.push(tx);
-            let worker = worker.clone();
-            tasks.spawn(async move {
-                while let Some(work) = rx.recv().await {
-                    if worker.shutdown.is_cancelled() {
-                        break;
-                    }
-                    worker.process(work).await;
-                }
-            });
-        }
-        loop {
-            let next = tokio::select! {
-                _ = shutdown.cancelled() => break,
-                next = deliveries.next() => next,
-            };
-            let delivery = match next {
-                None => break,
-                Some(Ok(d)) => d,
-                Some(Err(e)) => {
-                    tracing::warn!(consumer = %self.name, error = %e, "subscription error");
+            stop: shutdown.clone(),
+        };
+        let mut held: Held = vec![Vec::new(); membership.scopes().len()];
+        let mut failures = 0u32;
+        let mut first = true;
+        while !shutdown.is_cancelled() {
+            match membership.sync(&held).await {
+                Ok(now) => held = now,
+                Err(e) => {
+                    failures += 1;
+                    let delay = self.config.backoff.delay(failures);
+                    tracing::warn!(consumer = %self.name, error = %e, retry_in_ms = delay.as_millis() as u64, "joining the group failed; retrying");
+                    sleep_unless(&shutdown, delay).await;
                     continue;
                 }
-            };
-            bump(&worker.stats.received);
-            let envelope = delivery.message.decode();
-            let key = match &envelope {
-                Ok(e) => e.aggregate_key.as_str(),
-                Err(_) => delivery.message.key.as_deref().unwrap_or(""),
-            };
-            let lane = lane_of(key, lanes.len());
-            let work = Work { delivery, envelope };
-            tokio::select! {
-                _ = shutdown.cancelled() => break,
-                sent = lanes[lane].send(work) => if sent.is_err() { break },
             }
-        }
-        drop(lanes);
-        while tasks.join_next().await.is_some() {}
-        // Every lane is done: let the transport store the final acknowledgements.
-        for subscription in deliveries {
-            if let Err(e) = subscription.close().await {
-                tracing::warn!(consumer = %self.name, error = %e, "closing a subscription failed");
+            if held.iter().all(Vec::is_empty) {
+                tracing::debug!(consumer = %self.name, member = %membership.member(), "no partition free; standing by");
+                sleep_unless(&shutdown, membership.tick()).await;
+                continue;
             }
+            let stop = shutdown.child_token();
+            let session = Arc::new(worker.with_stop(stop.clone()));
+            let (_, result) = tokio::join!(membership.watch(&held, stop.clone()), async {
+                let result = session.run(subscriber, &membership, &held).await;
+                stop.cancel();
+                result
+            });
+            match result {
+                Ok(()) => failures = 0,
+                // A refused configuration fails the first start; a broker
+                // that is away is waited for.
+                Err(e) if first && !e.class().is_retryable() => {
+                    membership.leave().await;
+                    return Err(e);
+                }
+                Err(e) => {
+                    failures += 1;
+                    let delay = self.config.backoff.delay(failures);
+                    tracing::warn!(consumer = %self.name, error = %e, retry_in_ms = delay.as_millis() as u64, "subscribing failed; retrying");
+                    sleep_unless(&shutdown, delay).await;
+                }
+            }
+            first = false;
         }
+        membership.leave().await;
         Ok(())
+    }
+}
+
+/// A member id unique to this process and run.
+fn default_member() -> String {
+    format!(
+        "pid{}-{}",
+        std::process::id(),
+        &Uuid::new_v4().simple().to_string()[..8]
+    )
+}
+
+async fn sleep_unless(token: &CancellationToken, delay: Duration) {
+    tokio::select! {
+        _ = token.cancelled() => {}
+        _ = tokio::time::sleep(delay) => {}
+    }
+}
+
+/// A subscription to one partition, tagging each delivery with the lease that allows it.
+struct Leased {
+    claim: Claim,
+    subscription: Subscription,
+}
+
+impl futures::Stream for Leased {
+    type Item = (Claim, tidings_core::Result<Delivery>);
+
+    fn poll_next(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Option<Self::Item>> {
+        let claim = self.claim.clone();
+        self.subscription
+            .poll_next_unpin(cx)
+            .map(|next| next.map(|item| (claim, item)))
     }
 }
 
@@ -302,20 +373,129 @@ fn lane_of(key: &str, lanes: usize) -> usize {
     (h.finish() % lanes as u64) as usize
 }
 
+/// Handles deliveries for one session: the time between two hand-overs.
 struct Worker<S: ConsumerStore> {
     name: String,
+    member: String,
     source: String,
     store: S,
     handler: Arc<dyn Handler<S::Database>>,
     config: ConsumerConfig,
     stats: Arc<ConsumerStats>,
-    shutdown: CancellationToken,
+    /// Cancelled when the session ends (shutdown, hand-over, lost lease).
+    stop: CancellationToken,
 }
 
-impl<S: ConsumerStore + FailureStore> Worker<S> {
+impl<S: ConsumerStore + Clone> Worker<S> {
+    fn with_stop(&self, stop: CancellationToken) -> Self {
+        Worker {
+            name: self.name.clone(),
+            member: self.member.clone(),
+            source: self.source.clone(),
+            store: self.store.clone(),
+            handler: self.handler.clone(),
+            config: self.config.clone(),
+            stats: self.stats.clone(),
+            stop,
+        }
+    }
+}
+
+impl<S: ConsumerStore + FailureStore + LeaseStore + Clone> Worker<S> {
+    /// Reads the partitions `held` allows until the session stops, spreading
+    /// deliveries over the key lanes.
+    async fn run<L: LeaseStore>(
+        self: Arc<Self>,
+        subscriber: &dyn Subscriber,
+        membership: &Membership<L>,
+        held: &Held,
+    ) -> tidings_core::Result<()> {
+        let mut leased = Vec::new();
+        for (topic, partition, claim) in membership.claims(held) {
+            match subscriber.subscribe_partition(&self.name, topic, partition).await {
+                Ok(subscription) => leased.push(Leased { claim, subscription }),
+                Err(e) => {
+                    for open in leased {
+                        let _ = open.subscription.close().await;
+                    }
+                    return Err(e);
+                }
+            }
+        }
+        let mut deliveries = select_all(leased);
+        let mut lanes = Vec::with_capacity(self.config.lanes);
+        let mut tasks = JoinSet::new();
+        for _ in 0..self.config.lanes {
+            let (tx, mut rx) = mpsc::channel::<Work>(self.config.lane_capacity);
+            lanes.push(tx);
+            let worker = self.clone();
+            tasks.spawn(async move {
+                while let Some(work) = rx.recv().await {
+                    if worker.stop.is_cancelled() {
+                        // Given back unhandled: redelivered to whoever reads the partition next.
+                        worker.settle(&work.delivery, AckKind::Nak(None)).await;
+                        continue;
+                    }
+                    worker.process(work).await;
+                }
+            });
+        }
+        loop {
+            let next = tokio::select! {
+                _ = self.stop.cancelled() => break,
+                next = deliveries.next() => next,
+            };
+            let (claim, delivery) = match next {
+                None => break,
+                Some((claim, Ok(d))) => (claim, d),
+                Some((_, Err(e))) => {
+                    tracing::warn!(consumer = %self.name, error = %e, "subscription error");
+                    continue;
+                }
+            };
+            bump(&self.stats.received);
+            let envelope = delivery.message.decode();
+            let key = match &envelope {
+                Ok(e) => e.aggregate_key.as_str(),
+                Err(_) => delivery.message.key.as_deref().unwrap_or(""),
+            };
+            let lane = lane_of(key, lanes.len());
+            let work = Work {
+                delivery,
+                envelope,
+                claim,
+            };
+            let permit = tokio::select! {
+                _ = self.stop.cancelled() => None,
+                permit = lanes[lane].reserve() => permit.ok(),
+            };
+            match permit {
+                Some(permit) => permit.send(work),
+                None => {
+                    self.settle(&work.delivery, AckKind::Nak(None)).await;
+                    break;
+                }
+            }
+        }
+        self.stop.cancel();
+        drop(lanes);
+        while tasks.join_next().await.is_some() {}
+        // Every lane is done: let the transport store the final acknowledgements.
+        for part in deliveries {
+            if let Err(e) = part.subscription.close().await {
+                tracing::warn!(consumer = %self.name, error = %e, "closing a subscription failed");
+            }
+        }
+        Ok(())
+    }
+
     /// decode -> retry -> transaction + idempotency -> timeout -> handler; dead-letter; settle.
     async fn process(&self, work: Work) {
-        let Work { delivery, envelope } = work;
+        let Work {
+            delivery,
+            envelope,
+            claim,
+        } = work;
         let envelope = match envelope {
             Ok(e) => e,
             Err(e) => {
@@ -344,13 +524,20 @@ impl<S: ConsumerStore + FailureStore> Worker<S> {
         let mut store_failures = 0u32;
         loop {
             attempt += 1;
-            let error = match self.attempt(&envelope, attempt).await {
+            let error = match self.attempt(&envelope, &claim, attempt).await {
                 Ok(outcome) => {
                     match outcome {
                         Outcome::Handled => bump(&self.stats.handled),
                         Outcome::Duplicate => bump(&self.stats.duplicates),
                     }
                     self.settle(&delivery, AckKind::Ack).await;
+                    return;
+                }
+                Err(AttemptError::LeaseLost) => {
+                    // Another member reads the partition now: stop, and let it have the message.
+                    tracing::info!(consumer = %self.name, partition = claim.lease.partition, "partition lease lost; handing over");
+                    self.stop.cancel();
+                    self.settle(&delivery, AckKind::Nak(None)).await;
                     return;
                 }
                 Err(AttemptError::Store(e)) => {
@@ -389,7 +576,12 @@ impl<S: ConsumerStore + FailureStore> Worker<S> {
     }
 
     /// One attempt: a transaction holding the processed marker and the handler's writes.
-    async fn attempt(&self, envelope: &Envelope, attempt: u32) -> Result<Outcome, AttemptError> {
+    async fn attempt(
+        &self,
+        envelope: &Envelope,
+        claim: &Claim,
+        attempt: u32,
+    ) -> Result<Outcome, AttemptError> {
         let mut tx = self.store.begin().await.map_err(AttemptError::Store)?;
         // The marker goes first: a concurrent duplicate then waits on it.
         let fresh = self
@@ -400,6 +592,16 @@ impl<S: ConsumerStore + FailureStore> Worker<S> {
         if !fresh {
             let _ = tx.rollback().await;
             return Ok(Outcome::Duplicate);
+        }
+        // The fence: only the lease's holder commits work for its partition.
+        let holds = self
+            .store
+            .holds_lease(&mut *tx, &claim.scope, &self.member, claim.lease)
+            .await
+            .map_err(AttemptError::Store)?;
+        if !holds {
+            let _ = tx.rollback().await;
+            return Err(AttemptError::LeaseLost);
         }
         let mut ctx = Context {
             envelope,
@@ -485,7 +687,7 @@ impl<S: ConsumerStore + FailureStore> Worker<S> {
     /// Sleeps for `delay`; false if shutdown came first.
     async fn pause(&self, delay: Duration) -> bool {
         tokio::select! {
-            _ = self.shutdown.cancelled() => false,
+            _ = self.stop.cancelled() => false,
             _ = tokio::time::sleep(delay) => true,
         }
     }

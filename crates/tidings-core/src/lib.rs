@@ -8,7 +8,8 @@
 //! - [`store`]: the small traits a database store implements: [`Outbox`],
 //!   [`RelayStore`], [`ConsumerStore`], [`FailureStore`], [`LagSource`].
 //! - [`Error`] and [`ErrorClass`]: every error says whether to retry.
-//! - [`Partition`]: how keys spread over the members of a group.
+//! - [`Partition`]: how keys spread over the members of a group, and
+//!   [`lease`]: how the members share the partitions.
 //! - [`Backoff`]: capped exponential backoff with jitter.
 //!
 //! Users normally depend on the `tidings` facade crate, which re-exports this one.
@@ -40,6 +41,7 @@ pub mod backoff;
 pub mod cloudevents;
 pub mod envelope;
 pub mod error;
+pub mod lease;
 pub mod log;
 pub mod message;
 pub mod migrate;
@@ -51,6 +53,7 @@ pub mod transport;
 pub use backoff::Backoff;
 pub use envelope::{Envelope, Headers, Kind};
 pub use error::{DecodeError, Error, ErrorClass, Result, classify_sqlx};
+pub use lease::{Lease, LeaseStore};
 pub use message::Message;
 pub use partition::Partition;
 pub use store::{

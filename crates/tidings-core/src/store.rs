@@ -13,6 +13,7 @@ use uuid::Uuid;
 
 use crate::envelope::Headers;
 use crate::error::Result;
+use crate::lease::Lease;
 use crate::transport::OutgoingMessage;
 
 /// Writes messages into the outbox inside the caller's own transaction.
@@ -101,6 +102,18 @@ pub trait ConsumerStore: Outbox {
         effect: &str,
         idempotency_key: &str,
     ) -> Result<()>;
+
+    /// Whether `member` holds `lease` of `scope` (same fencing token, not
+    /// expired), read on the handler's transaction so that the check holds
+    /// until it commits: where the database can, the lease cannot change
+    /// hands in between ([`lease`](crate::lease)).
+    async fn holds_lease(
+        &self,
+        conn: &mut <Self::Database as Database>::Connection,
+        scope: &str,
+        member: &str,
+        lease: Lease,
+    ) -> Result<bool>;
 }
 
 /// One failed attempt at handling a message.

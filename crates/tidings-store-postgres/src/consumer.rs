@@ -2,7 +2,7 @@
 
 use async_trait::async_trait;
 use sqlx::{PgConnection, Postgres, Transaction};
-use tidings_core::{ConsumerStore, Error, Result, sql};
+use tidings_core::{ConsumerStore, Error, Lease, Result, sql};
 use uuid::Uuid;
 
 use crate::PgStore;
@@ -45,5 +45,15 @@ impl ConsumerStore for PgStore {
         idempotency_key: &str,
     ) -> Result<()> {
         sql::record_effect::<Postgres>(conn, consumer, message_id, effect, idempotency_key).await
+    }
+
+    async fn holds_lease(
+        &self,
+        conn: &mut PgConnection,
+        scope: &str,
+        member: &str,
+        lease: Lease,
+    ) -> Result<bool> {
+        crate::lease::holds_lease(conn, scope, member, lease).await
     }
 }

@@ -20,12 +20,13 @@
 //!
 //! The SQL lives in one module per concern: [`outbox`](crate::outbox) (enqueue and
 //! relay claims), `log` (the log transport), `consumer` (idempotency and effects),
-//! `failures` (dead letters) and `lag`.
+//! `failures` (dead letters), `lease` (partition leases) and `lag`.
 #![warn(missing_docs, missing_debug_implementations, unreachable_pub)]
 
 mod consumer;
 mod failures;
 mod lag;
+mod lease;
 mod log;
 mod migrate;
 pub mod outbox;

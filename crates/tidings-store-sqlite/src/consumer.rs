@@ -2,7 +2,7 @@
 
 use async_trait::async_trait;
 use sqlx::{Sqlite, SqliteConnection, Transaction};
-use tidings_core::{ConsumerStore, Error, Result, sql};
+use tidings_core::{ConsumerStore, Error, Lease, Result, sql};
 use uuid::Uuid;
 
 use crate::SqliteStore;
@@ -45,5 +45,15 @@ impl ConsumerStore for SqliteStore {
         idempotency_key: &str,
     ) -> Result<()> {
         sql::record_effect::<Sqlite>(conn, consumer, message_id, effect, idempotency_key).await
+    }
+
+    async fn holds_lease(
+        &self,
+        conn: &mut SqliteConnection,
+        scope: &str,
+        member: &str,
+        lease: Lease,
+    ) -> Result<bool> {
+        crate::lease::holds_lease(conn, scope, member, lease).await
     }
 }

@@ -26,6 +26,7 @@
 mod consumer;
 mod failures;
 mod lag;
+mod lease;
 mod log;
 mod migrate;
 pub mod outbox;

@@ -91,7 +91,13 @@ impl Tally {
 /// handlers implemented for it, and the checkout system's own SQL.
 #[async_trait]
 pub trait CheckoutStore:
-    ConsumerStore + FailureStore + RelayStore + LogBackend + tidings_core::LagSource + Clone
+    ConsumerStore
+    + FailureStore
+    + tidings_core::LeaseStore
+    + RelayStore
+    + LogBackend
+    + tidings_core::LagSource
+    + Clone
 {
     /// Runs Tidings' migrations and creates the checkout tables.
     async fn setup(&self) -> anyhow::Result<()>;

@@ -1,0 +1,212 @@
+//! Several members of one consumer group, on PostgreSQL and on SQLite: the
+//! leases that share a topic's partitions among them, and the runtime that
+//! splits the work, keeps each key in order across hand-overs, and fails
+//! over when a member leaves.
+
+#[macro_use]
+mod common;
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use common::{Recorder, TOPIC, TestStore, eventually, message};
+use tidings::consumer::{Consumer, ConsumerConfig, ConsumerStats, Handler};
+use tidings::log::{LogPublisher, LogReaderConfig, LogSubscriber};
+use tidings::relay::{Relay, RelayConfig};
+use tidings::{Backoff, Lease};
+use tokio_util::sync::CancellationToken;
+
+const WAIT: Duration = Duration::from_secs(60);
+const PARTITIONS: u32 = 4;
+
+on_both_databases!(
+    leases_go_to_one_member_and_fences_grow,
+    members_split_the_partitions_and_keep_each_key_in_order,
+);
+
+async fn holds<S: TestStore>(store: &S, member: &str, lease: Lease) -> bool {
+    let mut tx = store.begin().await.unwrap();
+    let held = store.holds_lease(&mut *tx, "g@t", member, lease).await.unwrap();
+    tx.rollback().await.unwrap();
+    held
+}
+
+fn lease(partition: u32, fence: i64) -> Lease {
+    Lease { partition, fence }
+}
+
+async fn leases_go_to_one_member_and_fences_grow<S: TestStore>(store: S) {
+    let ttl = Duration::from_secs(30);
+    let (s, a, b) = ("g@t", "member-a", "member-b");
+    store.heartbeat(s, a, ttl).await.unwrap();
+    assert_eq!(store.heartbeat(s, b, ttl).await.unwrap(), vec![a, b]);
+
+    let taken = store.acquire(s, a, &[0, 1, 2], ttl).await.unwrap();
+    assert_eq!(taken, vec![lease(0, 1), lease(1, 1), lease(2, 1)]);
+    assert!(
+        store.acquire(s, b, &[1], ttl).await.unwrap().is_empty(),
+        "a live lease is not taken"
+    );
+    assert_eq!(
+        store.acquire(s, a, &[0, 1, 2], ttl).await.unwrap(),
+        taken,
+        "renewing keeps the fence"
+    );
+
+    store.release(s, a, &[1]).await.unwrap();
+    assert_eq!(store.acquire(s, b, &[1], ttl).await.unwrap(), vec![lease(1, 2)]);
+    assert!(
+        !holds(&store, a, lease(1, 1)).await,
+        "the old holder's fence is refused"
+    );
+    assert!(holds(&store, b, lease(1, 2)).await);
+    assert!(holds(&store, a, lease(0, 1)).await);
+
+    // A lease that lapses passes to whoever asks, with a new fence.
+    store
+        .acquire(s, a, &[2], Duration::from_millis(300))
+        .await
+        .unwrap();
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert!(!holds(&store, a, lease(2, 1)).await, "a lapsed lease is not held");
+    assert_eq!(store.acquire(s, b, &[2], ttl).await.unwrap(), vec![lease(2, 2)]);
+    assert!(store.acquire(s, a, &[2], ttl).await.unwrap().is_empty());
+
+    // Leaving frees every lease at once and leaves the membership.
+    store.leave(s, b).await.unwrap();
+    assert_eq!(store.heartbeat(s, a, ttl).await.unwrap(), vec![a]);
+    assert_eq!(
+        store.acquire(s, a, &[1, 2], ttl).await.unwrap(),
+        vec![lease(1, 3), lease(2, 3)]
+    );
+}
+
+fn subscriber<S: TestStore>(store: &S) -> LogSubscriber<S> {
+    LogSubscriber::new(
+        Arc::new(store.clone()),
+        LogReaderConfig::default()
+            .poll_interval(Duration::from_millis(20))
+            .partitions(PARTITIONS),
+    )
+}
+
+/// One member of the group `shared`, running until its token is cancelled.
+struct Member {
+    stop: CancellationToken,
+    stats: Arc<ConsumerStats>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl Member {
+    fn start<S: TestStore>(store: &S, id: &str, recorder: &Recorder) -> Member
+    where
+        Recorder: Handler<S::Database>,
+    {
+        let consumer = Consumer::new("shared", store.clone(), recorder.clone())
+            .topic(TOPIC)
+            .config(
+                ConsumerConfig::default()
+                    .lanes(4)
+                    .member(id)
+                    .lease_ttl(Duration::from_millis(900))
+                    .backoff(Backoff::new(Duration::from_millis(1), Duration::from_millis(5))),
+            );
+        let stats = consumer.stats();
+        let stop = CancellationToken::new();
+        let subscriber = subscriber(store);
+        let task = tokio::spawn({
+            let stop = stop.clone();
+            async move { consumer.run(&subscriber, stop).await.unwrap() }
+        });
+        Member { stop, stats, task }
+    }
+
+    async fn stop(self) {
+        self.stop.cancel();
+        self.task.await.unwrap();
+    }
+}
+
+async fn produce<S: TestStore>(store: &S, keys: usize, seqs: std::ops::RangeInclusive<i64>) {
+    let producers: Vec<_> = (0..keys)
+        .map(|k| {
+            let (store, seqs) = (store.clone(), seqs.clone());
+            tokio::spawn(async move {
+                for seq in seqs {
+                    store
+                        .enqueue_in_tx(&message(&format!("key-{k}"), seq), true)
+                        .await;
+                }
+            })
+        })
+        .collect();
+    for p in producers {
+        p.await.unwrap();
+    }
+}
+
+async fn applied<S: TestStore>(store: &S) -> i64 {
+    store
+        .count("SELECT CAST(count(*) AS BIGINT) FROM test_applied WHERE consumer = 'shared'")
+        .await
+}
+
+async fn members_split_the_partitions_and_keep_each_key_in_order<S: TestStore>(store: S)
+where
+    Recorder: Handler<S::Database>,
+{
+    const KEYS: usize = 12;
+    let stop = CancellationToken::new();
+    let relay = Relay::new(store.clone(), LogPublisher::new(Arc::new(store.clone())))
+        .config(RelayConfig::default().poll_interval(Duration::from_millis(20)));
+    let relay = tokio::spawn(relay.run(stop.clone()));
+    // One handler shared by both members: `seen` is the group's handling order.
+    let recorder = Recorder {
+        max_sleep_ms: 2,
+        ..Recorder::default()
+    };
+    let first = Member::start(&store, "m1", &recorder);
+    produce(&store, KEYS, 1..=10).await;
+    // The second member joins mid-stream: the first hands half the partitions over.
+    let second = Member::start(&store, "m2", &recorder);
+    produce(&store, KEYS, 11..=30).await;
+    eventually(WAIT, "every event handled by the group", || async {
+        applied(&store).await == KEYS as i64 * 30
+    })
+    .await;
+    let (by_first, by_second) = (first.stats.handled(), second.stats.handled());
+    assert!(
+        by_first > 0 && by_second > 0,
+        "both members took part: {by_first} and {by_second}"
+    );
+
+    // The first member leaves: the second takes every partition over.
+    first.stop().await;
+    produce(&store, KEYS, 31..=40).await;
+    eventually(WAIT, "the survivor handles the rest", || async {
+        applied(&store).await == KEYS as i64 * 40
+    })
+    .await;
+    assert!(second.stats.handled() >= by_second + KEYS as u64 * 10);
+    second.stop().await;
+    stop.cancel();
+    relay.await.unwrap().unwrap();
+
+    let distinct = store
+        .count(
+            "SELECT CAST(count(*) AS BIGINT) FROM (SELECT DISTINCT k, seq FROM test_applied WHERE consumer = 'shared') d",
+        )
+        .await;
+    assert_eq!(distinct, KEYS as i64 * 40, "each event applied exactly once");
+    let mut per_key: BTreeMap<String, Vec<i64>> = BTreeMap::new();
+    for (key, seq) in recorder.seen() {
+        per_key.entry(key).or_default().push(seq);
+    }
+    for (key, seqs) in per_key {
+        assert!(
+            seqs.windows(2).all(|w| w[0] <= w[1]),
+            "key {key} handled out of order across members: {seqs:?}"
+        );
+    }
+}
