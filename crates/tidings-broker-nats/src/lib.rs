@@ -27,10 +27,11 @@
 //! the members share the work and a key stays with one of them.
 //!
 //! A member that starts reading a partition whose durable consumer still
-//! has unacknowledged messages (its previous reader crashed or handed over
-//! mid-batch) first waits one ack wait ([`NatsOptions::ack_wait`]), so that
-//! JetStream redelivers those before anything newer and each key stays in
-//! order.
+//! has unacknowledged messages (its previous reader crashed, or handed over
+//! with a pull in flight) holds newer messages back until those come back
+//! (JetStream redelivers them once their [`NatsOptions::ack_wait`] runs
+//! out), so that each key stays in order; if some never return (deleted
+//! from the stream), it goes on after four ack waits.
 //!
 //! Acknowledgements map one to one: `Ack`, `Nak(delay)` (redelivered after
 //! the delay), `Progress` (extends the ack wait), `Term` (never again).
@@ -423,7 +424,11 @@ impl Subscriber for NatsTransport {
         // The first pull is set up here, so that a refused configuration is
         // an error of `subscribe`; later failures are retried in the background.
         let mut consumer = self.durable(group, topic, partition).await?;
-        self.let_unacknowledged_come_back(&mut consumer).await?;
+        let info = consumer
+            .info()
+            .await
+            .map_err(|e| transport_error("reading consumer info", e, true))?;
+        let mut takeover = Takeover::new(info, self.options.ack_wait * 4);
         let first = self.messages(&consumer).await?;
         let (tx, rx) = mpsc::channel(self.options.prefetch.max(1));
         let this = self.clone();
@@ -448,15 +453,36 @@ impl Subscriber for NatsTransport {
                     },
                 };
                 loop {
+                    let give_up = takeover.as_ref().map(|t| t.give_up_at);
                     let next = tokio::select! {
                         _ = tx.closed() => return,
                         next = current.next() => next,
+                        _ = sleep_until(give_up), if give_up.is_some() => {
+                            let mut t = takeover.take().expect("a takeover in progress");
+                            tracing::warn!(%group, %topic, missing = t.outstanding - t.seen_old.len(), "messages an earlier reader left unacknowledged did not come back; going on without them");
+                            for m in t.release() {
+                                if tx.send(Ok(delivery(&topic, m))).await.is_err() {
+                                    return;
+                                }
+                            }
+                            continue;
+                        }
                     };
                     match next {
                         Some(Ok(m)) => {
                             failures = 0;
-                            if tx.send(Ok(delivery(&topic, m))).await.is_err() {
-                                return;
+                            let ready = match takeover.as_mut() {
+                                Some(t) => t.admit(m),
+                                None => vec![m],
+                            };
+                            if takeover.as_ref().is_some_and(Takeover::complete) {
+                                tracing::debug!(%group, %topic, "the earlier reader's unacknowledged messages are back");
+                                takeover = None;
+                            }
+                            for m in ready {
+                                if tx.send(Ok(delivery(&topic, m))).await.is_err() {
+                                    return;
+                                }
                             }
                         }
                         Some(Err(e)) => {
@@ -500,28 +526,6 @@ impl NatsTransport {
             .map_err(|e| transport_error("pulling messages", e, true))
     }
 
-    /// Waits, before a member starts reading a partition, until what an
-    /// earlier reader left unacknowledged can be redelivered. JetStream
-    /// hands out redeliveries before new messages, but only once their ack
-    /// wait ran out: pulling at once would deliver a key's later messages
-    /// before its unacknowledged earlier one.
-    async fn let_unacknowledged_come_back(&self, consumer: &mut consumer::PullConsumer) -> Result<()> {
-        let info = consumer
-            .info()
-            .await
-            .map_err(|e| transport_error("reading consumer info", e, true))?;
-        if info.num_ack_pending > 0 {
-            tracing::info!(
-                consumer = %info.name,
-                unacknowledged = info.num_ack_pending,
-                wait_ms = self.options.ack_wait.as_millis() as u64,
-                "an earlier reader left messages unacknowledged; waiting for their redelivery so that order holds"
-            );
-            tokio::time::sleep(self.options.ack_wait).await;
-        }
-        Ok(())
-    }
-
     /// Creates (or finds) the durable consumer of the group's partition.
     async fn durable(
         &self,
@@ -561,6 +565,80 @@ impl NatsTransport {
             .map_err(|e| transport_error(&format!("creating consumer {durable}"), e, true))?;
         Ok(consumer)
     }
+}
+
+/// A partition taken over from a reader that left messages unacknowledged
+/// (it crashed, or handed over with a pull in flight). JetStream redelivers
+/// those only once their ack wait runs out, and meanwhile hands out newer
+/// messages: delivering those at once would put a key's later message before
+/// its earlier one. So newer messages are held back until as many old ones
+/// as were unacknowledged came back (or, if some never do, for a while).
+struct Takeover {
+    /// Unacknowledged when the reader started.
+    outstanding: usize,
+    /// The last stream sequence delivered before: anything up to it is old.
+    last_delivered: u64,
+    seen_old: HashSet<u64>,
+    held: Vec<jetstream::Message>,
+    give_up_at: tokio::time::Instant,
+}
+
+impl Takeover {
+    fn new(info: &consumer::Info, patience: Duration) -> Option<Self> {
+        (info.num_ack_pending > 0).then(|| {
+            tracing::info!(
+                consumer = %info.name,
+                unacknowledged = info.num_ack_pending,
+                "an earlier reader left messages unacknowledged; holding newer ones back until they return"
+            );
+            Takeover {
+                outstanding: info.num_ack_pending,
+                last_delivered: info.delivered.stream_sequence,
+                seen_old: HashSet::new(),
+                held: Vec::new(),
+                give_up_at: tokio::time::Instant::now() + patience,
+            }
+        })
+    }
+
+    /// Takes a message in; once every old one is in, returns all held, in
+    /// stream order (old ones come back in whatever order their ack waits
+    /// ran out, so they are held and sorted too).
+    fn admit(&mut self, m: jetstream::Message) -> Vec<jetstream::Message> {
+        let seq = stream_sequence(&m);
+        if seq <= self.last_delivered && !self.seen_old.insert(seq) {
+            // Redelivered again while held: the copy in hand will do.
+            return Vec::new();
+        }
+        self.held.push(m);
+        if self.complete() {
+            self.release()
+        } else {
+            Vec::new()
+        }
+    }
+
+    /// Everything held, in stream order.
+    fn release(&mut self) -> Vec<jetstream::Message> {
+        let mut ready = std::mem::take(&mut self.held);
+        ready.sort_by_key(stream_sequence);
+        ready
+    }
+
+    fn complete(&self) -> bool {
+        self.seen_old.len() >= self.outstanding
+    }
+}
+
+async fn sleep_until(at: Option<tokio::time::Instant>) {
+    match at {
+        Some(at) => tokio::time::sleep_until(at).await,
+        None => std::future::pending().await,
+    }
+}
+
+fn stream_sequence(m: &jetstream::Message) -> u64 {
+    m.info().map(|i| i.stream_sequence).unwrap_or(0)
 }
 
 fn delivery(topic: &str, m: jetstream::Message) -> Delivery {

@@ -273,6 +273,38 @@ impl RabbitTransport {
         Ok(())
     }
 
+    /// Deletes everything Tidings declares for `group` on `topic`, messages
+    /// included: the queue of each partition and its delay queues, and the
+    /// group's dead-letter exchange and queue. Names that do not exist are skipped.
+    pub async fn delete_group(&self, topic: &str, group: &str) -> Result<()> {
+        let stem = self.queue(topic, group);
+        let mut names = vec![format!("{stem}.dead")];
+        for partition in Partition::all(self.options.partitions) {
+            let queue = self.partition_queue(topic, group, partition);
+            names.extend((0..=32).map(|e| format!("{queue}.delay.{}", 1u64 << e)));
+            names.push(queue);
+        }
+        let connection = self.connection().await?;
+        let mut channel = None;
+        for name in names {
+            let c = match channel.take() {
+                Some(c) => c,
+                None => connection
+                    .create_channel()
+                    .await
+                    .map_err(|e| transport_error("opening a channel", e, true))?,
+            };
+            // A name that does not exist closes the channel: the next one opens another.
+            if c.queue_delete(name.as_str().into(), QueueDeleteOptions::default())
+                .await
+                .is_ok()
+            {
+                channel = Some(c);
+            }
+        }
+        self.delete_exchange(&format!("{stem}.dlx")).await
+    }
+
     /// Deletes an exchange.
     pub async fn delete_exchange(&self, name: &str) -> Result<()> {
         self.confirms()

@@ -64,6 +64,12 @@ enum Demo {
         /// Fraction of orders the inventory service cannot handle (0 to 1).
         #[arg(long, default_value_t = 0.0, value_parser = fraction)]
         poison_rate: f64,
+        /// Members of each consumer group, sharing its partitions (as if run in that many processes).
+        #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=64))]
+        members: u32,
+        /// Partitions of every topic; keep it from one run to the next.
+        #[arg(long, default_value_t = 4, value_parser = clap::value_parser!(u32).range(1..=256))]
+        partitions: u32,
         /// Seconds to wait for every message to be handled.
         #[arg(long, default_value_t = 300)]
         timeout: u64,
@@ -108,6 +114,8 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             broker,
             duplicate_rate,
             poison_rate,
+            members,
+            partitions,
             timeout,
             json,
         }) => {
@@ -123,6 +131,8 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
                     (false, false) => Progress::Lines,
                 },
                 drain_timeout: Duration::from_secs(timeout),
+                members: members as usize,
+                partitions,
                 ..DemoOptions::default()
             })
             .await?;

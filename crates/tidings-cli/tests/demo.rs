@@ -121,13 +121,16 @@ const FAULTY: [&str; 6] = [
     "0.05",
 ];
 
-/// Runs the faulty demo on a fresh PostgreSQL schema, over `broker` if given,
-/// and checks the invariants; the caller drops the schema.
-async fn faulty_demo_on_postgres(broker: Option<String>) -> (Value, PgTestDb) {
+/// Runs the faulty demo on a fresh PostgreSQL schema, over `broker` if
+/// given, with `members` members per consumer group, and checks the
+/// invariants; the caller drops the schema.
+async fn faulty_demo_on_postgres(broker: Option<String>, members: u32) -> (Value, PgTestDb) {
     let pg = PgTestDb::new().await;
     let url = pg.url.clone();
     let s = tokio::task::spawn_blocking(move || {
+        let members = members.to_string();
         let mut args = FAULTY.to_vec();
+        args.extend(["--members", members.as_str()]);
         if let Some(broker) = &broker {
             args.extend(["--broker", broker.as_str()]);
         }
@@ -148,16 +151,17 @@ async fn faulty_demo_on_postgres(broker: Option<String>) -> (Value, PgTestDb) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn checkout_on_postgres_with_duplicates_and_poison() {
-    let (s, pg) = faulty_demo_on_postgres(None).await;
+    let (s, pg) = faulty_demo_on_postgres(None, 1).await;
     assert!(s["database"].as_str().unwrap().starts_with("postgres"));
     assert_eq!(s["transport"], "the database log");
     pg.drop_schema().await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn checkout_on_postgres_over_nats_with_duplicates_and_poison() {
+async fn checkout_on_postgres_over_nats_with_two_members_duplicates_and_poison() {
     let nats = tidings_testkit::nats::nats_url();
-    let (s, pg) = faulty_demo_on_postgres(Some(nats.clone())).await;
+    let (s, pg) = faulty_demo_on_postgres(Some(nats.clone()), 2).await;
+    assert_eq!((n(&s, "members"), n(&s, "partitions")), (2, 4), "{s:#}");
     assert!(
         s["transport"].as_str().unwrap().starts_with("NATS JetStream"),
         "{s:#}"
@@ -178,16 +182,20 @@ async fn checkout_on_postgres_over_nats_with_duplicates_and_poison() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn checkout_on_postgres_over_rabbitmq_with_duplicates_and_poison() {
+async fn checkout_on_postgres_over_rabbitmq_with_two_members_duplicates_and_poison() {
     let amqp = tidings_testkit::rabbitmq::amqp_url();
-    let (s, pg) = faulty_demo_on_postgres(Some(amqp.clone())).await;
+    let (s, pg) = faulty_demo_on_postgres(Some(amqp.clone()), 2).await;
+    assert_eq!((n(&s, "members"), n(&s, "partitions")), (2, 4), "{s:#}");
     assert!(s["transport"].as_str().unwrap().starts_with("RabbitMQ"), "{s:#}");
     // The run's queues and exchanges belong to its database, which is dropped: drop them too.
     let namespace = s["broker_namespace"]
         .as_str()
         .expect("a broker namespace")
         .to_owned();
-    let rabbit = tidings_broker_rabbitmq::RabbitTransport::connect(&amqp)
+    let options = tidings_broker_rabbitmq::RabbitOptions::default()
+        .prefix(&namespace)
+        .partitions(4);
+    let rabbit = tidings_broker_rabbitmq::RabbitTransport::connect_with(&amqp, options)
         .await
         .unwrap();
     for (topic, groups) in [
@@ -195,13 +203,7 @@ async fn checkout_on_postgres_over_rabbitmq_with_duplicates_and_poison() {
         ("orders", &["inventory", "email", "analytics", "loyalty"][..]),
     ] {
         for group in groups {
-            let queue = format!("{namespace}.{topic}.{group}");
-            let _ = rabbit.delete_queue(&queue).await;
-            let _ = rabbit.delete_queue(&format!("{queue}.dead")).await;
-            let _ = rabbit.delete_exchange(&format!("{queue}.dlx")).await;
-            for ms in [1u64, 2, 4, 8, 16, 32, 64] {
-                let _ = rabbit.delete_queue(&format!("{queue}.delay.{ms}")).await;
-            }
+            rabbit.delete_group(topic, group).await.unwrap();
         }
         rabbit
             .delete_exchange(&format!("{namespace}.{topic}"))

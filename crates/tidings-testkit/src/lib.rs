@@ -6,10 +6,13 @@
 //! - [`conformance`]: the suite every transport must pass.
 //! - [`faults`]: transport wrappers that inject the failures brokers really
 //!   have: redelivered duplicates, publishes that fail.
+//! - [`outage`]: the broker-outage scenario every broker transport runs
+//!   against a private server ([`nats::PrivateNats`], [`rabbitmq::PrivateRabbit`]).
 #![warn(missing_docs, missing_debug_implementations, unreachable_pub)]
 
 pub mod conformance;
 pub mod faults;
 pub mod nats;
+pub mod outage;
 pub mod rabbitmq;
 pub mod services;

@@ -93,6 +93,16 @@ impl PrivateNats {
     }
 }
 
+impl crate::outage::PrivateBroker for PrivateNats {
+    fn stop(&mut self) {
+        PrivateNats::stop(self);
+    }
+
+    fn resume(&mut self) {
+        PrivateNats::resume(self);
+    }
+}
+
 impl Drop for PrivateNats {
     fn drop(&mut self) {
         self.stop();

@@ -53,6 +53,11 @@ pub struct DemoOptions {
     pub drain_timeout: Duration,
     /// Concurrent order producers.
     pub producers: usize,
+    /// Members of each consumer group, sharing its partitions.
+    pub members: usize,
+    /// Partitions of every topic. Keep it from one run to the next: a new
+    /// count gives each group new partitions to read from the start.
+    pub partitions: u32,
 }
 
 impl Default for DemoOptions {
@@ -66,6 +71,8 @@ impl Default for DemoOptions {
             progress: Progress::Off,
             drain_timeout: Duration::from_secs(300),
             producers: 8,
+            members: 1,
+            partitions: 4,
         }
     }
 }
@@ -90,6 +97,10 @@ pub struct Summary {
     pub transport: String,
     /// The prefix of this system's resources on the broker (streams, queues), if any.
     pub broker_namespace: Option<String>,
+    /// Members per consumer group.
+    pub members: usize,
+    /// Partitions per topic.
+    pub partitions: u32,
     /// Orders placed by this run.
     pub orders_placed: usize,
     /// Orders in the database (all runs).
@@ -152,6 +163,11 @@ impl fmt::Display for Summary {
             }
         };
         writeln!(f, "checkout demo on {} over {}", self.database, self.transport)?;
+        writeln!(
+            f,
+            "  consumers            {} member(s) per group, {} partitions per topic",
+            self.members, self.partitions
+        )?;
         writeln!(
             f,
             "  orders placed        {} ({} in the database, {} poisoned)",
@@ -294,17 +310,21 @@ where
     let config = ConsumerConfig::default()
         .lanes(8)
         .max_attempts(4)
+        .lease_ttl(Duration::from_secs(3))
         .backoff(Backoff::new(Duration::from_millis(5), Duration::from_millis(50)));
     let mut stats: Vec<Arc<ConsumerStats>> = Vec::new();
     macro_rules! spawn_consumer {
         ($name:expr, $topic:expr, $handler:expr) => {{
-            let consumer = Consumer::new($name, store.clone(), $handler)
-                .topic($topic)
-                .config(config.clone().source($name));
-            stats.push(consumer.stats());
-            let subscriber = subscriber.clone();
-            let shutdown = shutdown.clone();
-            tasks.spawn(async move { consumer.run(&*subscriber, shutdown).await });
+            // Each member a consumer of its own, as if in its own process.
+            for _ in 0..options.members.max(1) {
+                let consumer = Consumer::new($name, store.clone(), $handler)
+                    .topic($topic)
+                    .config(config.clone().source($name));
+                stats.push(consumer.stats());
+                let subscriber = subscriber.clone();
+                let shutdown = shutdown.clone();
+                tasks.spawn(async move { consumer.run(&*subscriber, shutdown).await });
+            }
         }};
     }
     spawn_consumer!(COMMAND_CONSUMER, COMMANDS, Checkout);
@@ -415,7 +435,9 @@ impl Transport {
             None | Some("log") => {
                 let log = LogSubscriber::new(
                     Arc::new(store.clone()),
-                    LogReaderConfig::default().poll_interval(Duration::from_millis(100)),
+                    LogReaderConfig::default()
+                        .poll_interval(Duration::from_millis(100))
+                        .partitions(options.partitions),
                 );
                 Ok(Transport {
                     publisher: Arc::new(LogPublisher::new(Arc::new(store.clone()))),
@@ -426,7 +448,13 @@ impl Transport {
             }
             Some(url) if url.starts_with("nats://") || url.starts_with("tls://") => {
                 let namespace = format!("TIDINGS_DEMO_{}", store.system_id().await?);
-                let nats = NatsTransport::connect_with(url, NatsOptions::default().stream_prefix(&namespace))
+                // A short ack wait: a member taking over a partition waits
+                // one out when the previous reader left messages unacknowledged.
+                let nats_options = NatsOptions::default()
+                    .stream_prefix(&namespace)
+                    .partitions(options.partitions)
+                    .ack_wait(Duration::from_secs(5));
+                let nats = NatsTransport::connect_with(url, nats_options)
                     .await
                     .with_context(|| format!("connecting to NATS at {}", redact(url)))?;
                 Ok(Transport {
@@ -438,7 +466,10 @@ impl Transport {
             }
             Some(url) if url.starts_with("amqp://") || url.starts_with("amqps://") => {
                 let namespace = format!("tidings-demo-{}", store.system_id().await?);
-                let rabbit = RabbitTransport::connect_with(url, RabbitOptions::default().prefix(&namespace))
+                let rabbit_options = RabbitOptions::default()
+                    .prefix(&namespace)
+                    .partitions(options.partitions);
+                let rabbit = RabbitTransport::connect_with(url, rabbit_options)
                     .await
                     .with_context(|| format!("connecting to RabbitMQ at {}", redact(url)))?;
                 Ok(Transport {
@@ -476,7 +507,6 @@ fn summarize(
     drained: bool,
     elapsed: Duration,
 ) -> Summary {
-    let _ = options;
     let mut mismatches = Vec::new();
     if drained && t.points_credited != t.points_expected {
         mismatches.push(format!(
@@ -495,6 +525,8 @@ fn summarize(
         database,
         transport: transport.label.clone(),
         broker_namespace: transport.namespace.clone(),
+        members: options.members.max(1),
+        partitions: options.partitions,
         orders_placed: placed,
         orders_total: t.orders,
         poisoned_orders: t.poisoned_orders,
