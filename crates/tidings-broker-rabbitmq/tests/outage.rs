@@ -16,6 +16,10 @@ async fn producers_keep_committing_while_rabbitmq_is_down_and_nothing_is_lost() 
     let rabbit = RabbitTransport::connect_with(&broker.url(), options)
         .await
         .unwrap_or_else(|e| panic!("the private RabbitMQ node is not reachable at its port: {e}"));
-    producers_keep_committing_while_the_broker_is_down(&mut broker, Arc::new(rabbit.clone()), Arc::new(rabbit))
-        .await;
+    producers_keep_committing_while_the_broker_is_down(
+        &mut broker,
+        Arc::new(rabbit.clone()),
+        Arc::new(rabbit),
+    )
+    .await;
 }

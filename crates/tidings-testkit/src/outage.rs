@@ -16,7 +16,9 @@ use async_trait::async_trait;
 use serde::{Deserialize, Serialize};
 use sqlx::Postgres;
 use tidings_consumer::{Consumer, ConsumerConfig, Context, Handler, HandlerError};
-use tidings_core::{Backoff, Envelope, Kind, LagSource, Message, Outbox, OutgoingMessage, Publisher, Subscriber};
+use tidings_core::{
+    Backoff, Envelope, Kind, LagSource, Message, Outbox, OutgoingMessage, Publisher, Subscriber,
+};
 use tidings_relay::{Relay, RelayConfig};
 use tokio_util::sync::CancellationToken;
 
@@ -114,7 +116,10 @@ pub async fn producers_keep_committing_while_the_broker_is_down(
         RelayConfig::default()
             .poll_interval(Duration::from_millis(50))
             .publish_timeout(Duration::from_secs(2))
-            .backoff(Backoff::new(Duration::from_millis(50), Duration::from_millis(500))),
+            .backoff(Backoff::new(
+                Duration::from_millis(50),
+                Duration::from_millis(500),
+            )),
     );
     let relay_stats = relay.stats();
     let relay_task = tokio::spawn(relay.run(stop.clone()));
@@ -124,10 +129,16 @@ pub async fn producers_keep_committing_while_the_broker_is_down(
     for _ in 0..2 {
         let consumer = Consumer::new("apply", store.clone(), handler.clone())
             .topic(Step::TOPIC)
-            .config(ConsumerConfig::default().lanes(4).lease_ttl(Duration::from_secs(2)));
+            .config(
+                ConsumerConfig::default()
+                    .lanes(4)
+                    .lease_ttl(Duration::from_secs(2)),
+            );
         stats.push(consumer.stats());
         let (subscriber, stop) = (subscriber.clone(), stop.clone());
-        members.push(tokio::spawn(async move { consumer.run(&*subscriber, stop).await }));
+        members.push(tokio::spawn(
+            async move { consumer.run(&*subscriber, stop).await },
+        ));
     }
     let handled = || stats.iter().map(|s| s.handled()).sum::<u64>();
 
@@ -206,20 +217,30 @@ pub async fn producers_keep_committing_while_the_broker_is_down(
         report.backlog_at_restart > 0,
         "the outage held events back in the outbox"
     );
-    assert!(report.publish_failures > 0, "the relay saw the outage and retried");
+    assert!(
+        report.publish_failures > 0,
+        "the relay saw the outage and retried"
+    );
     let applied: Vec<(String, i64, i64)> =
         sqlx::query_as("SELECT k, seq, count(*) FROM applied GROUP BY k, seq ORDER BY k, seq")
             .fetch_all(store.pool())
             .await
             .expect("reading what was applied");
     assert_eq!(applied.len() as u64, total, "every committed event applied");
-    assert!(applied.iter().all(|(_, _, n)| *n == 1), "an event was applied twice");
+    assert!(
+        applied.iter().all(|(_, _, n)| *n == 1),
+        "an event was applied twice"
+    );
     let mut per_key: BTreeMap<String, Vec<i64>> = BTreeMap::new();
     for (k, seq) in handler.order.lock().expect("order lock").iter() {
         per_key.entry(k.clone()).or_default().push(*seq);
     }
     for (k, seqs) in per_key {
-        assert_eq!(seqs, (1..=PER_KEY).collect::<Vec<_>>(), "key {k} applied out of order");
+        assert_eq!(
+            seqs,
+            (1..=PER_KEY).collect::<Vec<_>>(),
+            "key {k} applied out of order"
+        );
     }
     db.drop_schema().await;
     report

@@ -30,11 +30,14 @@ fn free_port() -> u16 {
 
 fn binary() -> String {
     std::env::var("RABBITMQ_SERVER_BIN").unwrap_or_else(|_| {
-        ["/usr/lib/rabbitmq/bin/rabbitmq-server", "/usr/sbin/rabbitmq-server"]
-            .into_iter()
-            .find(|p| std::path::Path::new(p).exists())
-            .unwrap_or("rabbitmq-server")
-            .to_owned()
+        [
+            "/usr/lib/rabbitmq/bin/rabbitmq-server",
+            "/usr/sbin/rabbitmq-server",
+        ]
+        .into_iter()
+        .find(|p| std::path::Path::new(p).exists())
+        .unwrap_or("rabbitmq-server")
+        .to_owned()
     })
 }
 
