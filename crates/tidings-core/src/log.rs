@@ -68,11 +68,18 @@ pub trait LogBackend: Send + Sync + 'static {
         limit: usize,
     ) -> Result<Vec<LogEntry>>;
 
-    /// The committed offset of `group` on `topic` (the default position for a new group).
-    async fn load_offset(&self, group: &str, topic: &str) -> Result<LogPosition>;
+    /// The committed offset of `group` in `partition` of `topic` (the
+    /// default position for a new group).
+    async fn load_offset(&self, group: &str, topic: &str, partition: Partition) -> Result<LogPosition>;
 
-    /// Stores the offset of `group` on `topic`; never moves it backwards.
-    async fn commit_offset(&self, group: &str, topic: &str, at: LogPosition) -> Result<()>;
+    /// Stores the offset of `group` in `partition` of `topic`; never moves it backwards.
+    async fn commit_offset(
+        &self,
+        group: &str,
+        topic: &str,
+        partition: Partition,
+        at: LogPosition,
+    ) -> Result<()>;
 
     /// A signal that changes whenever something may have been appended
     /// (in this process, or in another one where the database can tell).
@@ -261,8 +268,7 @@ impl<B: LogBackend> Subscriber for LogSubscriber<B> {
         topic: &str,
         partition: Partition,
     ) -> Result<Subscription> {
-        let offsets = offset_key(group, partition);
-        let start = self.backend.load_offset(&offsets, topic).await?;
+        let start = self.backend.load_offset(group, topic, partition).await?;
         let (sender, receiver) = mpsc::channel(self.config.batch_size);
         let shared = Arc::new(Shared {
             window: Mutex::new(Window {
@@ -274,7 +280,7 @@ impl<B: LogBackend> Subscriber for LogSubscriber<B> {
         let reader = Reader {
             backend: self.backend.clone(),
             config: self.config.clone(),
-            group: offsets,
+            group: group.to_owned(),
             topic: topic.to_owned(),
             partition,
             shared,
@@ -297,20 +303,9 @@ impl<B: LogBackend> Subscriber for LogSubscriber<B> {
     }
 }
 
-/// The name a group's offset of one partition is stored under: the group
-/// itself for a whole topic, `group#index/count` for a partition.
-pub fn offset_key(group: &str, partition: Partition) -> String {
-    if partition.is_whole() {
-        group.to_owned()
-    } else {
-        format!("{group}#{partition}")
-    }
-}
-
 struct Reader<B> {
     backend: Arc<B>,
     config: LogReaderConfig,
-    /// The group, as its offsets are stored ([`offset_key`]).
     group: String,
     topic: String,
     partition: Partition,
@@ -403,7 +398,7 @@ impl<B: LogBackend> Reader<B> {
         }
         match self
             .backend
-            .commit_offset(&self.group, &self.topic, settled)
+            .commit_offset(&self.group, &self.topic, self.partition, settled)
             .await
         {
             Ok(()) => {

@@ -5,6 +5,14 @@
 -- before this column existed have none and read as partition 0.
 ALTER TABLE tidings_log ADD COLUMN key_hash BIGINT;
 
+-- A group's offsets are kept per partition (index out of count); a whole
+-- topic is partition 0 of 1.
+ALTER TABLE tidings_log_offsets
+    ADD COLUMN partition_count INTEGER NOT NULL DEFAULT 1,
+    ADD COLUMN partition_index INTEGER NOT NULL DEFAULT 0,
+    DROP CONSTRAINT tidings_log_offsets_pkey,
+    ADD PRIMARY KEY (consumer_group, topic, partition_count, partition_index);
+
 -- The live members of a scope (a consumer group on a topic), each renewing
 -- its row before it expires.
 CREATE TABLE tidings_members (

@@ -84,12 +84,15 @@ impl LogBackend for PgStore {
             .collect())
     }
 
-    async fn load_offset(&self, group: &str, topic: &str) -> Result<LogPosition> {
+    async fn load_offset(&self, group: &str, topic: &str, partition: Partition) -> Result<LogPosition> {
         let row: Option<(i64, i64)> = sqlx::query_as(
-            "SELECT txid, seq FROM tidings_log_offsets WHERE consumer_group = $1 AND topic = $2",
+            "SELECT txid, seq FROM tidings_log_offsets
+             WHERE consumer_group = $1 AND topic = $2 AND partition_count = $3 AND partition_index = $4",
         )
         .bind(group)
         .bind(topic)
+        .bind(partition.count as i32)
+        .bind(partition.index as i32)
         .fetch_optional(&self.inner.pool)
         .await
         .map_err(Error::db("loading a log offset"))?;
@@ -98,10 +101,17 @@ impl LogBackend for PgStore {
             .unwrap_or_default())
     }
 
-    async fn commit_offset(&self, group: &str, topic: &str, at: LogPosition) -> Result<()> {
+    async fn commit_offset(
+        &self,
+        group: &str,
+        topic: &str,
+        partition: Partition,
+        at: LogPosition,
+    ) -> Result<()> {
         sqlx::query(
-            "INSERT INTO tidings_log_offsets (consumer_group, topic, txid, seq) VALUES ($1, $2, $3, $4)
-             ON CONFLICT (consumer_group, topic) DO UPDATE
+            "INSERT INTO tidings_log_offsets (consumer_group, topic, txid, seq, partition_count, partition_index)
+             VALUES ($1, $2, $3, $4, $5, $6)
+             ON CONFLICT (consumer_group, topic, partition_count, partition_index) DO UPDATE
                SET txid = EXCLUDED.txid, seq = EXCLUDED.seq, updated_at = now()
                WHERE (tidings_log_offsets.txid, tidings_log_offsets.seq) < (EXCLUDED.txid, EXCLUDED.seq)",
         )
@@ -109,6 +119,8 @@ impl LogBackend for PgStore {
         .bind(topic)
         .bind(at.txid)
         .bind(at.seq)
+        .bind(partition.count as i32)
+        .bind(partition.index as i32)
         .execute(&self.inner.pool)
         .await
         .map_err(Error::db("storing a log offset"))?;

@@ -5,6 +5,22 @@
 -- before this column existed have none and read as partition 0.
 ALTER TABLE tidings_log ADD COLUMN key_hash INTEGER;
 
+-- A group's offsets are kept per partition (index out of count); a whole
+-- topic is partition 0 of 1. (SQLite cannot change a primary key in place.)
+CREATE TABLE tidings_log_offsets_new (
+    consumer_group  TEXT    NOT NULL,
+    topic           TEXT    NOT NULL,
+    partition_count INTEGER NOT NULL DEFAULT 1,
+    partition_index INTEGER NOT NULL DEFAULT 0,
+    seq             INTEGER NOT NULL,
+    updated_at      INTEGER NOT NULL,
+    PRIMARY KEY (consumer_group, topic, partition_count, partition_index)
+);
+INSERT INTO tidings_log_offsets_new (consumer_group, topic, seq, updated_at)
+    SELECT consumer_group, topic, seq, updated_at FROM tidings_log_offsets;
+DROP TABLE tidings_log_offsets;
+ALTER TABLE tidings_log_offsets_new RENAME TO tidings_log_offsets;
+
 -- The live members of a scope (a consumer group on a topic), each renewing
 -- its row before it expires.
 CREATE TABLE tidings_members (

@@ -18,8 +18,11 @@ impl LagSource for SqliteStore {
                 .map_err(Error::db("measuring outbox lag"))?;
         let consumers: Vec<(String, String, i64)> = sqlx::query_as(
             "SELECT o.consumer_group, o.topic,
-                    (SELECT count(*) FROM tidings_log l WHERE l.topic = o.topic AND l.seq > o.seq)
-             FROM tidings_log_offsets o ORDER BY 1, 2",
+                    sum((SELECT count(*) FROM tidings_log l
+                         WHERE l.topic = o.topic AND l.seq > o.seq
+                           AND (o.partition_count = 1
+                                OR COALESCE(l.key_hash, 0) % o.partition_count = o.partition_index)))
+             FROM tidings_log_offsets o GROUP BY 1, 2 ORDER BY 1, 2",
         )
         .fetch_all(pool)
         .await

@@ -79,12 +79,15 @@ impl LogBackend for SqliteStore {
             .collect())
     }
 
-    async fn load_offset(&self, group: &str, topic: &str) -> Result<LogPosition> {
+    async fn load_offset(&self, group: &str, topic: &str, partition: Partition) -> Result<LogPosition> {
         let seq: Option<i64> = sqlx::query_scalar(
-            "SELECT seq FROM tidings_log_offsets WHERE consumer_group = $1 AND topic = $2",
+            "SELECT seq FROM tidings_log_offsets
+             WHERE consumer_group = $1 AND topic = $2 AND partition_count = $3 AND partition_index = $4",
         )
         .bind(group)
         .bind(topic)
+        .bind(i64::from(partition.count))
+        .bind(i64::from(partition.index))
         .fetch_optional(&self.inner.pool)
         .await
         .map_err(Error::db("loading a log offset"))?;
@@ -94,10 +97,17 @@ impl LogBackend for SqliteStore {
         })
     }
 
-    async fn commit_offset(&self, group: &str, topic: &str, at: LogPosition) -> Result<()> {
+    async fn commit_offset(
+        &self,
+        group: &str,
+        topic: &str,
+        partition: Partition,
+        at: LogPosition,
+    ) -> Result<()> {
         sqlx::query(
-            "INSERT INTO tidings_log_offsets (consumer_group, topic, seq, updated_at) VALUES ($1, $2, $3, $4)
-             ON CONFLICT (consumer_group, topic) DO UPDATE
+            "INSERT INTO tidings_log_offsets (consumer_group, topic, seq, updated_at, partition_count, partition_index)
+             VALUES ($1, $2, $3, $4, $5, $6)
+             ON CONFLICT (consumer_group, topic, partition_count, partition_index) DO UPDATE
                SET seq = excluded.seq, updated_at = excluded.updated_at
                WHERE tidings_log_offsets.seq < excluded.seq",
         )
@@ -105,6 +115,8 @@ impl LogBackend for SqliteStore {
         .bind(topic)
         .bind(at.seq)
         .bind(now_millis())
+        .bind(i64::from(partition.count))
+        .bind(i64::from(partition.index))
         .execute(&self.inner.pool)
         .await
         .map_err(Error::db("storing a log offset"))?;

@@ -192,6 +192,17 @@ where
     second.stop().await;
     stop.cancel();
     relay.await.unwrap().unwrap();
+    let lag = store.lag().await.unwrap();
+    let shared: Vec<_> = lag.consumers.iter().filter(|c| c.consumer == "shared").collect();
+    assert_eq!(
+        shared.len(),
+        1,
+        "one line per group, its partitions summed: {lag:?}"
+    );
+    assert_eq!(
+        shared[0].pending, 0,
+        "every partition's offset is stored on shutdown"
+    );
 
     let distinct = store
         .count(
