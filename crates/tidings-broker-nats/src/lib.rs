@@ -472,7 +472,12 @@ impl Subscriber for NatsTransport {
                         Some(Ok(m)) => {
                             failures = 0;
                             let ready = match takeover.as_mut() {
-                                Some(t) => t.admit(m),
+                                Some(t) => {
+                                    // Held for a while: restart its ack wait, so that
+                                    // holding it does not make JetStream send it again.
+                                    let _ = m.ack_with(jetstream::AckKind::Progress).await;
+                                    t.admit(m)
+                                }
                                 None => vec![m],
                             };
                             if takeover.as_ref().is_some_and(Takeover::complete) {
