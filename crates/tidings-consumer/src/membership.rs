@@ -1,23 +1,10 @@
-//! A consumer's membership of its group: which partitions of each topic
-//! this member reads, through the store's leases ([`tidings_core::lease`]).
+//! Which partitions of each topic this member reads: the group's
+//! [`Membership`] through the store's leases ([`tidings_core::lease`]).
 
 use std::sync::Arc;
-use std::time::{Duration, Instant};
 
-use tidings_core::lease::{self, Lease, LeaseStore};
-use tidings_core::{Partition, Result};
-use tokio_util::sync::CancellationToken;
-
-/// One topic of the consumer: its lease scope and partition count.
-#[derive(Debug, Clone)]
-pub(crate) struct Scope {
-    pub(crate) topic: String,
-    pub(crate) name: Arc<str>,
-    pub(crate) partitions: u32,
-}
-
-/// The leases held, per scope (same order as the scopes).
-pub(crate) type Held = Vec<Vec<Lease>>;
+use tidings_core::Partition;
+use tidings_core::lease::{Held, Lease, LeaseStore, Membership};
 
 /// A partition being read, with the lease that allows it.
 #[derive(Debug, Clone)]
@@ -26,148 +13,22 @@ pub(crate) struct Claim {
     pub(crate) lease: Lease,
 }
 
-pub(crate) struct Membership<S> {
-    store: S,
-    member: String,
-    ttl: Duration,
-    scopes: Vec<Scope>,
-}
-
-fn partitions(leases: &[Lease]) -> Vec<u32> {
-    leases.iter().map(|l| l.partition).collect()
-}
-
-impl<S: LeaseStore> Membership<S> {
-    pub(crate) fn new(store: S, member: String, ttl: Duration, scopes: Vec<Scope>) -> Self {
-        Membership {
-            store,
-            member,
-            ttl,
-            scopes,
-        }
-    }
-
-    pub(crate) fn member(&self) -> &str {
-        &self.member
-    }
-
-    pub(crate) fn scopes(&self) -> &[Scope] {
-        &self.scopes
-    }
-
-    /// How often leases are renewed: three times per lease.
-    pub(crate) fn tick(&self) -> Duration {
-        self.ttl / 3
-    }
-
-    /// This member's share of `scope`, from a fresh heartbeat.
-    async fn share(&self, scope: &Scope) -> Result<Vec<u32>> {
-        let members = self.store.heartbeat(&scope.name, &self.member, self.ttl).await?;
-        Ok(lease::assignment(&members, &self.member, scope.partitions))
-    }
-
-    /// Between sessions: gives back what is no longer this member's share
-    /// (nothing reads it now) and takes what of its share is free.
-    pub(crate) async fn sync(&self, held: &Held) -> Result<Held> {
-        let mut now = Vec::with_capacity(self.scopes.len());
-        for (i, scope) in self.scopes.iter().enumerate() {
-            let share = self.share(scope).await?;
-            let before = held.get(i).map(Vec::as_slice).unwrap_or_default();
-            let give_up: Vec<u32> = partitions(before)
-                .into_iter()
-                .filter(|p| !share.contains(p))
-                .collect();
-            if !give_up.is_empty() {
-                self.store.release(&scope.name, &self.member, &give_up).await?;
-                tracing::info!(member = %self.member, scope = %scope.name, partitions = ?give_up, "partitions handed over");
-            }
-            let leases = self
-                .store
-                .acquire(&scope.name, &self.member, &share, self.ttl)
-                .await?;
-            let gained: Vec<u32> = partitions(&leases)
-                .into_iter()
-                .filter(|p| !partitions(before).contains(p))
-                .collect();
-            if !gained.is_empty() {
-                tracing::info!(member = %self.member, scope = %scope.name, partitions = ?gained, "partitions taken");
-            }
-            now.push(leases);
-        }
-        Ok(now)
-    }
-
-    /// During a session: renews `held` every tick, and cancels `stop` as
-    /// soon as the session must end: a lease was lost, part of it is no
-    /// longer this member's share, more of its share became free, or
-    /// renewing failed for so long that the leases may lapse.
-    pub(crate) async fn watch(&self, held: &Held, stop: CancellationToken) {
-        let mut renewed = Instant::now();
-        loop {
-            tokio::select! {
-                _ = stop.cancelled() => return,
-                _ = tokio::time::sleep(self.tick()) => {}
-            }
-            match self.renew(held).await {
-                Ok(None) => renewed = Instant::now(),
-                Ok(Some(why)) => {
-                    tracing::info!(member = %self.member, reason = why, "rebalancing partitions");
-                    stop.cancel();
-                    return;
-                }
-                Err(e) => {
-                    tracing::warn!(member = %self.member, error = %e, "renewing partition leases failed");
-                    // Stop reading before the leases can lapse and pass to another member.
-                    if renewed.elapsed() >= self.ttl.mul_f32(0.66) {
-                        tracing::warn!(member = %self.member, "leases may lapse: stopping until they are renewed");
-                        stop.cancel();
-                        return;
-                    }
-                }
-            }
-        }
-    }
-
-    /// One renewal; `Some(reason)` when the session must end.
-    async fn renew(&self, held: &Held) -> Result<Option<&'static str>> {
-        for (i, scope) in self.scopes.iter().enumerate() {
-            let share = self.share(scope).await?;
-            let mine = &held[i];
-            if mine.iter().any(|l| !share.contains(&l.partition)) {
-                return Ok(Some("a partition is another member's share now"));
-            }
-            let leases = self
-                .store
-                .acquire(&scope.name, &self.member, &share, self.ttl)
-                .await?;
-            if mine.iter().any(|l| !leases.contains(l)) {
-                return Ok(Some("a lease was lost"));
-            }
-            if leases.len() > mine.len() {
-                return Ok(Some("more partitions are free to take"));
-            }
-        }
-        Ok(None)
-    }
-
-    /// Leaves every scope (on shutdown), so others take over at once.
-    pub(crate) async fn leave(&self) {
-        for scope in &self.scopes {
-            if let Err(e) = self.store.leave(&scope.name, &self.member).await {
-                tracing::warn!(member = %self.member, scope = %scope.name, error = %e, "leaving the group failed; its leases will lapse");
-            }
-        }
-    }
-
-    /// Every (topic, partition, claim) `held` allows reading.
-    pub(crate) fn claims<'a>(
-        &'a self,
-        held: &'a Held,
-    ) -> impl Iterator<Item = (&'a str, Partition, Claim)> + 'a {
-        self.scopes.iter().zip(held).flat_map(|(scope, leases)| {
+/// Every (topic, partition, claim) `held` allows reading; `topics` are in
+/// the order of the membership's scopes.
+pub(crate) fn claims<'a, S: LeaseStore>(
+    membership: &'a Membership<S>,
+    topics: &'a [String],
+    held: &'a Held,
+) -> impl Iterator<Item = (&'a str, Partition, Claim)> + 'a {
+    membership
+        .scopes()
+        .iter()
+        .zip(topics)
+        .zip(held)
+        .flat_map(|((scope, topic), leases)| {
             leases.iter().map(move |lease| {
                 (
-                    scope.topic.as_str(),
+                    topic.as_str(),
                     Partition::new(lease.partition, scope.partitions),
                     Claim {
                         scope: scope.name.clone(),
@@ -176,5 +37,4 @@ impl<S: LeaseStore> Membership<S> {
                 )
             })
         })
-    }
 }

@@ -11,9 +11,10 @@ use std::time::Duration;
 use chrono::Utc;
 use futures::StreamExt;
 use futures::stream::select_all;
+use tidings_core::lease::{self, Held, Membership, Scope};
 use tidings_core::{
     AckKind, Backoff, ConsumerStore, DeadLetter, DecodeError, Delivery, Envelope, ErrorClass, Failure,
-    FailureStore, LeaseStore, Subscriber, Subscription, lease,
+    FailureStore, LeaseStore, Subscriber, Subscription,
 };
 use tokio::sync::mpsc;
 use tokio::task::JoinSet;
@@ -21,7 +22,7 @@ use tokio_util::sync::CancellationToken;
 use uuid::Uuid;
 
 use crate::handler::{Context, Handler, HandlerError};
-use crate::membership::{Claim, Held, Membership, Scope};
+use crate::membership::{Claim, claims};
 
 /// Tuning of a [`Consumer`].
 #[derive(Debug, Clone)]
@@ -267,7 +268,6 @@ impl<S: ConsumerStore + FailureStore + LeaseStore + Clone> Consumer<S> {
             .topics
             .iter()
             .map(|topic| Scope {
-                topic: topic.clone(),
                 name: lease::scope(&self.name, topic).into(),
                 partitions: subscriber.partitions(topic),
             })
@@ -305,7 +305,7 @@ impl<S: ConsumerStore + FailureStore + LeaseStore + Clone> Consumer<S> {
             let stop = shutdown.child_token();
             let session = Arc::new(worker.with_stop(stop.clone()));
             let (_, result) = tokio::join!(membership.watch(&held, stop.clone()), async {
-                let result = session.run(subscriber, &membership, &held).await;
+                let result = session.run(subscriber, &membership, &self.topics, &held).await;
                 stop.cancel();
                 result
             });
@@ -408,10 +408,11 @@ impl<S: ConsumerStore + FailureStore + LeaseStore + Clone> Worker<S> {
         self: Arc<Self>,
         subscriber: &dyn Subscriber,
         membership: &Membership<L>,
+        topics: &[String],
         held: &Held,
     ) -> tidings_core::Result<()> {
         let mut leased = Vec::new();
-        for (topic, partition, claim) in membership.claims(held) {
+        for (topic, partition, claim) in claims(membership, topics, held) {
             match subscriber.subscribe_partition(&self.name, topic, partition).await {
                 Ok(subscription) => leased.push(Leased { claim, subscription }),
                 Err(e) => {

@@ -170,6 +170,13 @@ where
     produce(&store, KEYS, 1..=10).await;
     // The second member joins mid-stream: the first hands half the partitions over.
     let second = Member::start(&store, "m2", &recorder);
+    eventually(WAIT, "the second member takes its share", || async {
+        store
+            .count("SELECT CAST(count(*) AS BIGINT) FROM tidings_leases WHERE owner = 'm2'")
+            .await
+            > 0
+    })
+    .await;
     produce(&store, KEYS, 11..=30).await;
     eventually(WAIT, "every event handled by the group", || async {
         applied(&store).await == KEYS as i64 * 30
