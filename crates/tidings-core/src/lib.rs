@@ -58,7 +58,7 @@ pub use message::Message;
 pub use partition::Partition;
 pub use store::{
     ClaimedBatch, ConsumerLag, ConsumerStore, DeadLetter, DeadLetterFilter, Failure, FailureStore, LagReport,
-    LagSource, Outbox, REDRIVE_HEADER, Redrive, RelayStore, redrive_envelope,
+    LagSource, Outbox, OutboxPartitions, REDRIVE_HEADER, Redrive, RelayStore, redrive_envelope,
 };
 pub use transport::{
     AckKind, Acker, Delivery, OutgoingMessage, Publisher, RawMessage, Subscriber, Subscription,

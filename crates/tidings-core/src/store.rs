@@ -37,14 +37,36 @@ pub trait Outbox: Send + Sync + 'static {
     fn wake(&self);
 }
 
+/// The outbox partitions a relay holds, and the leases that allow it.
+///
+/// Records fall in partitions by the [`Partition::of`](crate::Partition::of)
+/// their aggregate key; each partition is leased to one relay at a time
+/// ([`lease`](crate::lease)), so that several relays publish in parallel
+/// while each key's records go out in commit order, from one relay.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct OutboxPartitions {
+    /// The lease scope (`relay`).
+    pub scope: String,
+    /// The relay's member id.
+    pub member: String,
+    /// How many partitions the outbox has.
+    pub count: u32,
+    /// The partitions held, with their fencing tokens.
+    pub leases: Vec<Lease>,
+}
+
 /// Claims batches of committed outbox records for the relay.
 #[async_trait]
 pub trait RelayStore: Send + Sync + 'static {
     /// A claimed batch; dropping it without completing releases it.
     type Batch: ClaimedBatch;
 
-    /// Claims up to `limit` of the oldest unsent records, in commit order per key.
-    async fn claim(&self, limit: usize) -> Result<Self::Batch>;
+    /// Claims up to `limit` of the oldest unsent records of the partitions
+    /// `held` leases, in commit order per key. Only partitions whose lease
+    /// is still the relay's (same fencing token) are claimed, and a batch
+    /// is completed only while they still are: a relay that lost a lease
+    /// never marks another's records.
+    async fn claim(&self, limit: usize, held: &OutboxPartitions) -> Result<Self::Batch>;
 
     /// Waits until a producer signals new records or `timeout` passes.
     async fn wait_for_work(&self, timeout: Duration);

@@ -29,12 +29,16 @@
 #![warn(missing_docs, missing_debug_implementations, unreachable_pub)]
 
 use std::fmt;
-use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use tidings_core::{Backoff, ClaimedBatch, Publisher, RelayStore, Result};
+use tidings_core::lease::{Membership, Scope};
+use tidings_core::{
+    Backoff, ClaimedBatch, Lease, LeaseStore, OutboxPartitions, Publisher, RelayStore, Result,
+};
 use tokio_util::sync::CancellationToken;
+use uuid::Uuid;
 
 /// Tuning of a [`Relay`].
 #[derive(Debug, Clone)]
@@ -44,12 +48,17 @@ pub struct RelayConfig {
     publish_timeout: Duration,
     backoff: Backoff,
     cleanup_interval: Duration,
+    partitions: u32,
+    lease_ttl: Duration,
+    member: Option<String>,
 }
 
 impl Default for RelayConfig {
     /// Batches of 500 records; poll every 500 ms when no wake-up arrives;
     /// give a publish 30 s to be confirmed; back off from 100 ms to 30 s
-    /// after failures; run retention cleanup every minute.
+    /// after failures; run retention cleanup every minute; one outbox
+    /// partition (one relay publishes at a time, others stand by), leases
+    /// of 10 s.
     fn default() -> Self {
         RelayConfig {
             batch_size: 500,
@@ -57,6 +66,9 @@ impl Default for RelayConfig {
             publish_timeout: Duration::from_secs(30),
             backoff: Backoff::default(),
             cleanup_interval: Duration::from_secs(60),
+            partitions: 1,
+            lease_ttl: Duration::from_secs(10),
+            member: None,
         }
     }
 }
@@ -95,6 +107,27 @@ impl RelayConfig {
         self.cleanup_interval = d;
         self
     }
+
+    /// Outbox partitions: up to this many relays publish at once, each the
+    /// partitions it holds a lease on. Every relay of one database must use
+    /// the same count.
+    pub fn partitions(mut self, n: u32) -> Self {
+        self.partitions = n.max(1);
+        self
+    }
+
+    /// How long a relay's partition leases last without renewal (renewed
+    /// three times as often): a relay that dies is replaced after about this long.
+    pub fn lease_ttl(mut self, d: Duration) -> Self {
+        self.lease_ttl = d.max(Duration::from_millis(300));
+        self
+    }
+
+    /// This relay's id among the relays (default: unique per process and run).
+    pub fn member(mut self, id: impl Into<String>) -> Self {
+        self.member = Some(id.into());
+        self
+    }
 }
 
 /// Counters of a running relay.
@@ -128,12 +161,18 @@ impl RelayStats {
     }
 }
 
+/// The lease scope of relays.
+pub const SCOPE: &str = "relay";
+
 /// Moves outbox records from a [`RelayStore`] to a [`Publisher`].
 pub struct Relay<S, P> {
     store: S,
     publisher: P,
     config: RelayConfig,
     stats: Arc<RelayStats>,
+    member: String,
+    /// The partitions held now (empty until the relay joined).
+    held: Mutex<Vec<Lease>>,
 }
 
 impl<S, P> fmt::Debug for Relay<S, P> {
@@ -154,7 +193,7 @@ pub enum Round {
     Idle,
 }
 
-impl<S: RelayStore, P: Publisher> Relay<S, P> {
+impl<S: RelayStore + LeaseStore + Clone, P: Publisher> Relay<S, P> {
     /// A relay with the default configuration.
     pub fn new(store: S, publisher: P) -> Self {
         Relay {
@@ -162,13 +201,54 @@ impl<S: RelayStore, P: Publisher> Relay<S, P> {
             publisher,
             config: RelayConfig::default(),
             stats: Arc::default(),
+            member: default_member(),
+            held: Mutex::default(),
         }
     }
 
     /// Replaces the configuration.
     pub fn config(mut self, config: RelayConfig) -> Self {
+        if let Some(member) = &config.member {
+            self.member = member.clone();
+        }
         self.config = config;
         self
+    }
+
+    fn membership(&self) -> Membership<S> {
+        Membership::new(
+            self.store.clone(),
+            self.member.clone(),
+            self.config.lease_ttl,
+            vec![Scope {
+                name: SCOPE.into(),
+                partitions: self.config.partitions,
+            }],
+        )
+    }
+
+    fn partitions(&self) -> OutboxPartitions {
+        OutboxPartitions {
+            scope: SCOPE.to_owned(),
+            member: self.member.clone(),
+            count: self.config.partitions,
+            leases: self.held.lock().expect("held lock").clone(),
+        }
+    }
+
+    /// Joins the relays: takes this relay's share of the partitions that
+    /// is free, and returns what it holds. [`run`](Relay::run) and
+    /// [`round`](Relay::round) do this themselves.
+    pub async fn join(&self) -> Result<Vec<Lease>> {
+        let held = self.held.lock().expect("held lock").clone();
+        let now = self
+            .membership()
+            .sync(&vec![held])
+            .await?
+            .pop()
+            .unwrap_or_default();
+        *self.held.lock().expect("held lock") = now.clone();
+        Ok(now)
     }
 
     /// The relay's counters, shared with the running loop.
@@ -176,11 +256,20 @@ impl<S: RelayStore, P: Publisher> Relay<S, P> {
         self.stats.clone()
     }
 
-    /// Claims, publishes and completes one batch. Errors are returned, not retried.
+    /// Claims, publishes and completes one batch of the partitions held
+    /// (joining the relays first if it holds none). Errors are returned, not retried.
     pub async fn round(&self) -> Result<Round> {
-        let batch = self.store.claim(self.config.batch_size).await.inspect_err(|_| {
-            self.stats.claim_failures.fetch_add(1, Ordering::Relaxed);
-        })?;
+        if self.held.lock().expect("held lock").is_empty() {
+            self.join().await?;
+        }
+        let partitions = self.partitions();
+        let batch = self
+            .store
+            .claim(self.config.batch_size, &partitions)
+            .await
+            .inspect_err(|_| {
+                self.stats.claim_failures.fetch_add(1, Ordering::Relaxed);
+            })?;
         let n = batch.messages().len();
         if n == 0 {
             batch.release().await?;
@@ -226,10 +315,51 @@ impl<S: RelayStore, P: Publisher> Relay<S, P> {
     /// Runs until `shutdown` is cancelled. A batch being published when
     /// shutdown arrives is finished (confirmed and completed) or released;
     /// it is never abandoned half-marked.
+    ///
+    /// The relay joins the other relays of the database and publishes the
+    /// partitions it holds a lease on; when relays come or go, it finishes
+    /// its batch, hands over what is no longer its share and takes up its
+    /// new one. With nothing held, it stands by.
     pub async fn run(self, shutdown: CancellationToken) -> Result<()> {
+        let membership = self.membership();
+        let mut failures = 0u32;
+        while !shutdown.is_cancelled() {
+            let held = self.held.lock().expect("held lock").clone();
+            match membership.sync(&vec![held]).await {
+                Ok(mut now) => {
+                    failures = 0;
+                    *self.held.lock().expect("held lock") = now.pop().unwrap_or_default();
+                }
+                Err(e) => {
+                    failures += 1;
+                    let delay = self.config.backoff.delay(failures);
+                    tracing::warn!(error = %e, retry_in_ms = delay.as_millis() as u64, "joining the relays failed; retrying");
+                    sleep_unless(&shutdown, delay).await;
+                    continue;
+                }
+            }
+            let held = vec![self.held.lock().expect("held lock").clone()];
+            if held[0].is_empty() {
+                tracing::debug!(member = %self.member, "no outbox partition free; standing by");
+                sleep_unless(&shutdown, membership.tick()).await;
+                continue;
+            }
+            let stop = shutdown.child_token();
+            tokio::join!(membership.watch(&held, stop.clone()), async {
+                self.publish_until(&stop).await;
+                stop.cancel();
+            });
+        }
+        membership.leave().await;
+        tracing::info!(published = self.stats.published(), "relay stopped");
+        Ok(())
+    }
+
+    /// Publishes round after round until `stop` (shutdown, or a hand-over).
+    async fn publish_until(&self, stop: &CancellationToken) {
         let mut failures = 0u32;
         let mut last_cleanup = Instant::now();
-        while !shutdown.is_cancelled() {
+        while !stop.is_cancelled() {
             if last_cleanup.elapsed() >= self.config.cleanup_interval {
                 last_cleanup = Instant::now();
                 match self.store.cleanup().await {
@@ -243,7 +373,7 @@ impl<S: RelayStore, P: Publisher> Relay<S, P> {
                 Ok(Round::Idle) => {
                     failures = 0;
                     tokio::select! {
-                        _ = shutdown.cancelled() => break,
+                        _ = stop.cancelled() => break,
                         _ = self.store.wait_for_work(self.config.poll_interval) => {}
                     }
                 }
@@ -251,14 +381,25 @@ impl<S: RelayStore, P: Publisher> Relay<S, P> {
                     failures += 1;
                     let delay = self.config.backoff.delay(failures);
                     tracing::warn!(error = %e, attempt = failures, retry_in_ms = delay.as_millis() as u64, "relay round failed; retrying");
-                    tokio::select! {
-                        _ = shutdown.cancelled() => break,
-                        _ = tokio::time::sleep(delay) => {}
-                    }
+                    sleep_unless(stop, delay).await;
                 }
             }
         }
-        tracing::info!(published = self.stats.published(), "relay stopped");
-        Ok(())
+    }
+}
+
+/// A member id unique to this process and run.
+fn default_member() -> String {
+    format!(
+        "relay-pid{}-{}",
+        std::process::id(),
+        &Uuid::new_v4().simple().to_string()[..8]
+    )
+}
+
+async fn sleep_unless(token: &CancellationToken, delay: Duration) {
+    tokio::select! {
+        _ = token.cancelled() => {}
+        _ = tokio::time::sleep(delay) => {}
     }
 }

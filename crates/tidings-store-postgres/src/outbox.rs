@@ -4,7 +4,10 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use sqlx::{PgConnection, Postgres, Row, Transaction};
-use tidings_core::{ClaimedBatch, Error, Outbox, OutgoingMessage, RelayStore, Result, cloudevents};
+use tidings_core::partition::key_hash;
+use tidings_core::{
+    ClaimedBatch, Error, Outbox, OutboxPartitions, OutgoingMessage, RelayStore, Result, cloudevents,
+};
 
 use crate::PgStore;
 
@@ -15,11 +18,13 @@ impl Outbox for PgStore {
     async fn enqueue(&self, conn: &mut PgConnection, message: &OutgoingMessage) -> Result<()> {
         let e = &message.envelope;
         sqlx::query(
-            "INSERT INTO tidings_outbox (id, topic, aggregate_key, message_type, body) VALUES ($1, $2, $3, $4, $5)",
+            "INSERT INTO tidings_outbox (id, topic, aggregate_key, key_hash, message_type, body)
+             VALUES ($1, $2, $3, $4, $5, $6)",
         )
         .bind(e.id)
         .bind(&message.topic)
         .bind(&e.aggregate_key)
+        .bind(i64::from(key_hash(&e.aggregate_key)))
         .bind(&e.message_type)
         .bind(cloudevents::to_json(e))
         .execute(conn)
@@ -42,16 +47,25 @@ pub struct PgBatch {
     messages: Vec<OutgoingMessage>,
 }
 
-// Claiming deletes (or stamps) the rows inside the claim's transaction: the
-// change only becomes visible if the relay commits after the transport's
-// confirmation. The inner SELECT orders by seq and skips rows another relay
-// holds. RETURNING has no defined order, so rows are sorted afterwards.
+// The claim's transaction first takes a share lock on the relay's live
+// leases whose fencing token is still its own: until the batch commits or
+// rolls back, no other relay can take those partitions over. It then
+// deletes (or stamps) the rows of those partitions: the change only becomes
+// visible if the relay commits after the transport's confirmation. The
+// inner SELECT orders by seq and skips rows another relay holds. RETURNING
+// has no defined order, so rows are sorted afterwards.
+const HOLD_LEASES: &str = "SELECT partition_index FROM tidings_leases
+    WHERE scope = $1 AND owner = $2 AND expires_at > clock_timestamp()
+      AND (partition_index, fence) IN (SELECT * FROM UNNEST($3::int4[], $4::int8[]))
+    FOR SHARE";
 const CLAIM_DELETE: &str = "DELETE FROM tidings_outbox WHERE seq IN (
         SELECT seq FROM tidings_outbox WHERE published_at IS NULL
+          AND ($2 = 1 OR COALESCE(key_hash, 0) % $2 = ANY($3::int8[]))
         ORDER BY seq LIMIT $1 FOR UPDATE SKIP LOCKED)
     RETURNING seq, topic, body";
 const CLAIM_MARK: &str = "UPDATE tidings_outbox SET published_at = now() WHERE seq IN (
         SELECT seq FROM tidings_outbox WHERE published_at IS NULL
+          AND ($2 = 1 OR COALESCE(key_hash, 0) % $2 = ANY($3::int8[]))
         ORDER BY seq LIMIT $1 FOR UPDATE SKIP LOCKED)
     RETURNING seq, topic, body";
 
@@ -59,13 +73,28 @@ const CLAIM_MARK: &str = "UPDATE tidings_outbox SET published_at = now() WHERE s
 impl RelayStore for PgStore {
     type Batch = PgBatch;
 
-    async fn claim(&self, limit: usize) -> Result<PgBatch> {
+    async fn claim(&self, limit: usize, held: &OutboxPartitions) -> Result<PgBatch> {
         let mut tx = self
             .inner
             .pool
             .begin()
             .await
             .map_err(Error::db("starting an outbox claim"))?;
+        let live: Vec<i32> = sqlx::query_scalar(HOLD_LEASES)
+            .bind(&held.scope)
+            .bind(&held.member)
+            .bind(held.leases.iter().map(|l| l.partition as i32).collect::<Vec<_>>())
+            .bind(held.leases.iter().map(|l| l.fence).collect::<Vec<_>>())
+            .fetch_all(&mut *tx)
+            .await
+            .map_err(Error::db("checking the relay's leases"))?;
+        if live.is_empty() {
+            let _ = tx.rollback().await;
+            return Ok(PgBatch {
+                tx: None,
+                messages: Vec::new(),
+            });
+        }
         let sql = if self.inner.options.retention.is_some() {
             CLAIM_MARK
         } else {
@@ -73,6 +102,8 @@ impl RelayStore for PgStore {
         };
         let rows = sqlx::query(sql)
             .bind(i64::try_from(limit).unwrap_or(i64::MAX))
+            .bind(i64::from(held.count))
+            .bind(live.iter().map(|&p| i64::from(p)).collect::<Vec<_>>())
             .fetch_all(&mut *tx)
             .await
             .map_err(Error::db("claiming an outbox batch"))?;

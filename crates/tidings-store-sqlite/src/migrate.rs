@@ -28,6 +28,11 @@ const PLAN: MigrationPlan = MigrationPlan {
             name: "partitions",
             sql: include_str!("../migrations/0003_partitions.sql"),
         },
+        Migration {
+            version: 4,
+            name: "relay partitions",
+            sql: include_str!("../migrations/0004_relay_partitions.sql"),
+        },
     ],
 };
 

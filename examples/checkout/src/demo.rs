@@ -297,8 +297,11 @@ where
             .close()
             .await?;
     }
-    let relay = Relay::new(store.clone(), transport.publisher.clone())
-        .config(RelayConfig::default().poll_interval(Duration::from_millis(100)));
+    let relay = Relay::new(store.clone(), transport.publisher.clone()).config(
+        RelayConfig::default()
+            .poll_interval(Duration::from_millis(100))
+            .lease_ttl(Duration::from_secs(3)),
+    );
     let relay_stats = relay.stats();
     tasks.spawn(relay.run(shutdown.clone()));
 
