@@ -67,7 +67,10 @@ enum Demo {
         /// Members of each consumer group, sharing its partitions (as if run in that many processes).
         #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=64))]
         members: u32,
-        /// Partitions of every topic; keep it from one run to the next.
+        /// Relays, sharing the outbox's partitions (as if run in that many processes).
+        #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=64))]
+        relays: u32,
+        /// Partitions of the outbox and of every topic; keep it from one run to the next.
         #[arg(long, default_value_t = 4, value_parser = clap::value_parser!(u32).range(1..=256))]
         partitions: u32,
         /// Seconds to wait for every message to be handled.
@@ -115,6 +118,7 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             duplicate_rate,
             poison_rate,
             members,
+            relays,
             partitions,
             timeout,
             json,
@@ -132,6 +136,7 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
                 },
                 drain_timeout: Duration::from_secs(timeout),
                 members: members as usize,
+                relays: relays as usize,
                 partitions,
                 ..DemoOptions::default()
             })

@@ -122,15 +122,15 @@ const FAULTY: [&str; 6] = [
 ];
 
 /// Runs the faulty demo on a fresh PostgreSQL schema, over `broker` if
-/// given, with `members` members per consumer group, and checks the
-/// invariants; the caller drops the schema.
-async fn faulty_demo_on_postgres(broker: Option<String>, members: u32) -> (Value, PgTestDb) {
+/// given, with `scale` relays and `scale` members per consumer group, and
+/// checks the invariants; the caller drops the schema.
+async fn faulty_demo_on_postgres(broker: Option<String>, scale: u32) -> (Value, PgTestDb) {
     let pg = PgTestDb::new().await;
     let url = pg.url.clone();
     let s = tokio::task::spawn_blocking(move || {
-        let members = members.to_string();
+        let scale = scale.to_string();
         let mut args = FAULTY.to_vec();
-        args.extend(["--members", members.as_str()]);
+        args.extend(["--members", scale.as_str(), "--relays", scale.as_str()]);
         if let Some(broker) = &broker {
             args.extend(["--broker", broker.as_str()]);
         }
@@ -158,10 +158,14 @@ async fn checkout_on_postgres_with_duplicates_and_poison() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn checkout_on_postgres_over_nats_with_two_members_duplicates_and_poison() {
+async fn checkout_on_postgres_over_nats_with_two_relays_two_members_duplicates_and_poison() {
     let nats = tidings_testkit::nats::nats_url();
     let (s, pg) = faulty_demo_on_postgres(Some(nats.clone()), 2).await;
-    assert_eq!((n(&s, "members"), n(&s, "partitions")), (2, 4), "{s:#}");
+    assert_eq!(
+        (n(&s, "relays"), n(&s, "members"), n(&s, "partitions")),
+        (2, 2, 4),
+        "{s:#}"
+    );
     assert!(
         s["transport"].as_str().unwrap().starts_with("NATS JetStream"),
         "{s:#}"
@@ -182,10 +186,14 @@ async fn checkout_on_postgres_over_nats_with_two_members_duplicates_and_poison()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn checkout_on_postgres_over_rabbitmq_with_two_members_duplicates_and_poison() {
+async fn checkout_on_postgres_over_rabbitmq_with_two_relays_two_members_duplicates_and_poison() {
     let amqp = tidings_testkit::rabbitmq::amqp_url();
     let (s, pg) = faulty_demo_on_postgres(Some(amqp.clone()), 2).await;
-    assert_eq!((n(&s, "members"), n(&s, "partitions")), (2, 4), "{s:#}");
+    assert_eq!(
+        (n(&s, "relays"), n(&s, "members"), n(&s, "partitions")),
+        (2, 2, 4),
+        "{s:#}"
+    );
     assert!(s["transport"].as_str().unwrap().starts_with("RabbitMQ"), "{s:#}");
     // The run's queues and exchanges belong to its database, which is dropped: drop them too.
     let namespace = s["broker_namespace"]

@@ -14,6 +14,20 @@
 //! Because batches are claimed oldest first and published in order, a key's
 //! records reach the transport in commit order.
 //!
+//! # Several relays
+//!
+//! Records fall in outbox partitions by their key ([`RelayConfig::partitions`],
+//! 1 unless set). Relays of one database share the partitions through leases
+//! in the database ([`tidings_core::lease`]): each claims only the partitions
+//! it holds, so a key's records are published by one relay, in order, while
+//! relays publish different partitions in parallel. Claims are fenced: on
+//! PostgreSQL a claim holds a share lock on its leases until the batch
+//! commits, so they cannot change hands mid-batch; on SQLite completing a
+//! batch checks each partition's lease in the same statement that marks its
+//! records. A relay that stalled past its lease and was replaced claims and
+//! marks nothing more. With one partition, one relay publishes and the
+//! others stand by.
+//!
 //! ```no_run
 //! use tidings_relay::{Relay, RelayConfig};
 //! use tidings_store_sqlite::SqliteStore;

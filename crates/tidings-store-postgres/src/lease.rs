@@ -61,7 +61,9 @@ impl LeaseStore for PgStore {
              SELECT $1, p, $2, 1, clock_timestamp() + $4 * interval '1 millisecond' FROM UNNEST($3::int4[]) AS p
              ON CONFLICT (scope, partition_index) DO UPDATE
                SET owner = EXCLUDED.owner,
-                   expires_at = EXCLUDED.expires_at,
+                   -- Timed after the row lock: a wait on a batch that
+                   -- holds it must not eat into the new lease.
+                   expires_at = clock_timestamp() + $4 * interval '1 millisecond',
                    fence = CASE WHEN l.owner = EXCLUDED.owner AND l.expires_at >= clock_timestamp()
                                 THEN l.fence ELSE l.fence + 1 END
                WHERE l.owner = EXCLUDED.owner OR l.expires_at < clock_timestamp()

@@ -23,6 +23,7 @@ const PARTITIONS: u32 = 4;
 on_both_databases!(
     relays_share_the_partitions_and_keep_each_key_in_order,
     a_relay_whose_lease_was_taken_publishes_nothing,
+    a_relay_stalled_mid_batch_marks_nothing_it_no_longer_holds,
 );
 
 /// (relay, key, seq) in the order the transport confirmed them.
@@ -194,4 +195,84 @@ async fn a_relay_whose_lease_was_taken_publishes_nothing<S: TestStore>(store: S)
     let log = log.lock().unwrap();
     assert_eq!(log.len(), 40);
     assert!(log.iter().all(|(relay, _, _)| *relay == "successor"));
+}
+
+/// The database log, holding the first batch until the gate opens.
+struct Gated<S> {
+    inner: Recorded<S>,
+    gate: Arc<tokio::sync::Semaphore>,
+}
+
+#[async_trait]
+impl<S: TestStore> Publisher for Gated<S> {
+    async fn publish(&self, batch: &[OutgoingMessage]) -> tidings::Result<()> {
+        let _pass = self.gate.acquire().await.unwrap();
+        self.inner.publish(batch).await
+    }
+}
+
+async fn a_relay_stalled_mid_batch_marks_nothing_it_no_longer_holds<S: TestStore>(store: S) {
+    let log: PublishLog = Arc::default();
+    let recorded = |id: &'static str| Recorded {
+        relay: id,
+        inner: LogPublisher::new(Arc::new(store.clone())),
+        log: log.clone(),
+    };
+    let short = |id| config(id).lease_ttl(Duration::from_millis(300));
+    let gate = Arc::new(tokio::sync::Semaphore::new(0));
+    let stalled = Relay::new(
+        store.clone(),
+        Gated {
+            inner: recorded("stalled"),
+            gate: gate.clone(),
+        },
+    )
+    .config(short("stalled"));
+    assert_eq!(stalled.join().await.unwrap().len(), PARTITIONS as usize);
+    produce(&store, 8, 1..=5).await;
+    // It claims a batch and stalls in the middle of publishing it, long
+    // enough for its leases to lapse.
+    let stalled = Arc::new(stalled);
+    let round = tokio::spawn({
+        let stalled = stalled.clone();
+        async move { stalled.round().await }
+    });
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    // A successor joins and drains the outbox. On PostgreSQL the stalled
+    // batch's share locks keep the partitions from changing hands until it
+    // ends; on SQLite the successor takes them over at once.
+    let successor = Relay::new(store.clone(), recorded("successor")).config(config("successor"));
+    let drain = tokio::spawn(async move {
+        successor.join().await.unwrap();
+        while successor.round().await.unwrap() != Round::Idle {}
+    });
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    gate.add_permits(1000);
+    let stalled_result = round.await.unwrap();
+    drain.await.unwrap();
+    assert_eq!(store.lag().await.unwrap().outbox_pending, 0);
+
+    let published = log.lock().unwrap().clone();
+    let mut per_key: BTreeMap<String, Vec<i64>> = BTreeMap::new();
+    for (_, key, seq) in &published {
+        per_key.entry(key.clone()).or_default().push(*seq);
+    }
+    assert_eq!(per_key.len(), 8, "every key published");
+    let successor_published = published.iter().filter(|(r, _, _)| *r == "successor").count();
+    println!("stalled relay's round: {stalled_result:?}; the successor published {successor_published}");
+    match stalled_result {
+        // The batch ended before anyone else could take the partitions:
+        // the successor published the rest.
+        Ok(Round::Published(n)) => assert_eq!(n + successor_published, 40),
+        // The partitions changed hands mid-batch: the stalled relay marked
+        // nothing, and the successor published everything itself.
+        Err(e) => {
+            assert!(e.to_string().contains("changed hands"), "{e}");
+            assert_eq!(
+                successor_published, 40,
+                "the successor publishes what the stalled relay could not mark"
+            );
+        }
+        Ok(other) => panic!("the stalled relay's round ended {other:?}"),
+    }
 }

@@ -55,6 +55,8 @@ pub struct DemoOptions {
     pub producers: usize,
     /// Members of each consumer group, sharing its partitions.
     pub members: usize,
+    /// Relays, sharing the outbox's partitions.
+    pub relays: usize,
     /// Partitions of every topic. Keep it from one run to the next: a new
     /// count gives each group new partitions to read from the start.
     pub partitions: u32,
@@ -72,6 +74,7 @@ impl Default for DemoOptions {
             drain_timeout: Duration::from_secs(300),
             producers: 8,
             members: 1,
+            relays: 1,
             partitions: 4,
         }
     }
@@ -99,6 +102,8 @@ pub struct Summary {
     pub broker_namespace: Option<String>,
     /// Members per consumer group.
     pub members: usize,
+    /// Relays.
+    pub relays: usize,
     /// Partitions per topic.
     pub partitions: u32,
     /// Orders placed by this run.
@@ -165,8 +170,8 @@ impl fmt::Display for Summary {
         writeln!(f, "checkout demo on {} over {}", self.database, self.transport)?;
         writeln!(
             f,
-            "  consumers            {} member(s) per group, {} partitions per topic",
-            self.members, self.partitions
+            "  scale                {} relay(s), {} member(s) per consumer group, {} partitions",
+            self.relays, self.members, self.partitions
         )?;
         writeln!(
             f,
@@ -297,13 +302,18 @@ where
             .close()
             .await?;
     }
-    let relay = Relay::new(store.clone(), transport.publisher.clone()).config(
-        RelayConfig::default()
-            .poll_interval(Duration::from_millis(100))
-            .lease_ttl(Duration::from_secs(3)),
-    );
-    let relay_stats = relay.stats();
-    tasks.spawn(relay.run(shutdown.clone()));
+    // Each relay one of its own, as if in its own process, sharing the outbox's partitions.
+    let mut relay_stats = Vec::new();
+    for _ in 0..options.relays.max(1) {
+        let relay = Relay::new(store.clone(), transport.publisher.clone()).config(
+            RelayConfig::default()
+                .poll_interval(Duration::from_millis(100))
+                .partitions(options.partitions)
+                .lease_ttl(Duration::from_secs(3)),
+        );
+        relay_stats.push(relay.stats());
+        tasks.spawn(relay.run(shutdown.clone()));
+    }
 
     let duplicating = Duplicating::new(transport.subscriber.clone(), options.duplicate_rate);
     let injected = duplicating.injected();
@@ -411,7 +421,7 @@ where
     let provider_tally = provider.tally().await?;
     Ok(summarize(
         &transport,
-        relay_stats.published(),
+        relay_stats.iter().map(|s| s.published()).sum(),
         label,
         &options,
         placed.load(Ordering::Relaxed),
@@ -529,6 +539,7 @@ fn summarize(
         transport: transport.label.clone(),
         broker_namespace: transport.namespace.clone(),
         members: options.members.max(1),
+        relays: options.relays.max(1),
         partitions: options.partitions,
         orders_placed: placed,
         orders_total: t.orders,
