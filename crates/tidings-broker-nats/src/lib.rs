@@ -65,6 +65,7 @@ use tokio::sync::mpsc;
 use tokio_stream::wrappers::ReceiverStream;
 
 const TRANSPORT: &str = "nats";
+const PULL_EXPIRES: Duration = Duration::from_secs(5);
 
 /// Options of a [`NatsTransport`].
 #[derive(Debug, Clone)]
@@ -521,11 +522,15 @@ impl NatsTransport {
         self.messages(&consumer).await
     }
 
-    /// Starts pulling.
+    /// Starts pulling. Pull requests expire after a few seconds and are
+    /// renewed: the server keeps a closed reader's last request until it
+    /// expires, handing it messages nobody reads (they come back after the
+    /// ack wait), so a short life cuts that waste at hand-overs.
     async fn messages(&self, consumer: &consumer::PullConsumer) -> Result<consumer::pull::Stream> {
         consumer
             .stream()
             .max_messages_per_batch(self.options.prefetch)
+            .expires(PULL_EXPIRES)
             .messages()
             .await
             .map_err(|e| transport_error("pulling messages", e, true))
