@@ -425,11 +425,21 @@ impl Subscriber for NatsTransport {
         // The first pull is set up here, so that a refused configuration is
         // an error of `subscribe`; later failures are retried in the background.
         let mut consumer = self.durable(group, topic, partition).await?;
-        let info = consumer
-            .info()
-            .await
-            .map_err(|e| transport_error("reading consumer info", e, true))?;
-        let mut takeover = Takeover::new(info, self.options.ack_wait * 4);
+        // A pull request a closed reader left behind still takes messages
+        // until it expires: let it expire first, so that nothing reaches it
+        // after the snapshot below.
+        let waited = tokio::time::Instant::now();
+        let info = loop {
+            let info = consumer
+                .info()
+                .await
+                .map_err(|e| transport_error("reading consumer info", e, true))?;
+            if info.num_waiting == 0 || waited.elapsed() > PULL_EXPIRES * 2 {
+                break info.clone();
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        };
+        let mut takeover = Takeover::new(&info, self.options.ack_wait * 4);
         let first = self.messages(&consumer).await?;
         let (tx, rx) = mpsc::channel(self.options.prefetch.max(1));
         let this = self.clone();
