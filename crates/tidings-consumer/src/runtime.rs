@@ -11,7 +11,7 @@ use std::time::Duration;
 use chrono::Utc;
 use futures::StreamExt;
 use futures::stream::select_all;
-use tidings_core::lease::{self, Held, Membership, Scope};
+use tidings_core::lease::{self, Held, Membership, Scope, sleep_unless};
 use tidings_core::{
     AckKind, Backoff, ConsumerStore, DeadLetter, DecodeError, Delivery, Envelope, ErrorClass, Failure,
     FailureStore, LeaseStore, Subscriber, Subscription,
@@ -263,7 +263,11 @@ impl<S: ConsumerStore + FailureStore + LeaseStore + Clone> Consumer<S> {
                 reason: "no topic to read".into(),
             });
         }
-        let member = self.config.member.clone().unwrap_or_else(default_member);
+        let member = self
+            .config
+            .member
+            .clone()
+            .unwrap_or_else(|| lease::unique_member("consumer"));
         let scopes = self
             .topics
             .iter()
@@ -328,22 +332,6 @@ impl<S: ConsumerStore + FailureStore + LeaseStore + Clone> Consumer<S> {
         }
         membership.leave().await;
         Ok(())
-    }
-}
-
-/// A member id unique to this process and run.
-fn default_member() -> String {
-    format!(
-        "pid{}-{}",
-        std::process::id(),
-        &Uuid::new_v4().simple().to_string()[..8]
-    )
-}
-
-async fn sleep_unless(token: &CancellationToken, delay: Duration) {
-    tokio::select! {
-        _ = token.cancelled() => {}
-        _ = tokio::time::sleep(delay) => {}
     }
 }
 

@@ -78,6 +78,20 @@ pub fn assignment(members: &[String], member: &str, count: u32) -> Vec<u32> {
     (0..count).filter(|p| p % n == me as u32).collect()
 }
 
+/// A member id unique to this process and run: `<kind>-pid<pid>-<random>`.
+pub fn unique_member(kind: &str) -> String {
+    let random = uuid::Uuid::new_v4().simple().to_string();
+    format!("{kind}-pid{}-{}", std::process::id(), &random[..8])
+}
+
+/// Sleeps for `delay`, or until `token` is cancelled if that comes first.
+pub async fn sleep_unless(token: &CancellationToken, delay: Duration) {
+    tokio::select! {
+        _ = token.cancelled() => {}
+        _ = tokio::time::sleep(delay) => {}
+    }
+}
+
 /// The name of the scope of `group` reading `topic`.
 pub fn scope(group: &str, topic: &str) -> String {
     format!("{group}@{topic}")

@@ -47,12 +47,11 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use tidings_core::lease::{Membership, Scope};
+use tidings_core::lease::{self, Membership, Scope, sleep_unless};
 use tidings_core::{
     Backoff, ClaimedBatch, Lease, LeaseStore, OutboxPartitions, Publisher, RelayStore, Result,
 };
 use tokio_util::sync::CancellationToken;
-use uuid::Uuid;
 
 /// Tuning of a [`Relay`].
 #[derive(Debug, Clone)]
@@ -215,7 +214,7 @@ impl<S: RelayStore + LeaseStore + Clone, P: Publisher> Relay<S, P> {
             publisher,
             config: RelayConfig::default(),
             stats: Arc::default(),
-            member: default_member(),
+            member: lease::unique_member("relay"),
             held: Mutex::default(),
         }
     }
@@ -399,21 +398,5 @@ impl<S: RelayStore + LeaseStore + Clone, P: Publisher> Relay<S, P> {
                 }
             }
         }
-    }
-}
-
-/// A member id unique to this process and run.
-fn default_member() -> String {
-    format!(
-        "relay-pid{}-{}",
-        std::process::id(),
-        &Uuid::new_v4().simple().to_string()[..8]
-    )
-}
-
-async fn sleep_unless(token: &CancellationToken, delay: Duration) {
-    tokio::select! {
-        _ = token.cancelled() => {}
-        _ = tokio::time::sleep(delay) => {}
     }
 }
