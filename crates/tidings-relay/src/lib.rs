@@ -337,11 +337,10 @@ impl<S: RelayStore + LeaseStore + Clone, P: Publisher> Relay<S, P> {
         let membership = self.membership();
         let mut failures = 0u32;
         while !shutdown.is_cancelled() {
-            let held = self.held.lock().expect("held lock").clone();
-            match membership.sync(&vec![held]).await {
-                Ok(mut now) => {
+            let held = match self.join().await {
+                Ok(held) => {
                     failures = 0;
-                    *self.held.lock().expect("held lock") = now.pop().unwrap_or_default();
+                    vec![held]
                 }
                 Err(e) => {
                     failures += 1;
@@ -350,8 +349,7 @@ impl<S: RelayStore + LeaseStore + Clone, P: Publisher> Relay<S, P> {
                     sleep_unless(&shutdown, delay).await;
                     continue;
                 }
-            }
-            let held = vec![self.held.lock().expect("held lock").clone()];
+            };
             if held[0].is_empty() {
                 tracing::debug!(member = %self.member, "no outbox partition free; standing by");
                 sleep_unless(&shutdown, membership.tick()).await;
