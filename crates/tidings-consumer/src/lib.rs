@@ -85,4 +85,4 @@ mod store;
 
 pub use effects::IdempotencyKey;
 pub use handler::{Context, Handler, HandlerError};
-pub use runtime::{Consumer, ConsumerConfig, ConsumerStats};
+pub use runtime::{Consumer, ConsumerConfig, ConsumerStats, Settled};

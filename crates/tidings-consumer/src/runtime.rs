@@ -8,13 +8,14 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
+use async_trait::async_trait;
 use chrono::Utc;
 use futures::StreamExt;
 use futures::stream::select_all;
 use tidings_core::lease::{self, Held, Membership, Scope, sleep_unless};
 use tidings_core::{
-    AckKind, Backoff, ConsumerStore, DeadLetter, DecodeError, Delivery, Envelope, ErrorClass, Failure,
-    FailureStore, LeaseStore, Subscriber, Subscription,
+    AckKind, Acker, Backoff, ConsumerStore, DeadLetter, DecodeError, Delivery, Envelope, ErrorClass, Failure,
+    FailureStore, LeaseStore, RawMessage, Subscriber, Subscription,
 };
 use tokio::sync::mpsc;
 use tokio::task::JoinSet;
@@ -188,6 +189,21 @@ enum Outcome {
     Duplicate,
 }
 
+/// How one delivery ended (see [`Consumer::deliver`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Settled {
+    /// The handler ran and its transaction committed, with the processed marker.
+    Handled,
+    /// The message was already processed: nothing ran.
+    Duplicate,
+    /// The message was given up on and stored in the failure store.
+    DeadLettered,
+    /// The message was given back to the transport unhandled (shutdown,
+    /// hand-over, lost lease), to be delivered again.
+    GivenBack,
+}
+
 enum AttemptError {
     /// Tidings' own database work failed: retried, not counted as an attempt.
     Store(tidings_core::Error),
@@ -200,7 +216,8 @@ enum AttemptError {
 struct Work {
     delivery: Delivery,
     envelope: Result<Envelope, DecodeError>,
-    claim: Claim,
+    /// The lease that allows handling it; none outside a group ([`Consumer::deliver`]).
+    claim: Option<Claim>,
 }
 
 impl<S: ConsumerStore + FailureStore + LeaseStore + Clone> Consumer<S> {
@@ -237,6 +254,46 @@ impl<S: ConsumerStore + FailureStore + LeaseStore + Clone> Consumer<S> {
     /// The consumer's name.
     pub fn name(&self) -> &str {
         &self.name
+    }
+
+    /// Runs one message through the stack below the key lanes (retry, dead
+    /// letter, transaction and idempotency, timeout, handler) as if a
+    /// transport had delivered it on `topic`, and says how it ended. It runs
+    /// outside the group: no partition lease is checked, so never call it
+    /// for a topic members of this group are reading.
+    ///
+    /// For tests of handlers (see `tidings_testkit::idempotency`) and for
+    /// tools that feed a consumer by hand. A message that keeps failing is
+    /// retried with the configured backoff, then dead-lettered, as in
+    /// [`Consumer::run`].
+    pub async fn deliver(&self, topic: &str, envelope: &Envelope) -> Settled {
+        let message = RawMessage {
+            topic: topic.to_owned(),
+            key: Some(envelope.aggregate_key.clone()),
+            headers: Default::default(),
+            body: tidings_core::cloudevents::to_json(envelope),
+        };
+        let worker = self.worker(String::new(), CancellationToken::new());
+        worker
+            .process(Work {
+                delivery: Delivery::new(message, 1, Unsettled),
+                envelope: Ok(envelope.clone()),
+                claim: None,
+            })
+            .await
+    }
+
+    fn worker(&self, member: String, stop: CancellationToken) -> Worker<S> {
+        Worker {
+            name: self.name.clone(),
+            member,
+            source: self.config.source.clone().unwrap_or_else(|| self.name.clone()),
+            store: self.store.clone(),
+            handler: self.handler.clone(),
+            config: self.config.clone(),
+            stats: self.stats.clone(),
+            stop,
+        }
     }
 
     /// Runs until `shutdown` is cancelled.
@@ -277,16 +334,7 @@ impl<S: ConsumerStore + FailureStore + LeaseStore + Clone> Consumer<S> {
             })
             .collect::<Vec<_>>();
         let membership = Membership::new(self.store.clone(), member.clone(), self.config.lease_ttl, scopes);
-        let worker = Worker {
-            name: self.name.clone(),
-            member,
-            source: self.config.source.clone().unwrap_or_else(|| self.name.clone()),
-            store: self.store,
-            handler: self.handler,
-            config: self.config.clone(),
-            stats: self.stats,
-            stop: shutdown.clone(),
-        };
+        let worker = self.worker(member, shutdown.clone());
         let mut held: Held = vec![Vec::new(); membership.scopes().len()];
         let mut failures = 0u32;
         let mut first = true;
@@ -422,7 +470,7 @@ impl<S: ConsumerStore + FailureStore + LeaseStore + Clone> Worker<S> {
                 while let Some(work) = rx.recv().await {
                     if worker.stop.is_cancelled() {
                         // Given back unhandled: redelivered to whoever reads the partition next.
-                        worker.settle(&work.delivery, AckKind::Nak(None)).await;
+                        worker.give_back(&work.delivery).await;
                         continue;
                     }
                     worker.process(work).await;
@@ -452,7 +500,7 @@ impl<S: ConsumerStore + FailureStore + LeaseStore + Clone> Worker<S> {
             let work = Work {
                 delivery,
                 envelope,
-                claim,
+                claim: Some(claim),
             };
             let permit = tokio::select! {
                 _ = self.stop.cancelled() => None,
@@ -461,7 +509,7 @@ impl<S: ConsumerStore + FailureStore + LeaseStore + Clone> Worker<S> {
             match permit {
                 Some(permit) => permit.send(work),
                 None => {
-                    self.settle(&work.delivery, AckKind::Nak(None)).await;
+                    self.give_back(&work.delivery).await;
                     break;
                 }
             }
@@ -479,7 +527,7 @@ impl<S: ConsumerStore + FailureStore + LeaseStore + Clone> Worker<S> {
     }
 
     /// decode -> retry -> transaction + idempotency -> timeout -> handler; dead-letter; settle.
-    async fn process(&self, work: Work) {
+    async fn process(&self, work: Work) -> Settled {
         let Work {
             delivery,
             envelope,
@@ -490,8 +538,7 @@ impl<S: ConsumerStore + FailureStore + LeaseStore + Clone> Worker<S> {
             Err(e) => {
                 let failure = failure(1, ErrorClass::Permanent, &e.to_string());
                 tracing::warn!(consumer = %self.name, topic = %delivery.message.topic, error = %e, "undecodable message; dead-lettering");
-                self.dead_letter(&delivery, None, vec![failure]).await;
-                return;
+                return self.dead_letter(&delivery, None, vec![failure]).await;
             }
         };
         if delivery.delivery_count > self.config.max_deliveries {
@@ -500,34 +547,39 @@ impl<S: ConsumerStore + FailureStore + LeaseStore + Clone> Worker<S> {
                 delivery.delivery_count, self.config.max_deliveries
             );
             tracing::error!(consumer = %self.name, message_id = %envelope.id, %error, "dead-lettering unhandled");
-            self.dead_letter(
-                &delivery,
-                Some(&envelope),
-                vec![failure(0, ErrorClass::Permanent, &error)],
-            )
-            .await;
-            return;
+            return self
+                .dead_letter(
+                    &delivery,
+                    Some(&envelope),
+                    vec![failure(0, ErrorClass::Permanent, &error)],
+                )
+                .await;
         }
         let mut failures = Vec::new();
         let mut attempt = 0u32;
         let mut store_failures = 0u32;
         loop {
             attempt += 1;
-            let error = match self.attempt(&envelope, &claim, attempt).await {
+            let error = match self.attempt(&envelope, claim.as_ref(), attempt).await {
                 Ok(outcome) => {
-                    match outcome {
-                        Outcome::Handled => bump(&self.stats.handled),
-                        Outcome::Duplicate => bump(&self.stats.duplicates),
-                    }
+                    let settled = match outcome {
+                        Outcome::Handled => {
+                            bump(&self.stats.handled);
+                            Settled::Handled
+                        }
+                        Outcome::Duplicate => {
+                            bump(&self.stats.duplicates);
+                            Settled::Duplicate
+                        }
+                    };
                     self.settle(&delivery, AckKind::Ack).await;
-                    return;
+                    return settled;
                 }
                 Err(AttemptError::LeaseLost) => {
                     // Another member reads the partition now: stop, and let it have the message.
-                    tracing::info!(consumer = %self.name, partition = claim.lease.partition, "partition lease lost; handing over");
+                    tracing::info!(consumer = %self.name, "partition lease lost; handing over");
                     self.stop.cancel();
-                    self.settle(&delivery, AckKind::Nak(None)).await;
-                    return;
+                    return self.give_back(&delivery).await;
                 }
                 Err(AttemptError::Store(e)) => {
                     // Our own database is unavailable: not the message's fault.
@@ -537,8 +589,7 @@ impl<S: ConsumerStore + FailureStore + LeaseStore + Clone> Worker<S> {
                     let delay = self.config.backoff.delay(store_failures);
                     tracing::warn!(consumer = %self.name, error = %e, retry_in_ms = delay.as_millis() as u64, "store unavailable; retrying");
                     if !self.pause(delay).await {
-                        self.settle(&delivery, AckKind::Nak(None)).await;
-                        return;
+                        return self.give_back(&delivery).await;
                     }
                     continue;
                 }
@@ -548,8 +599,7 @@ impl<S: ConsumerStore + FailureStore + LeaseStore + Clone> Worker<S> {
             failures.push(failure(attempt, class, &message));
             if class == ErrorClass::Permanent || attempt >= self.config.max_attempts {
                 tracing::warn!(consumer = %self.name, message_id = %envelope.id, message_type = %envelope.message_type, attempts = attempt, error = %message, "dead-lettering");
-                self.dead_letter(&delivery, Some(&envelope), failures).await;
-                return;
+                return self.dead_letter(&delivery, Some(&envelope), failures).await;
             }
             bump(&self.stats.retries);
             let delay = match class {
@@ -558,8 +608,7 @@ impl<S: ConsumerStore + FailureStore + LeaseStore + Clone> Worker<S> {
             };
             tracing::debug!(consumer = %self.name, message_id = %envelope.id, attempt, error = %message, retry_in_ms = delay.as_millis() as u64, "handler failed; retrying");
             if !self.pause(delay).await {
-                self.settle(&delivery, AckKind::Nak(None)).await;
-                return;
+                return self.give_back(&delivery).await;
             }
         }
     }
@@ -568,7 +617,7 @@ impl<S: ConsumerStore + FailureStore + LeaseStore + Clone> Worker<S> {
     async fn attempt(
         &self,
         envelope: &Envelope,
-        claim: &Claim,
+        claim: Option<&Claim>,
         attempt: u32,
     ) -> Result<Outcome, AttemptError> {
         let mut tx = self.store.begin().await.map_err(AttemptError::Store)?;
@@ -583,14 +632,16 @@ impl<S: ConsumerStore + FailureStore + LeaseStore + Clone> Worker<S> {
             return Ok(Outcome::Duplicate);
         }
         // The fence: only the lease's holder commits work for its partition.
-        let holds = self
-            .store
-            .holds_lease(&mut *tx, &claim.scope, &self.member, claim.lease)
-            .await
-            .map_err(AttemptError::Store)?;
-        if !holds {
-            let _ = tx.rollback().await;
-            return Err(AttemptError::LeaseLost);
+        if let Some(claim) = claim {
+            let holds = self
+                .store
+                .holds_lease(&mut *tx, &claim.scope, &self.member, claim.lease)
+                .await
+                .map_err(AttemptError::Store)?;
+            if !holds {
+                let _ = tx.rollback().await;
+                return Err(AttemptError::LeaseLost);
+            }
         }
         let mut ctx = Context {
             envelope,
@@ -631,7 +682,12 @@ impl<S: ConsumerStore + FailureStore + LeaseStore + Clone> Worker<S> {
 
     /// Stores the dead letter (retrying until the store takes it: a message
     /// is never dropped), then settles the delivery.
-    async fn dead_letter(&self, delivery: &Delivery, envelope: Option<&Envelope>, errors: Vec<Failure>) {
+    async fn dead_letter(
+        &self,
+        delivery: &Delivery,
+        envelope: Option<&Envelope>,
+        errors: Vec<Failure>,
+    ) -> Settled {
         let letter = DeadLetter {
             id: Uuid::now_v7(),
             consumer: self.name.clone(),
@@ -656,14 +712,20 @@ impl<S: ConsumerStore + FailureStore + LeaseStore + Clone> Worker<S> {
                     bump(&self.stats.store_errors);
                     tracing::warn!(consumer = %self.name, error = %e, "storing a dead letter failed; retrying");
                     if !self.pause(self.config.backoff.delay(tries)).await {
-                        self.settle(delivery, AckKind::Nak(None)).await;
-                        return;
+                        return self.give_back(delivery).await;
                     }
                 }
             }
         }
         bump(&self.stats.dead_lettered);
         self.settle(delivery, AckKind::Term).await;
+        Settled::DeadLettered
+    }
+
+    /// Gives the delivery back unhandled, to be delivered again.
+    async fn give_back(&self, delivery: &Delivery) -> Settled {
+        self.settle(delivery, AckKind::Nak(None)).await;
+        Settled::GivenBack
     }
 
     async fn settle(&self, delivery: &Delivery, kind: AckKind) {
@@ -692,5 +754,15 @@ fn failure(attempt: u32, class: ErrorClass, error: &str) -> Failure {
         }
         .to_owned(),
         error: error.to_owned(),
+    }
+}
+
+/// The acknowledgement of a message no transport delivered ([`Consumer::deliver`]).
+struct Unsettled;
+
+#[async_trait]
+impl Acker for Unsettled {
+    async fn ack(&self, _: AckKind) -> tidings_core::Result<()> {
+        Ok(())
     }
 }

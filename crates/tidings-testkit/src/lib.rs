@@ -6,12 +6,16 @@
 //! - [`conformance`]: the suite every transport must pass.
 //! - [`faults`]: transport wrappers that inject the failures brokers really
 //!   have: redelivered duplicates, publishes that fail.
+//! - [`idempotency`]: a harness that delivers a handler's events twice, out
+//!   of order across keys and around crashes, and compares the final state
+//!   with a clean run's.
 //! - [`outage`]: the broker-outage scenario every broker transport runs
 //!   against a private server ([`nats::PrivateNats`], [`rabbitmq::PrivateRabbit`]).
 #![warn(missing_docs, missing_debug_implementations, unreachable_pub)]
 
 pub mod conformance;
 pub mod faults;
+pub mod idempotency;
 pub mod nats;
 pub mod outage;
 pub mod rabbitmq;
