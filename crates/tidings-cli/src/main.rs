@@ -27,7 +27,7 @@ enum Command {
     Demo(Demo),
     /// Create or upgrade Tidings' tables.
     Migrate(DatabaseArg),
-    /// Outbox backlog, consumer lag and dead letters.
+    /// Outbox backlog, consumer lag, dead letters, and keys held behind them.
     Lag {
         #[command(flatten)]
         database: DatabaseArg,
@@ -183,6 +183,12 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
                     println!(
                         "consumer {:<20} topic {:<20} pending {}",
                         c.consumer, c.topic, c.pending
+                    );
+                }
+                for p in &report.parked {
+                    println!(
+                        "consumer {:<20} topic {:<20} held keys {} · parked {}",
+                        p.consumer, p.topic, p.held_keys, p.messages
                     );
                 }
             }

@@ -56,20 +56,27 @@ fn assert_sound(s: &Value) {
     let commands = n(s, "commands_committed");
     assert!(events > 0 && commands > 0);
     let dead = |c: &str| s["dead_lettered"][c].as_i64().unwrap_or(0);
+    let parked = |c: &str| s["parked"][c].as_i64().unwrap_or(0);
     assert_eq!(
-        s["handled"]["checkout"].as_i64().unwrap() + dead("checkout"),
+        s["handled"]["checkout"].as_i64().unwrap() + dead("checkout") + parked("checkout"),
         commands,
         "{s:#}"
     );
     for consumer in ["inventory", "email", "analytics", "loyalty"] {
         assert_eq!(
-            s["handled"][consumer].as_i64().unwrap() + dead(consumer),
+            s["handled"][consumer].as_i64().unwrap() + dead(consumer) + parked(consumer),
             events,
             "{consumer}: {s:#}"
         );
     }
-    // Only inventory fails, and only on poisoned orders' OrderPlaced.
+    // Only inventory fails, and only on poisoned orders' OrderPlaced; the
+    // order's later events (two, once the order is complete) wait behind it.
     assert_eq!(dead("inventory"), n(s, "poisoned_orders"), "{s:#}");
+    assert!(parked("inventory") <= 2 * n(s, "poisoned_orders"), "{s:#}");
+    assert!(
+        s["parked"].as_object().unwrap().keys().all(|c| c == "inventory"),
+        "only inventory parks: {s:#}"
+    );
 }
 
 struct TempDb(PathBuf);
@@ -98,6 +105,11 @@ fn checkout_on_sqlite_with_duplicates_and_poison() {
     assert_sound(&s);
     assert_eq!(n(&s, "orders_total"), 300);
     assert!(n(&s, "poisoned_orders") > 0, "{s:#}");
+    assert_eq!(
+        s["parked"]["inventory"].as_i64().unwrap(),
+        2 * n(&s, "poisoned_orders"),
+        "{s:#}"
+    );
     // Every suppressed duplicate was an injected one; duplicates of poisoned
     // events fail again (they have no processed marker) and one injected
     // just before shutdown may still be queued, so not all are suppressed.

@@ -32,8 +32,12 @@
 //! 4. **Dead letter.** A permanent error, or the last of
 //!    [`ConsumerConfig::max_attempts`] transient ones, stores the message with
 //!    its full error history in the failure store and settles it: the rest
-//!    of the stream flows. (Later messages of the same key are then handled;
-//!    parking them until the dead letter is redriven is a planned option.)
+//!    of the stream flows. By default the message's key is then **held**
+//!    ([`OnDeadLetter::HoldKey`]): the key's later messages are parked,
+//!    unhandled, and acknowledged; when the dead letter is redriven and
+//!    handled, or skipped, the parked messages are handled in the order they
+//!    came and the key is released. Lag figures count held keys and parked
+//!    messages. [`OnDeadLetter::Continue`] handles them at once instead.
 //! 5. **Transaction and idempotency.** Each attempt opens a transaction and
 //!    first inserts the processed marker (consumer, message id). If it is
 //!    already there, the delivery is a duplicate: rolled back, acknowledged,
@@ -85,4 +89,4 @@ mod store;
 
 pub use effects::IdempotencyKey;
 pub use handler::{Context, Handler, HandlerError};
-pub use runtime::{Consumer, ConsumerConfig, ConsumerStats, Settled};
+pub use runtime::{Consumer, ConsumerConfig, ConsumerStats, OnDeadLetter, Settled};

@@ -1,11 +1,12 @@
 //! The consumer runtime: reads a subscription, spreads messages over key
 //! lanes, and runs each through the stack documented in the crate root.
 
+use std::collections::HashMap;
 use std::collections::hash_map::DefaultHasher;
 use std::fmt;
 use std::hash::{Hash, Hasher};
-use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use async_trait::async_trait;
@@ -15,7 +16,7 @@ use futures::stream::select_all;
 use tidings_core::lease::{self, Held, Membership, Scope, sleep_unless};
 use tidings_core::{
     AckKind, Acker, Backoff, ConsumerStore, DeadLetter, DecodeError, Delivery, Envelope, ErrorClass, Failure,
-    FailureStore, LeaseStore, RawMessage, Subscriber, Subscription,
+    LeaseStore, ParkedMessage, ParkingStore, Partition, RawMessage, Subscriber, Subscription,
 };
 use tokio::sync::mpsc;
 use tokio::task::JoinSet;
@@ -37,12 +38,28 @@ pub struct ConsumerConfig {
     source: Option<String>,
     lease_ttl: Duration,
     member: Option<String>,
+    on_dead_letter: OnDeadLetter,
+}
+
+/// What happens to a key's later messages when one of its messages is dead-lettered.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[non_exhaustive]
+pub enum OnDeadLetter {
+    /// The key is held: its later messages are parked, unhandled, until the
+    /// dead letter is redriven and handled, or skipped
+    /// ([`tidings_core::FailureStore::skip`]); then they are handled in the
+    /// order they came. The key's order holds even around a failure.
+    #[default]
+    HoldKey,
+    /// The key's later messages are handled as if nothing happened: for
+    /// consumers whose messages do not depend on each other.
+    Continue,
 }
 
 impl Default for ConsumerConfig {
     /// 5 attempts, at most 10 deliveries, backoff from 100 ms to 10 s, a
     /// 30 s handler timeout, 16 key lanes of 32 queued messages each,
-    /// partition leases of 10 s.
+    /// partition leases of 10 s, keys held after a dead letter.
     fn default() -> Self {
         ConsumerConfig {
             max_attempts: 5,
@@ -54,6 +71,7 @@ impl Default for ConsumerConfig {
             source: None,
             lease_ttl: Duration::from_secs(10),
             member: None,
+            on_dead_letter: OnDeadLetter::HoldKey,
         }
     }
 }
@@ -120,6 +138,17 @@ impl ConsumerConfig {
         self
     }
 
+    /// What happens to a key's later messages after a dead letter (default: [`OnDeadLetter::HoldKey`]).
+    ///
+    /// ```
+    /// use tidings_consumer::{ConsumerConfig, OnDeadLetter};
+    /// let independent = ConsumerConfig::default().on_dead_letter(OnDeadLetter::Continue);
+    /// ```
+    pub fn on_dead_letter(mut self, policy: OnDeadLetter) -> Self {
+        self.on_dead_letter = policy;
+        self
+    }
+
     /// The `source` of messages the handler emits (default: the consumer's name).
     pub fn source(mut self, source: impl Into<String>) -> Self {
         self.source = Some(source.into());
@@ -135,6 +164,7 @@ pub struct ConsumerStats {
     duplicates: AtomicU64,
     retries: AtomicU64,
     dead_lettered: AtomicU64,
+    parked: AtomicU64,
     store_errors: AtomicU64,
 }
 
@@ -157,6 +187,7 @@ counters! {
     duplicates: "Deliveries recognised as already processed and skipped.",
     retries: "Attempts that failed and were retried.",
     dead_lettered: "Messages given up on and stored as dead letters.",
+    parked: "Messages parked behind their key's dead letter.",
     store_errors: "Failures of Tidings' own database calls (retried without counting as attempts).",
 }
 
@@ -189,6 +220,36 @@ enum Outcome {
     Duplicate,
 }
 
+/// What a key lane does next.
+#[allow(
+    clippy::large_enum_variant,
+    reason = "deliveries are the common case: boxing them would allocate per message"
+)]
+enum Job {
+    /// Handle a delivery.
+    Deliver(Work),
+    /// Handle what is parked behind a released key.
+    Drain { key: HoldKey, claim: Claim },
+}
+
+/// A key as a consumer holds it: (topic, aggregate key).
+type HoldKey = (String, String);
+
+/// What this member knows of a held key.
+#[derive(Debug, Clone, Copy)]
+struct Hold {
+    /// The dead-lettered message holding the key.
+    message_id: Uuid,
+    /// Skipped, or its message handled: what is parked may go.
+    released: bool,
+}
+
+/// The keys this member holds, shared by its lanes. The store is the truth;
+/// a member loads it when a session starts, and only the lane of a key
+/// changes the key's hold (a skip only releases, and is picked up by the
+/// session's refresh).
+type Holds = Arc<Mutex<HashMap<HoldKey, Hold>>>;
+
 /// How one delivery ended (see [`Consumer::deliver`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[non_exhaustive]
@@ -199,6 +260,9 @@ pub enum Settled {
     Duplicate,
     /// The message was given up on and stored in the failure store.
     DeadLettered,
+    /// The message's key is held behind a dead letter: it waits, unhandled,
+    /// in the parking store ([`OnDeadLetter::HoldKey`]).
+    Parked,
     /// The message was given back to the transport unhandled (shutdown,
     /// hand-over, lost lease), to be delivered again.
     GivenBack,
@@ -220,7 +284,7 @@ struct Work {
     claim: Option<Claim>,
 }
 
-impl<S: ConsumerStore + FailureStore + LeaseStore + Clone> Consumer<S> {
+impl<S: ConsumerStore + ParkingStore + LeaseStore + Clone> Consumer<S> {
     /// A consumer named `name` (its group name on the transport, and its key
     /// in the idempotency and effects records: keep it stable).
     pub fn new(name: impl Into<String>, store: S, handler: impl Handler<S::Database>) -> Self {
@@ -274,8 +338,11 @@ impl<S: ConsumerStore + FailureStore + LeaseStore + Clone> Consumer<S> {
             body: tidings_core::cloudevents::to_json(envelope),
         };
         let worker = self.worker(String::new(), CancellationToken::new());
+        if let Err(e) = worker.load_holds(true).await {
+            tracing::warn!(consumer = %self.name, error = %e, "reading held keys failed; delivering as if none were held");
+        }
         worker
-            .process(Work {
+            .handle(Work {
                 delivery: Delivery::new(message, 1, Unsettled),
                 envelope: Ok(envelope.clone()),
                 claim: None,
@@ -292,6 +359,7 @@ impl<S: ConsumerStore + FailureStore + LeaseStore + Clone> Consumer<S> {
             handler: self.handler.clone(),
             config: self.config.clone(),
             stats: self.stats.clone(),
+            holds: Holds::default(),
             stop,
         }
     }
@@ -418,6 +486,8 @@ struct Worker<S: ConsumerStore> {
     handler: Arc<dyn Handler<S::Database>>,
     config: ConsumerConfig,
     stats: Arc<ConsumerStats>,
+    /// The keys held after a dead letter ([`OnDeadLetter::HoldKey`]).
+    holds: Holds,
     /// Cancelled when the session ends (shutdown, hand-over, lost lease).
     stop: CancellationToken,
 }
@@ -432,12 +502,13 @@ impl<S: ConsumerStore + Clone> Worker<S> {
             handler: self.handler.clone(),
             config: self.config.clone(),
             stats: self.stats.clone(),
+            holds: Holds::default(),
             stop,
         }
     }
 }
 
-impl<S: ConsumerStore + FailureStore + LeaseStore + Clone> Worker<S> {
+impl<S: ConsumerStore + ParkingStore + LeaseStore + Clone> Worker<S> {
     /// Reads the partitions `held` allows until the session stops, spreading
     /// deliveries over the key lanes.
     async fn run<L: LeaseStore>(
@@ -447,8 +518,12 @@ impl<S: ConsumerStore + FailureStore + LeaseStore + Clone> Worker<S> {
         topics: &[String],
         held: &Held,
     ) -> tidings_core::Result<()> {
+        // Held keys first: no message of a held key may be handled before we know it is held.
+        self.load_holds(false).await?;
         let mut leased = Vec::new();
+        let mut partitions = Partitions::default();
         for (topic, partition, claim) in claims(membership, topics, held) {
+            partitions.add(topic, partition, &claim);
             match subscriber.subscribe_partition(&self.name, topic, partition).await {
                 Ok(subscription) => leased.push(Leased { claim, subscription }),
                 Err(e) => {
@@ -463,23 +538,42 @@ impl<S: ConsumerStore + FailureStore + LeaseStore + Clone> Worker<S> {
         let mut lanes = Vec::with_capacity(self.config.lanes);
         let mut tasks = JoinSet::new();
         for _ in 0..self.config.lanes {
-            let (tx, mut rx) = mpsc::channel::<Work>(self.config.lane_capacity);
+            let (tx, mut rx) = mpsc::channel::<Job>(self.config.lane_capacity);
             lanes.push(tx);
             let worker = self.clone();
             tasks.spawn(async move {
-                while let Some(work) = rx.recv().await {
-                    if worker.stop.is_cancelled() {
+                while let Some(job) = rx.recv().await {
+                    match job {
                         // Given back unhandled: redelivered to whoever reads the partition next.
-                        worker.give_back(&work.delivery).await;
-                        continue;
+                        Job::Deliver(work) if worker.stop.is_cancelled() => {
+                            worker.give_back(&work.delivery).await;
+                        }
+                        Job::Deliver(work) => {
+                            worker.handle(work).await;
+                        }
+                        Job::Drain { key, claim } => {
+                            worker.drain(&key, Some(&claim)).await;
+                        }
                     }
-                    worker.process(work).await;
                 }
             });
         }
+        let holding = self.config.on_dead_letter == OnDeadLetter::HoldKey;
+        let mut refresh = tokio::time::interval(HOLDS_REFRESH);
+        refresh.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
             let next = tokio::select! {
                 _ = self.stop.cancelled() => break,
+                _ = refresh.tick(), if holding => {
+                    for (key, claim) in self.released_holds(&partitions).await {
+                        let lane = &lanes[lane_of(&key.1, lanes.len())];
+                        let _ = tokio::select! {
+                            _ = self.stop.cancelled() => break,
+                            sent = lane.send(Job::Drain { key, claim }) => sent,
+                        };
+                    }
+                    continue;
+                }
                 next = deliveries.next() => next,
             };
             let (claim, delivery) = match next {
@@ -507,7 +601,7 @@ impl<S: ConsumerStore + FailureStore + LeaseStore + Clone> Worker<S> {
                 permit = lanes[lane].reserve() => permit.ok(),
             };
             match permit {
-                Some(permit) => permit.send(work),
+                Some(permit) => permit.send(Job::Deliver(work)),
                 None => {
                     self.give_back(&work.delivery).await;
                     break;
@@ -524,6 +618,188 @@ impl<S: ConsumerStore + FailureStore + LeaseStore + Clone> Worker<S> {
             }
         }
         Ok(())
+    }
+
+    /// Applies the key's hold, if any ([`OnDeadLetter::HoldKey`]), then the stack.
+    async fn handle(&self, work: Work) -> Settled {
+        let key = match &work.envelope {
+            Ok(e) if self.config.on_dead_letter == OnDeadLetter::HoldKey => {
+                (work.delivery.message.topic.clone(), e.aggregate_key.clone())
+            }
+            _ => return self.process(work).await,
+        };
+        let id = work.envelope.as_ref().map(|e| e.id).ok();
+        let hold = self.holds.lock().expect("holds lock").get(&key).copied();
+        match hold {
+            None => self.process(work).await,
+            // The message holding the key, back (redriven, or redelivered).
+            Some(hold) if Some(hold.message_id) == id => {
+                let claim = work.claim.clone();
+                let settled = self.process(work).await;
+                if matches!(settled, Settled::Handled | Settled::Duplicate) {
+                    self.drain(&key, claim.as_ref()).await;
+                }
+                settled
+            }
+            Some(hold) if hold.released => {
+                if self.drain(&key, work.claim.as_ref()).await {
+                    self.process(work).await
+                } else {
+                    self.park(work).await
+                }
+            }
+            Some(_) => self.park(work).await,
+        }
+    }
+
+    /// Handles the messages parked behind a released key, oldest first, then
+    /// lets the key go. False if the key is held again (a parked message
+    /// was dead-lettered: the rest wait behind it) or the session stopped.
+    async fn drain(&self, key: &HoldKey, claim: Option<&Claim>) -> bool {
+        let (topic, aggregate_key) = (key.0.as_str(), key.1.as_str());
+        loop {
+            let next = self
+                .store_op("reading parked messages", || {
+                    self.store.next_parked(&self.name, topic, aggregate_key)
+                })
+                .await;
+            let parked = match next {
+                None => return false,
+                Some(None) => {
+                    // Only this key's lane parks behind it, so nothing can arrive meanwhile.
+                    if self
+                        .store_op("releasing a key", || {
+                            self.store.release_key(&self.name, topic, aggregate_key)
+                        })
+                        .await
+                        .is_none()
+                    {
+                        return false;
+                    }
+                    self.holds.lock().expect("holds lock").remove(key);
+                    tracing::info!(consumer = %self.name, topic, key = aggregate_key, "held key released");
+                    return true;
+                }
+                Some(Some(parked)) => parked,
+            };
+            let raw = parked.raw();
+            let work = Work {
+                envelope: raw.decode(),
+                delivery: Delivery::new(raw, 1, Unsettled),
+                claim: claim.cloned(),
+            };
+            let settled = self.process(work).await;
+            if !matches!(
+                settled,
+                Settled::Handled | Settled::Duplicate | Settled::DeadLettered
+            ) {
+                return false;
+            }
+            let id = parked.message_id;
+            if self
+                .store_op("removing a parked message", || self.store.unpark(&self.name, id))
+                .await
+                .is_none()
+                || settled == Settled::DeadLettered
+            {
+                return false;
+            }
+        }
+    }
+
+    /// Sets the message aside behind its held key, and settles the delivery.
+    async fn park(&self, work: Work) -> Settled {
+        let Ok(envelope) = &work.envelope else {
+            return self.process(work).await;
+        };
+        let message = &work.delivery.message;
+        let parked = ParkedMessage {
+            topic: message.topic.clone(),
+            aggregate_key: envelope.aggregate_key.clone(),
+            message_id: envelope.id,
+            headers: message.headers.clone(),
+            body: message.body.clone(),
+        };
+        if self
+            .store_op("parking a message", || self.store.park(&self.name, &parked))
+            .await
+            .is_none()
+        {
+            return self.give_back(&work.delivery).await;
+        }
+        tracing::debug!(consumer = %self.name, message_id = %envelope.id, key = %envelope.aggregate_key, "parked behind the key's dead letter");
+        bump(&self.stats.parked);
+        self.settle(&work.delivery, AckKind::Ack).await;
+        Settled::Parked
+    }
+
+    /// Loads the held keys from the store. A session loads them unreleased
+    /// and lets its first refresh release and drain them, in the key's lane.
+    async fn load_holds(&self, with_released: bool) -> tidings_core::Result<()> {
+        if self.config.on_dead_letter != OnDeadLetter::HoldKey {
+            return Ok(());
+        }
+        let stored = self.store.held_keys(&self.name).await?;
+        let mut holds = self.holds.lock().expect("holds lock");
+        holds.clear();
+        for h in stored {
+            let hold = Hold {
+                message_id: h.message_id,
+                released: with_released && h.released,
+            };
+            holds.insert((h.topic, h.aggregate_key), hold);
+        }
+        Ok(())
+    }
+
+    /// Held keys the store says are released (skipped, or their message
+    /// handled) that this session reads and has not released yet: marked
+    /// released, to be drained by their lanes.
+    async fn released_holds(&self, partitions: &Partitions) -> Vec<(HoldKey, Claim)> {
+        let stored = match self.store.held_keys(&self.name).await {
+            Ok(stored) => stored,
+            Err(e) => {
+                tracing::warn!(consumer = %self.name, error = %e, "reading held keys failed");
+                return Vec::new();
+            }
+        };
+        let mut holds = self.holds.lock().expect("holds lock");
+        stored
+            .into_iter()
+            .filter(|h| h.released)
+            .filter_map(|h| {
+                let claim = partitions.claim(&h.topic, &h.aggregate_key)?;
+                let key = (h.topic, h.aggregate_key);
+                let hold = holds
+                    .get_mut(&key)
+                    .filter(|c| c.message_id == h.message_id && !c.released)?;
+                hold.released = true;
+                Some((key, claim))
+            })
+            .collect()
+    }
+
+    /// Runs one of Tidings' own store calls, retrying with backoff while it
+    /// fails; `None` if the session stopped first.
+    async fn store_op<T, F, Fut>(&self, what: &str, op: F) -> Option<T>
+    where
+        F: Fn() -> Fut,
+        Fut: std::future::Future<Output = tidings_core::Result<T>>,
+    {
+        let mut failures = 0u32;
+        loop {
+            match op().await {
+                Ok(value) => return Some(value),
+                Err(e) => {
+                    failures += 1;
+                    bump(&self.stats.store_errors);
+                    tracing::warn!(consumer = %self.name, error = %e, "{what} failed; retrying");
+                    if !self.pause(self.config.backoff.delay(failures)).await {
+                        return None;
+                    }
+                }
+            }
+        }
     }
 
     /// decode -> retry -> transaction + idempotency -> timeout -> handler; dead-letter; settle.
@@ -680,8 +956,8 @@ impl<S: ConsumerStore + FailureStore + LeaseStore + Clone> Worker<S> {
         Ok(Outcome::Handled)
     }
 
-    /// Stores the dead letter (retrying until the store takes it: a message
-    /// is never dropped), then settles the delivery.
+    /// Stores the dead letter (holding its key, unless the policy is
+    /// [`OnDeadLetter::Continue`]), then settles the delivery.
     async fn dead_letter(
         &self,
         delivery: &Delivery,
@@ -702,20 +978,32 @@ impl<S: ConsumerStore + FailureStore + LeaseStore + Clone> Worker<S> {
             created_at: Utc::now(),
             redrives: 0,
             redriven_at: None,
+            skipped_at: None,
         };
-        let mut tries = 0u32;
-        loop {
-            match self.store.dead_letter(&letter).await {
-                Ok(()) => break,
-                Err(e) => {
-                    tries += 1;
-                    bump(&self.stats.store_errors);
-                    tracing::warn!(consumer = %self.name, error = %e, "storing a dead letter failed; retrying");
-                    if !self.pause(self.config.backoff.delay(tries)).await {
-                        return self.give_back(delivery).await;
-                    }
-                }
+        let hold = match (&letter.aggregate_key, letter.message_id) {
+            (Some(key), Some(id)) if self.config.on_dead_letter == OnDeadLetter::HoldKey => {
+                Some(((letter.topic.clone(), key.clone()), id))
             }
+            _ => None,
+        };
+        // Retried until the store takes it: a message is never dropped.
+        let stored = self
+            .store_op("storing a dead letter", || async {
+                match hold {
+                    Some(_) => self.store.dead_letter_holding_key(&letter).await,
+                    None => self.store.dead_letter(&letter).await,
+                }
+            })
+            .await;
+        if stored.is_none() {
+            return self.give_back(delivery).await;
+        }
+        if let Some((key, message_id)) = hold {
+            let hold = Hold {
+                message_id,
+                released: false,
+            };
+            self.holds.lock().expect("holds lock").insert(key, hold);
         }
         bump(&self.stats.dead_lettered);
         self.settle(delivery, AckKind::Term).await;
@@ -764,5 +1052,30 @@ struct Unsettled;
 impl Acker for Unsettled {
     async fn ack(&self, _: AckKind) -> tidings_core::Result<()> {
         Ok(())
+    }
+}
+
+/// How often a session looks for held keys released from outside (a skip).
+const HOLDS_REFRESH: Duration = Duration::from_secs(1);
+
+/// The partitions a session reads, to find the claim covering a key.
+#[derive(Default)]
+struct Partitions {
+    counts: HashMap<String, u32>,
+    claims: HashMap<(String, u32), Claim>,
+}
+
+impl Partitions {
+    fn add(&mut self, topic: &str, partition: Partition, claim: &Claim) {
+        self.counts.insert(topic.to_owned(), partition.count);
+        self.claims
+            .insert((topic.to_owned(), partition.index), claim.clone());
+    }
+
+    /// The claim under which this session handles `key` of `topic`, if it reads it.
+    fn claim(&self, topic: &str, key: &str) -> Option<Claim> {
+        let count = *self.counts.get(topic)?;
+        let index = Partition::of(key, count).index;
+        self.claims.get(&(topic.to_owned(), index)).cloned()
     }
 }

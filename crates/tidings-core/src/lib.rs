@@ -45,6 +45,7 @@ pub mod lease;
 pub mod log;
 pub mod message;
 pub mod migrate;
+pub mod parking;
 pub mod partition;
 pub mod sql;
 pub mod store;
@@ -57,8 +58,9 @@ pub use lease::{Lease, LeaseStore};
 pub use message::Message;
 pub use partition::Partition;
 pub use store::{
-    ClaimedBatch, ConsumerLag, ConsumerStore, DeadLetter, DeadLetterFilter, Failure, FailureStore, LagReport,
-    LagSource, Outbox, OutboxPartitions, REDRIVE_HEADER, Redrive, RelayStore, redrive_envelope,
+    ClaimedBatch, ConsumerLag, ConsumerStore, DeadLetter, DeadLetterFilter, Failure, FailureStore, HeldKey,
+    LagReport, LagSource, Outbox, OutboxPartitions, ParkedLag, ParkedMessage, ParkingStore, REDRIVE_HEADER,
+    Redrive, RelayStore, Skip, redrive_envelope,
 };
 pub use transport::{
     AckKind, Acker, Delivery, OutgoingMessage, Publisher, RawMessage, Subscriber, Subscription,

@@ -181,6 +181,9 @@ pub struct DeadLetter {
     /// When it was last redriven; `None` while it waits for a decision.
     /// A redriven message that fails again is pending again.
     pub redriven_at: Option<DateTime<Utc>>,
+    /// When it was skipped ([`FailureStore::skip`]): given up for good, its
+    /// key's parked messages let go without it.
+    pub skipped_at: Option<DateTime<Utc>>,
 }
 
 /// What a redrive did.
@@ -207,6 +210,19 @@ pub enum Redrive {
 /// as a duplicate of the original publish.
 pub const REDRIVE_HEADER: &str = "tidingsredrive";
 
+/// What a skip did.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Skip {
+    /// The dead letter is marked skipped. `released_key`: its key was held
+    /// for its consumer, and the consumer now lets the parked messages go on.
+    Skipped {
+        /// Whether a held key was released.
+        released_key: bool,
+    },
+    /// No dead letter has that id.
+    NotFound,
+}
+
 /// Which dead letters to list.
 #[derive(Debug, Clone, Default)]
 pub struct DeadLetterFilter {
@@ -216,7 +232,7 @@ pub struct DeadLetterFilter {
     pub message_type: Option<String>,
     /// At most this many (newest first); unlimited when `None`.
     pub limit: Option<u32>,
-    /// Also those already redriven (by default only pending ones).
+    /// Also those already redriven or skipped (by default only pending ones).
     pub include_redriven: bool,
 }
 
@@ -239,7 +255,7 @@ impl DeadLetterFilter {
         self
     }
 
-    /// Include dead letters already redriven.
+    /// Include dead letters already redriven or skipped.
     pub fn include_redriven(mut self) -> Self {
         self.include_redriven = true;
         self
@@ -261,6 +277,85 @@ pub trait FailureStore: Send + Sync + 'static {
     /// dead letter is marked redriven. Transport-independent: the relay
     /// publishes it like any other message.
     async fn redrive(&self, id: Uuid) -> Result<Redrive>;
+
+    /// Gives a dead letter up for good, in one transaction: it is marked
+    /// skipped and, if it holds its key for its consumer, the hold is
+    /// released, so that the consumer handles the messages parked behind it
+    /// without it. A later failure of the same message makes it pending again.
+    async fn skip(&self, id: Uuid) -> Result<Skip>;
+}
+
+/// A key a consumer holds back because one of its messages was dead-lettered.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct HeldKey {
+    /// The consumer.
+    pub consumer: String,
+    /// The topic the key's messages are read from.
+    pub topic: String,
+    /// The key.
+    pub aggregate_key: String,
+    /// The dead-lettered message holding it: the only message of the key
+    /// the consumer handles while the key is held (a redrive delivers it).
+    pub message_id: Uuid,
+    /// Set by a skip: the consumer handles the parked messages, then lets the key go.
+    pub released: bool,
+}
+
+/// A message a consumer set aside, unhandled, behind its key's dead letter.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ParkedMessage {
+    /// The topic it was read from.
+    pub topic: String,
+    /// Its key.
+    pub aggregate_key: String,
+    /// Its id.
+    pub message_id: Uuid,
+    /// Transport headers as received.
+    pub headers: Headers,
+    /// The body as received.
+    pub body: Vec<u8>,
+}
+
+impl ParkedMessage {
+    /// The message as its transport delivered it.
+    pub fn raw(&self) -> crate::RawMessage {
+        crate::RawMessage {
+            topic: self.topic.clone(),
+            key: Some(self.aggregate_key.clone()),
+            headers: self.headers.clone(),
+            body: self.body.clone(),
+        }
+    }
+}
+
+/// Where a consumer holds keys after a dead letter and parks their later
+/// messages, so that a key's messages are never handled around a failed one.
+///
+/// The consumer runtime drives it: a dead letter holds its key
+/// ([`ParkingStore::dead_letter_holding_key`]); later messages of the key
+/// are parked; when the dead-lettered message is redriven and handled, or
+/// skipped ([`FailureStore::skip`]), the parked messages are handled in the
+/// order they came, then the key is released.
+#[async_trait]
+pub trait ParkingStore: FailureStore {
+    /// Stores the dead letter and holds its key (consumer, topic, key), in
+    /// one transaction. A key already held moves its hold to this message.
+    async fn dead_letter_holding_key(&self, letter: &DeadLetter) -> Result<()>;
+
+    /// The keys `consumer` holds.
+    async fn held_keys(&self, consumer: &str) -> Result<Vec<HeldKey>>;
+
+    /// Parks a message behind its key (once per message id).
+    async fn park(&self, consumer: &str, message: &ParkedMessage) -> Result<()>;
+
+    /// The oldest message parked for the key.
+    async fn next_parked(&self, consumer: &str, topic: &str, key: &str) -> Result<Option<ParkedMessage>>;
+
+    /// Removes a parked message, once it was handled or dead-lettered.
+    async fn unpark(&self, consumer: &str, message_id: Uuid) -> Result<()>;
+
+    /// Releases the key if nothing is parked behind it; `false` if something is (or it was not held).
+    async fn release_key(&self, consumer: &str, topic: &str, key: &str) -> Result<bool>;
 }
 
 /// The envelope to redrive a dead letter with: decoded from the body and
@@ -299,6 +394,22 @@ pub struct LagReport {
     pub consumers: Vec<ConsumerLag>,
     /// Dead letters stored.
     pub dead_letters: u64,
+    /// Keys held after a dead letter, and the messages parked behind them,
+    /// per consumer and topic (every transport).
+    pub parked: Vec<ParkedLag>,
+}
+
+/// Keys one consumer holds on one topic, and what waits behind them.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct ParkedLag {
+    /// The consumer group.
+    pub consumer: String,
+    /// The topic.
+    pub topic: String,
+    /// Keys held.
+    pub held_keys: u64,
+    /// Messages parked behind them.
+    pub messages: u64,
 }
 
 /// Reports lag figures.

@@ -2,11 +2,12 @@
 
 use async_trait::async_trait;
 use chrono::{DateTime, Utc};
+use sqlx::PgConnection;
 use sqlx::Row;
 use sqlx::postgres::PgRow;
 use tidings_core::{
     DeadLetter, DeadLetterFilter, Error, Failure, FailureStore, Outbox, OutgoingMessage, Redrive, Result,
-    redrive_envelope,
+    Skip, redrive_envelope,
 };
 use uuid::Uuid;
 
@@ -14,7 +15,7 @@ use crate::PgStore;
 
 const COLUMNS: &str =
     "id, consumer, topic, message_id, message_type, aggregate_key, headers, body, attempts, errors,
-    created_at, redrives, redriven_at";
+    created_at, redrives, redriven_at, skipped_at";
 
 fn letter(r: PgRow) -> DeadLetter {
     let headers: serde_json::Value = r.get("headers");
@@ -33,15 +34,16 @@ fn letter(r: PgRow) -> DeadLetter {
         created_at: r.get::<DateTime<Utc>, _>("created_at"),
         redrives: u32::try_from(r.get::<i32, _>("redrives")).unwrap_or(0),
         redriven_at: r.get("redriven_at"),
+        skipped_at: r.get("skipped_at"),
     }
 }
 
-#[async_trait]
-impl FailureStore for PgStore {
-    async fn dead_letter(&self, l: &DeadLetter) -> Result<()> {
+impl PgStore {
+    /// Stores a dead letter on `conn`.
+    async fn insert_dead_letter(conn: &mut PgConnection, l: &DeadLetter) -> Result<()> {
         let headers = serde_json::to_value(&l.headers).expect("string map to JSON");
         let errors = serde_json::to_value(&l.errors).expect("failures to JSON");
-        // Failing again after a redrive makes it pending again, history appended.
+        // Failing again after a redrive or a skip makes it pending again, history appended.
         sqlx::query(
             "INSERT INTO tidings_dead_letters
                (id, consumer, topic, message_id, message_type, aggregate_key, headers, body, attempts, errors, created_at)
@@ -50,6 +52,7 @@ impl FailureStore for PgStore {
                attempts = tidings_dead_letters.attempts + EXCLUDED.attempts,
                errors = tidings_dead_letters.errors || EXCLUDED.errors,
                redriven_at = NULL,
+               skipped_at = NULL,
                updated_at = now()",
         )
         .bind(l.id)
@@ -63,17 +66,32 @@ impl FailureStore for PgStore {
         .bind(i32::try_from(l.attempts).unwrap_or(i32::MAX))
         .bind(errors)
         .bind(l.created_at)
-        .execute(&self.inner.pool)
+        .execute(conn)
         .await
         .map_err(Error::db("storing a dead letter"))?;
         Ok(())
+    }
+}
+
+tidings_core::impl_parking_store!(PgStore);
+
+#[async_trait]
+impl FailureStore for PgStore {
+    async fn dead_letter(&self, l: &DeadLetter) -> Result<()> {
+        let mut conn = self
+            .inner
+            .pool
+            .acquire()
+            .await
+            .map_err(Error::db("storing a dead letter"))?;
+        Self::insert_dead_letter(&mut conn, l).await
     }
 
     async fn dead_letters(&self, filter: &DeadLetterFilter) -> Result<Vec<DeadLetter>> {
         let sql = format!(
             "SELECT {COLUMNS} FROM tidings_dead_letters
              WHERE ($1::text IS NULL OR consumer = $1) AND ($2::text IS NULL OR message_type = $2)
-               AND ($4 OR redriven_at IS NULL)
+               AND ($4 OR (redriven_at IS NULL AND skipped_at IS NULL))
              ORDER BY created_at DESC LIMIT $3"
         );
         let rows = sqlx::query(sqlx::AssertSqlSafe(sql))
@@ -128,6 +146,39 @@ impl FailureStore for PgStore {
         Ok(Redrive::Enqueued {
             message_id,
             redrive: dead.redrives + 1,
+        })
+    }
+
+    async fn skip(&self, id: Uuid) -> Result<Skip> {
+        let mut tx = self
+            .inner
+            .pool
+            .begin()
+            .await
+            .map_err(Error::db("starting a skip"))?;
+        let found: Option<(String, String, Option<String>, Option<Uuid>)> = sqlx::query_as(
+            "UPDATE tidings_dead_letters SET skipped_at = now(), updated_at = now() WHERE id = $1
+             RETURNING consumer, topic, aggregate_key, message_id",
+        )
+        .bind(id)
+        .fetch_optional(&mut *tx)
+        .await
+        .map_err(Error::db("marking a dead letter skipped"))?;
+        let Some((consumer, topic, key, message_id)) = found else {
+            return Ok(Skip::NotFound);
+        };
+        let released = sqlx::query(tidings_core::parking::RELEASE_SKIPPED)
+            .bind(consumer)
+            .bind(topic)
+            .bind(key)
+            .bind(message_id)
+            .bind(true)
+            .execute(&mut *tx)
+            .await
+            .map_err(Error::db("releasing a held key"))?;
+        tx.commit().await.map_err(Error::db("committing a skip"))?;
+        Ok(Skip::Skipped {
+            released_key: released.rows_affected() > 0,
         })
     }
 }

@@ -3,7 +3,7 @@
 use std::time::Duration;
 
 use async_trait::async_trait;
-use tidings_core::{ConsumerLag, Error, LagReport, LagSource, Result};
+use tidings_core::{ConsumerLag, Error, LagReport, LagSource, ParkedLag, Result};
 
 use crate::PgStore;
 
@@ -33,6 +33,10 @@ impl LagSource for PgStore {
             .fetch_one(pool)
             .await
             .map_err(Error::db("counting dead letters"))?;
+        let parked: Vec<(String, String, i64, i64)> = sqlx::query_as(tidings_core::parking::PARKED_LAG)
+            .fetch_all(pool)
+            .await
+            .map_err(Error::db("counting parked messages"))?;
         Ok(LagReport {
             outbox_pending: pending.max(0) as u64,
             oldest_unsent_age: oldest.map(|s| Duration::from_secs_f64(s.max(0.0))),
@@ -45,6 +49,15 @@ impl LagSource for PgStore {
                 })
                 .collect(),
             dead_letters: dead.max(0) as u64,
+            parked: parked
+                .into_iter()
+                .map(|(consumer, topic, keys, messages)| ParkedLag {
+                    consumer,
+                    topic,
+                    held_keys: keys.max(0) as u64,
+                    messages: messages.max(0) as u64,
+                })
+                .collect(),
         })
     }
 }

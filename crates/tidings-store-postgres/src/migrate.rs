@@ -31,6 +31,11 @@ const PLAN: MigrationPlan = MigrationPlan {
             name: "relay partitions",
             sql: include_str!("../migrations/0004_relay_partitions.sql"),
         },
+        Migration {
+            version: 5,
+            name: "parking",
+            sql: include_str!("../migrations/0005_parking.sql"),
+        },
     ],
 };
 

@@ -3,10 +3,11 @@
 use async_trait::async_trait;
 use chrono::DateTime;
 use sqlx::Row;
+use sqlx::SqliteConnection;
 use sqlx::sqlite::SqliteRow;
 use tidings_core::{
     DeadLetter, DeadLetterFilter, Error, Failure, FailureStore, Outbox, OutgoingMessage, Redrive, Result,
-    redrive_envelope,
+    Skip, redrive_envelope,
 };
 use uuid::Uuid;
 
@@ -14,7 +15,7 @@ use crate::{SqliteStore, now_millis};
 
 const COLUMNS: &str =
     "id, consumer, topic, message_id, message_type, aggregate_key, headers, body, attempts, errors,
-    created_at, redrives, redriven_at";
+    created_at, redrives, redriven_at, skipped_at";
 
 fn letter(r: SqliteRow) -> DeadLetter {
     let headers: String = r.get("headers");
@@ -35,15 +36,18 @@ fn letter(r: SqliteRow) -> DeadLetter {
         redriven_at: r
             .get::<Option<i64>, _>("redriven_at")
             .and_then(DateTime::from_timestamp_millis),
+        skipped_at: r
+            .get::<Option<i64>, _>("skipped_at")
+            .and_then(DateTime::from_timestamp_millis),
     }
 }
 
-#[async_trait]
-impl FailureStore for SqliteStore {
-    async fn dead_letter(&self, l: &DeadLetter) -> Result<()> {
+impl SqliteStore {
+    /// Stores a dead letter on `conn`.
+    async fn insert_dead_letter(conn: &mut SqliteConnection, l: &DeadLetter) -> Result<()> {
         let headers = serde_json::to_string(&l.headers).expect("string map to JSON");
         let errors = serde_json::to_string(&l.errors).expect("failures to JSON");
-        // Failing again after a redrive makes it pending again, history appended.
+        // Failing again after a redrive or a skip makes it pending again, history appended.
         sqlx::query(
             "INSERT INTO tidings_dead_letters
                (id, consumer, topic, message_id, message_type, aggregate_key, headers, body, attempts, errors,
@@ -55,6 +59,7 @@ impl FailureStore for SqliteStore {
                    SELECT value FROM json_each(tidings_dead_letters.errors)
                    UNION ALL SELECT value FROM json_each(excluded.errors))),
                redriven_at = NULL,
+               skipped_at = NULL,
                updated_at = excluded.updated_at",
         )
         .bind(l.id)
@@ -69,17 +74,32 @@ impl FailureStore for SqliteStore {
         .bind(errors)
         .bind(l.created_at.timestamp_millis())
         .bind(now_millis())
-        .execute(&self.inner.pool)
+        .execute(conn)
         .await
         .map_err(Error::db("storing a dead letter"))?;
         Ok(())
+    }
+}
+
+tidings_core::impl_parking_store!(SqliteStore);
+
+#[async_trait]
+impl FailureStore for SqliteStore {
+    async fn dead_letter(&self, l: &DeadLetter) -> Result<()> {
+        let mut conn = self
+            .inner
+            .pool
+            .acquire()
+            .await
+            .map_err(Error::db("storing a dead letter"))?;
+        Self::insert_dead_letter(&mut conn, l).await
     }
 
     async fn dead_letters(&self, filter: &DeadLetterFilter) -> Result<Vec<DeadLetter>> {
         let sql = format!(
             "SELECT {COLUMNS} FROM tidings_dead_letters
              WHERE ($1 IS NULL OR consumer = $1) AND ($2 IS NULL OR message_type = $2)
-               AND ($4 OR redriven_at IS NULL)
+               AND ($4 OR (redriven_at IS NULL AND skipped_at IS NULL))
              ORDER BY created_at DESC LIMIT $3"
         );
         let rows = sqlx::query(sqlx::AssertSqlSafe(sql))
@@ -141,6 +161,40 @@ impl FailureStore for SqliteStore {
         Ok(Redrive::Enqueued {
             message_id,
             redrive: dead.redrives + 1,
+        })
+    }
+
+    async fn skip(&self, id: Uuid) -> Result<Skip> {
+        let mut tx = self
+            .inner
+            .pool
+            .begin()
+            .await
+            .map_err(Error::db("starting a skip"))?;
+        let found: Option<(String, String, Option<String>, Option<Uuid>)> = sqlx::query_as(
+            "UPDATE tidings_dead_letters SET skipped_at = $2, updated_at = $2 WHERE id = $1
+             RETURNING consumer, topic, aggregate_key, message_id",
+        )
+        .bind(id)
+        .bind(now_millis())
+        .fetch_optional(&mut *tx)
+        .await
+        .map_err(Error::db("marking a dead letter skipped"))?;
+        let Some((consumer, topic, key, message_id)) = found else {
+            return Ok(Skip::NotFound);
+        };
+        let released = sqlx::query(tidings_core::parking::RELEASE_SKIPPED)
+            .bind(consumer)
+            .bind(topic)
+            .bind(key)
+            .bind(message_id)
+            .bind(true)
+            .execute(&mut *tx)
+            .await
+            .map_err(Error::db("releasing a held key"))?;
+        tx.commit().await.map_err(Error::db("committing a skip"))?;
+        Ok(Skip::Skipped {
+            released_key: released.rows_affected() > 0,
         })
     }
 }

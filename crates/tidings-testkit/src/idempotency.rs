@@ -23,7 +23,7 @@
 //! | `reordered across keys` | keys interleaved differently, each key's own order kept (what partitions and parallel lanes do) |
 //! | `crash before commit` | each event's first attempt runs the handler, then dies before the commit; the transport delivers it again |
 //!
-//! The dead letters of each run are part of the state it compares.
+//! The dead letters and held keys of each run are part of the state it compares.
 //!
 //! ```no_run
 //! # #[derive(Clone)] struct Loyalty;
@@ -66,7 +66,7 @@ use async_trait::async_trait;
 use rand::SeedableRng;
 use rand::seq::SliceRandom;
 use tidings_consumer::{Consumer, ConsumerConfig, Context, Handler, HandlerError, Settled};
-use tidings_core::{Backoff, ConsumerStore, DeadLetterFilter, Envelope, FailureStore, LeaseStore};
+use tidings_core::{Backoff, ConsumerStore, DeadLetterFilter, Envelope, LeaseStore, ParkingStore};
 
 /// What a run left behind, as the caller reads it: named values, compared
 /// key by key between runs. Build it from rows (`(key, value)` pairs) or
@@ -162,6 +162,8 @@ pub struct Scenario {
     pub duplicates: usize,
     /// Deliveries that ended in the failure store.
     pub dead_lettered: usize,
+    /// Deliveries parked behind their key's dead letter.
+    pub parked: usize,
     /// The first difference from the clean run, if any.
     pub difference: Option<Difference>,
 }
@@ -210,8 +212,8 @@ impl fmt::Display for Report {
             };
             writeln!(
                 f,
-                "  {:<22} {:>5} deliveries {:>5} handled {:>5} duplicates {:>3} dead-lettered  {verdict}",
-                s.name, s.deliveries, s.handled, s.duplicates, s.dead_lettered
+                "  {:<22} {:>5} deliveries {:>5} handled {:>5} duplicates {:>3} dead-lettered {:>3} parked  {verdict}",
+                s.name, s.deliveries, s.handled, s.duplicates, s.dead_lettered, s.parked
             )?;
         }
         Ok(())
@@ -282,7 +284,7 @@ impl<F> Harness<F> {
         snapshot: impl AsyncFn(&S) -> State,
     ) -> Report
     where
-        S: ConsumerStore + FailureStore + LeaseStore + Clone,
+        S: ConsumerStore + ParkingStore + LeaseStore + Clone,
         F: Fn(&S) -> H,
         H: Handler<S::Database>,
     {
@@ -323,7 +325,7 @@ impl<F> Harness<F> {
         snapshot: &impl AsyncFn(&S) -> State,
     ) -> (Scenario, State)
     where
-        S: ConsumerStore + FailureStore + LeaseStore + Clone,
+        S: ConsumerStore + ParkingStore + LeaseStore + Clone,
         F: Fn(&S) -> H,
         H: Handler<S::Database>,
     {
@@ -341,6 +343,7 @@ impl<F> Harness<F> {
             handled: 0,
             duplicates: 0,
             dead_lettered: 0,
+            parked: 0,
             difference: None,
         };
         for (topic, envelope) in deliveries {
@@ -348,6 +351,7 @@ impl<F> Harness<F> {
                 Settled::Handled => scenario.handled += 1,
                 Settled::Duplicate => scenario.duplicates += 1,
                 Settled::DeadLettered => scenario.dead_lettered += 1,
+                Settled::Parked => scenario.parked += 1,
                 other => panic!("{name}: delivery of {} ended {other:?}", envelope.id),
             }
         }
@@ -363,6 +367,16 @@ impl<F> Harness<F> {
             state.insert(
                 format!("dead letter/{id}"),
                 letter.message_type.unwrap_or_default(),
+            );
+        }
+        let held = store
+            .held_keys(&self.consumer)
+            .await
+            .expect("listing the run's held keys");
+        for key in held {
+            state.insert(
+                format!("held key/{}/{}", key.topic, key.aggregate_key),
+                key.message_id,
             );
         }
         (scenario, state)

@@ -370,12 +370,13 @@ async fn bad_input_reaches_the_failure_store_with_a_clear_error<S: TestStore>(st
 where
     Recorder: Handler<S::Database>,
 {
-    let good = message("k", 1);
-    let mut unknown = message("k", 2).envelope;
+    // One key each: a dead letter holds its key, and this is about what each one says.
+    let good = message("k-good", 1);
+    let mut unknown = message("k-type", 2).envelope;
     unknown.message_type = "SomethingElse".into();
-    let mut future = message("k", 3).envelope;
+    let mut future = message("k-version", 3).envelope;
     future.version = 2;
-    let mut not_an_event = message("k", 4).envelope;
+    let mut not_an_event = message("k-payload", 4).envelope;
     not_an_event.payload = br#"{"key": 42}"#.to_vec();
     let bodies: Vec<(&str, Vec<u8>)> = vec![
         ("malformed envelope", b"{not json".to_vec()),
@@ -715,4 +716,178 @@ async fn postgres_wakes_relays_in_other_processes_after_commit() {
     task.await.unwrap().unwrap();
     producer.pool().close().await;
     db.drop_schema().await;
+}
+
+on_both_databases!(
+    a_dead_letter_holds_its_key_until_redriven,
+    a_skipped_dead_letter_lets_its_key_go_on,
+    a_consumer_may_continue_past_a_dead_letter,
+);
+
+/// Handled (key, seq) of `key`, in handling order.
+fn seen_of(recorder: &Recorder, key: &str) -> Vec<i64> {
+    recorder
+        .seen()
+        .into_iter()
+        .filter(|(k, _)| k == key)
+        .map(|(_, seq)| seq)
+        .collect()
+}
+
+/// `bad` 1..=n fails until healed; `good-*` 1..=12 succeed.
+async fn poisoned_key<S: TestStore>(store: &S, bad: i64) -> Recorder {
+    for seq in 1..=12 {
+        if seq <= bad {
+            store.enqueue_in_tx(&message("bad", seq), true).await;
+        }
+        store
+            .enqueue_in_tx(&message(&format!("good-{}", seq % 3), seq), true)
+            .await;
+    }
+    Recorder {
+        poison_key: Some("bad".into()),
+        ..Recorder::default()
+    }
+}
+
+async fn a_dead_letter_holds_its_key_until_redriven<S: TestStore>(store: S)
+where
+    Recorder: Handler<S::Database>,
+{
+    let recorder = poisoned_key(&store, 4).await;
+    let consumer = Consumer::new("holding", store.clone(), recorder.clone())
+        .topic(TOPIC)
+        .config(quick().max_attempts(2));
+    let stats = consumer.stats();
+    let pipeline = Pipeline::start(&store, consumer, subscriber(&store));
+    eventually(
+        WAIT,
+        "good keys handled, bad:1 dead-lettered, bad:2..4 parked",
+        || async { stats.handled() == 12 && stats.dead_lettered() == 1 && stats.parked() == 3 },
+    )
+    .await;
+    assert_eq!(
+        recorder.calls.load(Ordering::SeqCst),
+        12 + 2,
+        "parked messages never reach the handler"
+    );
+    let parked = store.lag().await.unwrap().parked;
+    assert_eq!(
+        parked,
+        vec![tidings::ParkedLag {
+            consumer: "holding".into(),
+            topic: TOPIC.into(),
+            held_keys: 1,
+            messages: 3
+        }]
+    );
+
+    // A message of the held key arriving now waits behind the others.
+    store.enqueue_in_tx(&message("bad", 5), true).await;
+    eventually(WAIT, "bad:5 parked", || async { stats.parked() == 4 }).await;
+
+    recorder.healed.store(true, Ordering::SeqCst);
+    let letter = store
+        .dead_letters(&DeadLetterFilter::default().consumer("holding"))
+        .await
+        .unwrap()
+        .remove(0);
+    assert_eq!(letter.aggregate_key.as_deref(), Some("bad"));
+    store.redrive(letter.id).await.unwrap();
+    eventually(
+        WAIT,
+        "the redriven message and the parked ones handled",
+        || async { stats.handled() == 12 + 5 },
+    )
+    .await;
+    assert_eq!(
+        seen_of(&recorder, "bad"),
+        vec![1, 2, 3, 4, 5],
+        "released in order"
+    );
+    let lag = store.lag().await.unwrap();
+    assert!(lag.parked.is_empty(), "nothing held or parked: {:?}", lag.parked);
+
+    // The key is free again: its next message is handled at once.
+    store.enqueue_in_tx(&message("bad", 6), true).await;
+    eventually(WAIT, "bad:6 handled", || async { stats.handled() == 12 + 6 }).await;
+    pipeline.stop().await;
+    assert_eq!(seen_of(&recorder, "bad"), vec![1, 2, 3, 4, 5, 6]);
+    assert_eq!(stats.parked(), 4);
+}
+
+async fn a_skipped_dead_letter_lets_its_key_go_on<S: TestStore>(store: S)
+where
+    Recorder: Handler<S::Database>,
+{
+    let recorder = poisoned_key(&store, 3).await;
+    let consumer = Consumer::new("skipping", store.clone(), recorder.clone())
+        .topic(TOPIC)
+        .config(quick().max_attempts(2));
+    let stats = consumer.stats();
+    let pipeline = Pipeline::start(&store, consumer, subscriber(&store));
+    eventually(WAIT, "bad:1 dead-lettered, bad:2..3 parked", || async {
+        stats.handled() == 12 && stats.dead_lettered() == 1 && stats.parked() == 2
+    })
+    .await;
+    let letter = store
+        .dead_letters(&DeadLetterFilter::default().consumer("skipping"))
+        .await
+        .unwrap()
+        .remove(0);
+    // The fix ships, but bad:1 is given up for good.
+    recorder.healed.store(true, Ordering::SeqCst);
+    assert_eq!(
+        store.skip(letter.id).await.unwrap(),
+        tidings::Skip::Skipped { released_key: true }
+    );
+    assert_eq!(
+        store.skip(uuid::Uuid::now_v7()).await.unwrap(),
+        tidings::Skip::NotFound
+    );
+    eventually(WAIT, "the parked messages handled without bad:1", || async {
+        stats.handled() == 12 + 2
+    })
+    .await;
+    store.enqueue_in_tx(&message("bad", 4), true).await;
+    eventually(WAIT, "bad:4 handled", || async { stats.handled() == 12 + 3 }).await;
+    pipeline.stop().await;
+    assert_eq!(seen_of(&recorder, "bad"), vec![2, 3, 4]);
+    assert!(
+        store
+            .dead_letters(&DeadLetterFilter::default())
+            .await
+            .unwrap()
+            .is_empty(),
+        "a skipped dead letter is no longer pending"
+    );
+    let all = store
+        .dead_letters(&DeadLetterFilter::default().include_redriven())
+        .await
+        .unwrap();
+    assert!(all[0].skipped_at.is_some());
+    assert!(store.lag().await.unwrap().parked.is_empty());
+}
+
+async fn a_consumer_may_continue_past_a_dead_letter<S: TestStore>(store: S)
+where
+    Recorder: Handler<S::Database>,
+{
+    let recorder = poisoned_key(&store, 3).await;
+    let consumer = Consumer::new("independent", store.clone(), recorder.clone())
+        .topic(TOPIC)
+        .config(
+            quick()
+                .max_attempts(2)
+                .on_dead_letter(tidings::consumer::OnDeadLetter::Continue),
+        );
+    let stats = consumer.stats();
+    let pipeline = Pipeline::start(&store, consumer, subscriber(&store));
+    eventually(WAIT, "every bad message tried and dead-lettered", || async {
+        stats.handled() == 12 && stats.dead_lettered() == 3
+    })
+    .await;
+    pipeline.stop().await;
+    assert_eq!(stats.parked(), 0);
+    assert!(store.lag().await.unwrap().parked.is_empty());
 }

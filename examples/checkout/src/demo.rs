@@ -128,7 +128,10 @@ pub struct Summary {
     pub retries: u64,
     /// Dead letters per consumer.
     pub dead_lettered: BTreeMap<String, i64>,
-    /// Committed messages neither handled nor dead-lettered by a consumer that should have.
+    /// Messages parked per consumer: held behind a dead letter of their
+    /// order, waiting for it to be redriven or skipped.
+    pub parked: BTreeMap<String, i64>,
+    /// Committed messages neither handled, dead-lettered nor parked by a consumer that should have.
     pub lost: i64,
     /// Events a consumer saw after a later event of the same order.
     pub order_violations: i64,
@@ -189,6 +192,11 @@ impl fmt::Display for Summary {
         )?;
         writeln!(f, "  retries              {}", self.retries)?;
         writeln!(f, "  dead-lettered        {}", list(&self.dead_lettered))?;
+        writeln!(
+            f,
+            "  parked               {} (behind their order's dead letter)",
+            list(&self.parked)
+        )?;
         writeln!(f, "  lost                 {}", self.lost)?;
         writeln!(f, "  order violations     {}", self.order_violations)?;
         writeln!(
@@ -212,10 +220,11 @@ impl fmt::Display for Summary {
     }
 }
 
-/// Messages committed but neither handled nor dead-lettered, summed over consumers.
+/// Messages committed but neither handled, dead-lettered nor parked, summed over consumers.
 pub fn lost(t: &Tally) -> i64 {
-    let missing =
-        |consumer: &str, expected: i64| (expected - t.processed_by(consumer) - t.dead_by(consumer)).max(0);
+    let missing = |consumer: &str, expected: i64| {
+        (expected - t.processed_by(consumer) - t.dead_by(consumer) - t.parked_by(consumer)).max(0)
+    };
     missing(COMMAND_CONSUMER, t.commands) + EVENT_CONSUMERS.iter().map(|c| missing(c, t.events)).sum::<i64>()
 }
 
@@ -502,8 +511,8 @@ impl Transport {
 }
 
 fn work_done(t: &Tally) -> u64 {
-    (t.processed.iter().map(|(_, n)| n).sum::<i64>() + t.dead_letters.iter().map(|(_, n)| n).sum::<i64>())
-        .max(0) as u64
+    let sum = |counts: &[(String, i64)]| counts.iter().map(|(_, n)| n).sum::<i64>();
+    (sum(&t.processed) + sum(&t.dead_letters) + sum(&t.parked)).max(0) as u64
 }
 
 #[allow(clippy::too_many_arguments)]
@@ -552,6 +561,7 @@ fn summarize(
         duplicates_suppressed: stats.iter().map(|s| s.duplicates()).sum(),
         retries: stats.iter().map(|s| s.retries()).sum(),
         dead_lettered: t.dead_letters.iter().cloned().collect(),
+        parked: t.parked.iter().cloned().collect(),
         lost: lost(t),
         order_violations: t.violations,
         duplicated_effects: provider.duplicated,

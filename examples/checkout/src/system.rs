@@ -3,7 +3,7 @@
 
 use async_trait::async_trait;
 use tidings_core::log::LogBackend;
-use tidings_core::{ConsumerStore, FailureStore, Outbox, OutgoingMessage, RelayStore};
+use tidings_core::{ConsumerStore, Outbox, OutgoingMessage, ParkingStore, RelayStore};
 use tidings_store_postgres::PgStore;
 use tidings_store_sqlite::SqliteStore;
 
@@ -41,6 +41,8 @@ const PER_CONSUMER: &str =
     "SELECT consumer, CAST(count(*) AS BIGINT) FROM tidings_processed GROUP BY consumer";
 const DEAD_PER_CONSUMER: &str =
     "SELECT consumer, CAST(count(*) AS BIGINT) FROM tidings_dead_letters GROUP BY consumer";
+const PARKED_PER_CONSUMER: &str =
+    "SELECT consumer, CAST(count(*) AS BIGINT) FROM tidings_parked GROUP BY consumer";
 
 /// Figures read from the database: the truth, whatever happened to the processes.
 #[derive(Debug, Clone, Default)]
@@ -67,24 +69,29 @@ pub struct Tally {
     pub processed: Vec<(String, i64)>,
     /// Dead letters per consumer.
     pub dead_letters: Vec<(String, i64)>,
+    /// Messages parked behind a dead letter of their key, per consumer.
+    pub parked: Vec<(String, i64)>,
 }
 
 impl Tally {
     /// Processed markers of `consumer`.
     pub fn processed_by(&self, consumer: &str) -> i64 {
-        self.processed
-            .iter()
-            .find(|(c, _)| c == consumer)
-            .map_or(0, |(_, n)| *n)
+        count_of(&self.processed, consumer)
     }
 
     /// Dead letters of `consumer`.
     pub fn dead_by(&self, consumer: &str) -> i64 {
-        self.dead_letters
-            .iter()
-            .find(|(c, _)| c == consumer)
-            .map_or(0, |(_, n)| *n)
+        count_of(&self.dead_letters, consumer)
     }
+
+    /// Messages `consumer` parked.
+    pub fn parked_by(&self, consumer: &str) -> i64 {
+        count_of(&self.parked, consumer)
+    }
+}
+
+fn count_of(counts: &[(String, i64)], consumer: &str) -> i64 {
+    counts.iter().find(|(c, _)| c == consumer).map_or(0, |(_, n)| *n)
 }
 
 /// What the demo needs from a database: Tidings' store abilities, the
@@ -92,7 +99,7 @@ impl Tally {
 #[async_trait]
 pub trait CheckoutStore:
     ConsumerStore
-    + FailureStore
+    + ParkingStore
     + tidings_core::LeaseStore
     + RelayStore
     + LogBackend
@@ -165,6 +172,7 @@ macro_rules! checkout_store {
                     analytics_counted: row.8,
                     processed: sqlx::query_as(PER_CONSUMER).fetch_all(pool).await?,
                     dead_letters: sqlx::query_as(DEAD_PER_CONSUMER).fetch_all(pool).await?,
+                    parked: sqlx::query_as(PARKED_PER_CONSUMER).fetch_all(pool).await?,
                 })
             }
         }

@@ -14,7 +14,7 @@ use serde::{Deserialize, Serialize};
 use tidings::consumer::{Context, Handler, HandlerError};
 use tidings::log::LogBackend;
 use tidings::{
-    ConsumerStore, Envelope, FailureStore, Kind, LagSource, LeaseStore, Message, Outbox, OutgoingMessage,
+    ConsumerStore, Envelope, Kind, LagSource, LeaseStore, Message, Outbox, OutgoingMessage, ParkingStore,
     RelayStore,
 };
 use tidings_store_postgres::{PgStore, PgStoreOptions};
@@ -133,7 +133,7 @@ recorder_for!(sqlx::Sqlite);
 /// Store abilities the tests use, plus a few statements per database.
 #[async_trait]
 pub trait TestStore:
-    ConsumerStore + FailureStore + LeaseStore + RelayStore + LogBackend + LagSource + Clone + Send + Sync
+    ConsumerStore + ParkingStore + LeaseStore + RelayStore + LogBackend + LagSource + Clone + Send + Sync
 {
     async fn setup(&self);
     /// The same database, keeping sent outbox rows for `retention`.
