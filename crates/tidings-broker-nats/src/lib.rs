@@ -416,6 +416,14 @@ impl Subscriber for NatsTransport {
         self.options.partitions
     }
 
+    /// Creates the stream and the group's durable consumers, reading nothing.
+    async fn ensure_group(&self, group: &str, topic: &str) -> Result<()> {
+        for partition in Partition::all(self.options.partitions) {
+            self.durable(group, topic, partition).await?;
+        }
+        Ok(())
+    }
+
     async fn subscribe_partition(
         &self,
         group: &str,

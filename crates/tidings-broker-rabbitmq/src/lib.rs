@@ -614,6 +614,19 @@ impl Subscriber for RabbitTransport {
         self.options.partitions
     }
 
+    /// Declares the group's queues, bindings and dead-letter exchange, consuming nothing.
+    async fn ensure_group(&self, group: &str, topic: &str) -> Result<()> {
+        let channel = self
+            .connection()
+            .await?
+            .create_channel()
+            .await
+            .map_err(|e| transport_error("opening a channel", e, true))?;
+        self.declare_group(&channel, topic, group).await?;
+        let _ = channel.close(200, "group declared".into()).await;
+        Ok(())
+    }
+
     async fn subscribe_partition(
         &self,
         group: &str,

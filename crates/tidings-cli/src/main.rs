@@ -8,9 +8,10 @@ use anyhow::Context;
 use clap::{Args, Parser, Subcommand};
 use tidings_core::LagSource;
 use tidings_example_checkout::demo::{self, DEFAULT_DATABASE};
-use tidings_example_checkout::{DemoOptions, Progress};
+use tidings_example_checkout::{DemoOptions, Progress, Role};
 use tidings_store_postgres::PgStore;
 use tidings_store_sqlite::SqliteStore;
+use tokio_util::sync::CancellationToken;
 
 /// Reliable events for Rust backends: transactional outbox, relay, idempotent consumers.
 #[derive(Debug, Parser)]
@@ -79,7 +80,46 @@ enum Demo {
         /// Print the summary as one JSON object on stdout.
         #[arg(long)]
         json: bool,
+        /// Run one part of the system in this process, to spread it over several:
+        /// `relay` and `consumers` run until SIGTERM or Ctrl-C (`consumers`
+        /// prints `ready` once its groups exist), `producer` places the orders and exits.
+        #[arg(long, value_enum, default_value_t = RoleArg::All)]
+        role: RoleArg,
     },
+}
+
+#[derive(Debug, Clone, Copy, clap::ValueEnum)]
+enum RoleArg {
+    All,
+    Relay,
+    Consumers,
+    Producer,
+}
+
+impl From<RoleArg> for Role {
+    fn from(r: RoleArg) -> Role {
+        match r {
+            RoleArg::All => Role::All,
+            RoleArg::Relay => Role::Relay,
+            RoleArg::Consumers => Role::Consumers,
+            RoleArg::Producer => Role::Producer,
+        }
+    }
+}
+
+/// Cancelled on SIGTERM or Ctrl-C.
+fn shutdown_on_signal() -> anyhow::Result<CancellationToken> {
+    let token = CancellationToken::new();
+    let mut terminate = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
+    let cancel = token.clone();
+    tokio::spawn(async move {
+        tokio::select! {
+            _ = terminate.recv() => {}
+            _ = tokio::signal::ctrl_c() => {}
+        }
+        cancel.cancel();
+    });
+    Ok(token)
 }
 
 fn fraction(s: &str) -> Result<f64, String> {
@@ -122,8 +162,9 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             partitions,
             timeout,
             json,
+            role,
         }) => {
-            let summary = demo::run(DemoOptions {
+            let options = DemoOptions {
                 orders,
                 database: Some(database),
                 broker,
@@ -139,8 +180,12 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
                 relays: relays as usize,
                 partitions,
                 ..DemoOptions::default()
-            })
-            .await?;
+            };
+            if !matches!(role, RoleArg::All) {
+                demo::run_role(options, role.into(), shutdown_on_signal()?).await?;
+                return Ok(ExitCode::SUCCESS);
+            }
+            let summary = demo::run(options).await?;
             if json {
                 println!("{}", serde_json::to_string(&summary)?);
             } else {

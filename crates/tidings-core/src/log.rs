@@ -262,6 +262,11 @@ impl<B: LogBackend> Subscriber for LogSubscriber<B> {
         self.config.partitions
     }
 
+    /// Nothing to do: a group without offsets reads the log from its start.
+    async fn ensure_group(&self, _group: &str, _topic: &str) -> Result<()> {
+        Ok(())
+    }
+
     async fn subscribe_partition(
         &self,
         group: &str,

@@ -253,6 +253,18 @@ pub trait Subscriber: Send + Sync + 'static {
         }
         Ok(Subscription::merge(parts))
     }
+
+    /// Makes sure `group` exists on every partition of `topic`, so that it
+    /// keeps everything published from now on, without reading anything.
+    /// Call it before the first publish when a group's members start later:
+    /// on RabbitMQ a queue only receives what is published after it exists.
+    ///
+    /// The default subscribes and closes at once; transports override it
+    /// to declare without reading (a subscription would take messages away
+    /// from the group's running members).
+    async fn ensure_group(&self, group: &str, topic: &str) -> Result<()> {
+        self.subscribe(group, topic).await?.close().await
+    }
 }
 
 #[async_trait]
@@ -272,5 +284,9 @@ impl<S: Subscriber + ?Sized> Subscriber for std::sync::Arc<S> {
 
     async fn subscribe(&self, group: &str, topic: &str) -> Result<Subscription> {
         (**self).subscribe(group, topic).await
+    }
+
+    async fn ensure_group(&self, group: &str, topic: &str) -> Result<()> {
+        (**self).ensure_group(group, topic).await
     }
 }

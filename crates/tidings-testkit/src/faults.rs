@@ -55,6 +55,10 @@ impl<S: Subscriber> Subscriber for Duplicating<S> {
         self.inner.partitions(topic)
     }
 
+    async fn ensure_group(&self, group: &str, topic: &str) -> Result<()> {
+        self.inner.ensure_group(group, topic).await
+    }
+
     async fn subscribe_partition(
         &self,
         group: &str,

@@ -1,4 +1,5 @@
-//! `tidings demo checkout`: the whole system in one process.
+//! `tidings demo checkout`: the whole system in one process, or one of its
+//! parts per process ([`Role`]).
 
 use std::collections::BTreeMap;
 use std::fmt;
@@ -33,6 +34,21 @@ pub const COMMAND_CONSUMER: &str = "checkout";
 
 /// The embedded default database.
 pub const DEFAULT_DATABASE: &str = "sqlite://tidings-demo.db";
+
+/// Which part of the system a process runs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Role {
+    /// Everything, then a summary ([`run`]).
+    #[default]
+    All,
+    /// The relays, until shut down.
+    Relay,
+    /// The five consumers (each a member of its group), until shut down.
+    /// Prints `ready` on stdout once every group exists on the transport.
+    Consumers,
+    /// Places the orders, then returns.
+    Producer,
+}
 
 /// How to run the demo.
 #[derive(Debug, Clone)]
@@ -228,8 +244,23 @@ pub fn lost(t: &Tally) -> i64 {
     missing(COMMAND_CONSUMER, t.commands) + EVENT_CONSUMERS.iter().map(|c| missing(c, t.events)).sum::<i64>()
 }
 
-/// Runs the demo on the database the options name.
+/// Runs the whole demo on the database the options name, and sums it up.
 pub async fn run(options: DemoOptions) -> anyhow::Result<Summary> {
+    let summary = open_and_run(options, Role::All, CancellationToken::new()).await?;
+    Ok(summary.expect("the whole system sums up"))
+}
+
+/// Runs one part of the system until `shutdown` (the producer: until its
+/// orders are placed), as one process of a system spread over several.
+pub async fn run_role(options: DemoOptions, role: Role, shutdown: CancellationToken) -> anyhow::Result<()> {
+    open_and_run(options, role, shutdown).await.map(drop)
+}
+
+async fn open_and_run(
+    options: DemoOptions,
+    role: Role,
+    shutdown: CancellationToken,
+) -> anyhow::Result<Option<Summary>> {
     let url = options
         .database
         .clone()
@@ -245,7 +276,8 @@ pub async fn run(options: DemoOptions) -> anyhow::Result<Summary> {
             .connect(&url)
             .await?;
         let provider = EmailProvider::Postgres(provider_pool);
-        run_on(store, provider, options, format!("postgres ({})", redact(&url))).await
+        let label = format!("postgres ({})", redact(&url));
+        run_on(store, provider, options, label, role, shutdown).await
     } else {
         let path = url
             .strip_prefix("sqlite://")
@@ -258,7 +290,15 @@ pub async fn run(options: DemoOptions) -> anyhow::Result<Summary> {
         // The provider is another system: it gets its own file.
         let provider_db = SqliteStore::connect(&format!("{path}.provider")).await?;
         let provider = EmailProvider::Sqlite(provider_db.pool().clone());
-        run_on(store, provider, options, format!("sqlite ({path})")).await
+        run_on(
+            store,
+            provider,
+            options,
+            format!("sqlite ({path})"),
+            role,
+            shutdown,
+        )
+        .await
     }
 }
 
@@ -279,7 +319,9 @@ async fn run_on<S>(
     provider: EmailProvider,
     options: DemoOptions,
     label: String,
-) -> anyhow::Result<Summary>
+    role: Role,
+    shutdown: CancellationToken,
+) -> anyhow::Result<Option<Summary>>
 where
     S: CheckoutStore,
     Checkout: Handler<S::Database>,
@@ -291,11 +333,15 @@ where
     let started = Instant::now();
     store.setup().await.context("setting up the checkout schema")?;
     provider.setup().await.context("setting up the email provider")?;
+    if role == Role::Producer {
+        place_orders(&store, &options, Arc::default()).await?;
+        return Ok(None);
+    }
     let baseline = store.tally().await?;
     let baseline_work = work_done(&baseline);
 
-    let shutdown = CancellationToken::new();
     let mut tasks = JoinSet::new();
+    let (relays, consumers) = (role != Role::Consumers, role != Role::Relay);
 
     let transport = Transport::open(&store, &options).await?;
     // Every group exists on the transport before anything is published (on
@@ -303,17 +349,13 @@ where
     for (group, topic) in [(COMMAND_CONSUMER, COMMANDS)]
         .into_iter()
         .chain(EVENT_CONSUMERS.map(|c| (c, ORDERS)))
+        .filter(|_| consumers)
     {
-        transport
-            .subscriber
-            .subscribe(group, topic)
-            .await?
-            .close()
-            .await?;
+        transport.subscriber.ensure_group(group, topic).await?;
     }
     // Each relay one of its own, as if in its own process, sharing the outbox's partitions.
     let mut relay_stats = Vec::new();
-    for _ in 0..options.relays.max(1) {
+    for _ in 0..options.relays.max(1) * usize::from(relays) {
         let relay = Relay::new(store.clone(), transport.publisher.clone()).config(
             RelayConfig::default()
                 .poll_interval(Duration::from_millis(100))
@@ -338,7 +380,7 @@ where
     macro_rules! spawn_consumer {
         ($name:expr, $topic:expr, $handler:expr) => {{
             // Each member a consumer of its own, as if in its own process.
-            for _ in 0..options.members.max(1) {
+            for _ in 0..options.members.max(1) * usize::from(consumers) {
                 let consumer = Consumer::new($name, store.clone(), $handler)
                     .topic($topic)
                     .config(config.clone().source($name));
@@ -360,6 +402,26 @@ where
     );
     spawn_consumer!("analytics", ORDERS, Analytics);
     spawn_consumer!("loyalty", ORDERS, Loyalty);
+
+    if role != Role::All {
+        if consumers {
+            tasks.spawn(report_stats(store.clone(), stats.clone(), shutdown.clone()));
+            println!("ready");
+        }
+        let stopped = tokio::select! {
+            _ = shutdown.cancelled() => None,
+            done = tasks.join_next() => done,
+        };
+        shutdown.cancel();
+        if let Some(done) = stopped {
+            done.context("a demo task panicked")??;
+            anyhow::bail!("a relay or consumer stopped on its own");
+        }
+        while let Some(joined) = tasks.join_next().await {
+            joined.context("a demo task panicked")??;
+        }
+        return Ok(None);
+    }
 
     // Roughly: 3 commands and 3 events per order, each event handled by 4 consumers.
     let expected_work = (options.orders * 15) as u64;
@@ -428,7 +490,7 @@ where
         joined.context("a demo task panicked")??;
     }
     let provider_tally = provider.tally().await?;
-    Ok(summarize(
+    Ok(Some(summarize(
         &transport,
         relay_stats.iter().map(|s| s.published()).sum(),
         label,
@@ -440,7 +502,32 @@ where
         injected.load(Ordering::Relaxed),
         drained,
         started.elapsed(),
-    ))
+    )))
+}
+
+/// Keeps this process's consumer counters in the database, twice a
+/// second, so that a system spread over processes (some killed) can be
+/// summed up: a killed process loses at most its last half second.
+async fn report_stats<S: CheckoutStore>(
+    store: S,
+    stats: Vec<Arc<ConsumerStats>>,
+    shutdown: CancellationToken,
+) -> tidings_core::Result<()> {
+    let process = uuid::Uuid::new_v4().to_string();
+    loop {
+        let duplicates = stats.iter().map(|s| s.duplicates()).sum::<u64>();
+        let retries = stats.iter().map(|s| s.retries()).sum::<u64>();
+        if let Err(e) = store
+            .record_process(&process, duplicates as i64, retries as i64)
+            .await
+        {
+            tracing::warn!(error = %e, "recording the process's counters failed");
+        }
+        if shutdown.is_cancelled() {
+            return Ok(());
+        }
+        tidings_core::lease::sleep_unless(&shutdown, Duration::from_millis(500)).await;
+    }
 }
 
 /// The transport the demo runs over: the database log, or a broker.

@@ -12,4 +12,4 @@ pub mod handlers;
 pub mod messages;
 pub mod system;
 
-pub use demo::{DemoOptions, Progress, Summary};
+pub use demo::{DemoOptions, Progress, Role, Summary};

@@ -24,6 +24,8 @@ const SCHEMA: &[&str] = &[
     "CREATE TABLE IF NOT EXISTS checkout_system (id TEXT PRIMARY KEY)",
     "CREATE TABLE IF NOT EXISTS order_violations (
         consumer TEXT NOT NULL, order_id TEXT NOT NULL, step BIGINT NOT NULL, last_step BIGINT NOT NULL)",
+    "CREATE TABLE IF NOT EXISTS checkout_processes (
+        process TEXT PRIMARY KEY, duplicates BIGINT NOT NULL, retries BIGINT NOT NULL)",
 ];
 
 const TALLY: &str = "SELECT
@@ -35,7 +37,9 @@ const TALLY: &str = "SELECT
     (SELECT CAST(count(*) AS BIGINT) FROM order_violations),
     (SELECT CAST(COALESCE(sum(total_cents / 100), 0) AS BIGINT) FROM checkout_orders WHERE status = 'shipped'),
     (SELECT CAST(COALESCE(sum(points), 0) AS BIGINT) FROM loyalty_points),
-    (SELECT CAST(COALESCE(sum(n), 0) AS BIGINT) FROM analytics_counts)";
+    (SELECT CAST(COALESCE(sum(n), 0) AS BIGINT) FROM analytics_counts),
+    (SELECT CAST(COALESCE(sum(duplicates), 0) AS BIGINT) FROM checkout_processes),
+    (SELECT CAST(COALESCE(sum(retries), 0) AS BIGINT) FROM checkout_processes)";
 
 const PER_CONSUMER: &str =
     "SELECT consumer, CAST(count(*) AS BIGINT) FROM tidings_processed GROUP BY consumer";
@@ -65,6 +69,10 @@ pub struct Tally {
     pub points_credited: i64,
     /// Events counted by analytics.
     pub analytics_counted: i64,
+    /// Duplicates suppressed, as consumer processes reported them ([`CheckoutStore::record_process`]).
+    pub duplicates_reported: i64,
+    /// Retries, as consumer processes reported them.
+    pub retries_reported: i64,
     /// Processed markers per consumer.
     pub processed: Vec<(String, i64)>,
     /// Dead letters per consumer.
@@ -115,6 +123,9 @@ pub trait CheckoutStore:
     /// Reads the figures.
     async fn tally(&self) -> anyhow::Result<Tally>;
 
+    /// Records the counters of a consumer process (replacing its last report).
+    async fn record_process(&self, process: &str, duplicates: i64, retries: i64) -> anyhow::Result<()>;
+
     /// This database's system id, made once: it names the system's
     /// resources on a broker, so that a database and its broker topology
     /// belong together.
@@ -156,9 +167,22 @@ macro_rules! checkout_store {
                 Ok(sqlx::query_scalar("SELECT min(id) FROM checkout_system").fetch_one(self.pool()).await?)
             }
 
+            async fn record_process(&self, process: &str, duplicates: i64, retries: i64) -> anyhow::Result<()> {
+                sqlx::query(
+                    "INSERT INTO checkout_processes (process, duplicates, retries) VALUES ($1, $2, $3)
+                     ON CONFLICT (process) DO UPDATE SET duplicates = excluded.duplicates, retries = excluded.retries",
+                )
+                .bind(process)
+                .bind(duplicates)
+                .bind(retries)
+                .execute(self.pool())
+                .await?;
+                Ok(())
+            }
+
             async fn tally(&self) -> anyhow::Result<Tally> {
                 let pool = self.pool();
-                let row: (i64, i64, i64, i64, i64, i64, i64, i64, i64) =
+                let row: (i64, i64, i64, i64, i64, i64, i64, i64, i64, i64, i64) =
                     sqlx::query_as(TALLY).fetch_one(pool).await?;
                 Ok(Tally {
                     orders: row.0,
@@ -170,6 +194,8 @@ macro_rules! checkout_store {
                     points_expected: row.6,
                     points_credited: row.7,
                     analytics_counted: row.8,
+                    duplicates_reported: row.9,
+                    retries_reported: row.10,
                     processed: sqlx::query_as(PER_CONSUMER).fetch_all(pool).await?,
                     dead_letters: sqlx::query_as(DEAD_PER_CONSUMER).fetch_all(pool).await?,
                     parked: sqlx::query_as(PARKED_PER_CONSUMER).fetch_all(pool).await?,
