@@ -16,7 +16,6 @@
 
 use std::io::{BufRead, BufReader};
 use std::process::{Child, Command, Stdio};
-use std::sync::Mutex;
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
@@ -44,11 +43,11 @@ fn orders() -> usize {
 const DRAIN_LIMIT: Duration = Duration::from_secs(240);
 
 /// One scenario at a time: two on two cores would starve each other's leases.
-static ONE_AT_A_TIME: Mutex<()> = Mutex::new(());
+static ONE_AT_A_TIME: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn checkout_processes_survive_kills_freezes_and_a_nats_outage() {
-    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    let _one = ONE_AT_A_TIME.lock().await;
     let nats = PrivateNats::start();
     let url = nats.url();
     run_scenario("nats", Box::new(nats), url).await;
@@ -56,7 +55,7 @@ async fn checkout_processes_survive_kills_freezes_and_a_nats_outage() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn checkout_processes_survive_kills_freezes_and_a_rabbitmq_outage() {
-    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    let _one = ONE_AT_A_TIME.lock().await;
     let rabbit = PrivateRabbit::start();
     let url = rabbit.url();
     run_scenario("rabbitmq", Box::new(rabbit), url).await;
