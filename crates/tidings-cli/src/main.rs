@@ -1,5 +1,7 @@
 //! `tidings`: the operator's command.
 
+mod bench;
+
 use std::io::IsTerminal;
 use std::process::ExitCode;
 use std::time::Duration;
@@ -28,6 +30,9 @@ enum Command {
     Demo(Demo),
     /// Create or upgrade Tidings' tables.
     Migrate(DatabaseArg),
+    /// Measure what Tidings costs, beside the raw limits measured in the same run.
+    #[command(subcommand)]
+    Bench(Bench),
     /// Outbox backlog, consumer lag, dead letters, and keys held behind them.
     Lag {
         #[command(flatten)]
@@ -43,6 +48,35 @@ struct DatabaseArg {
     /// `postgres://user@host/db`, or `sqlite://path` (the embedded default).
     #[arg(long, env = "TIDINGS_DATABASE_URL", default_value = DEFAULT_DATABASE)]
     database: String,
+}
+
+#[derive(Debug, Subcommand)]
+enum Bench {
+    /// Relay throughput with 1, 2, 4... instances sharing the outbox's
+    /// partitions, beside the SQL-only drain and the publish-only rate.
+    Relays {
+        /// PostgreSQL (the bench works in a schema of its own, dropped at the end).
+        #[arg(long, env = "TIDINGS_DATABASE_URL")]
+        database: String,
+        /// `nats://...` or `amqp://...`; the database log when left out.
+        #[arg(long, env = "TIDINGS_BROKER_URL")]
+        broker: Option<String>,
+        /// Events in each backlog.
+        #[arg(long, default_value_t = 50_000)]
+        events: usize,
+        /// Relay instances to compare, comma-separated.
+        #[arg(long, value_delimiter = ',', default_value = "1,2,4")]
+        instances: Vec<usize>,
+        /// Outbox partitions.
+        #[arg(long, default_value_t = 8, value_parser = clap::value_parser!(u32).range(1..=256))]
+        partitions: u32,
+        /// Records per relay batch.
+        #[arg(long, default_value_t = 500)]
+        batch_size: usize,
+        /// Print the figures as one JSON object on stdout.
+        #[arg(long)]
+        json: bool,
+    },
 }
 
 #[derive(Debug, Subcommand)]
@@ -196,6 +230,43 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             } else {
                 ExitCode::FAILURE
             })
+        }
+        Command::Bench(Bench::Relays {
+            database,
+            broker,
+            events,
+            instances,
+            partitions,
+            batch_size,
+            json,
+        }) => {
+            anyhow::ensure!(
+                database.starts_with("postgres:") || database.starts_with("postgresql:"),
+                "the relay bench needs PostgreSQL (--database postgres://...)"
+            );
+            anyhow::ensure!(
+                events > 0 && batch_size > 0,
+                "--events and --batch-size must be positive"
+            );
+            anyhow::ensure!(
+                !instances.is_empty() && !instances.contains(&0),
+                "--instances needs counts of at least 1"
+            );
+            let scaling = bench::relays(bench::RelayBench {
+                database,
+                broker,
+                events,
+                instances,
+                partitions,
+                batch_size,
+            })
+            .await?;
+            if json {
+                println!("{}", serde_json::to_string(&scaling)?);
+            } else {
+                print!("{scaling}");
+            }
+            Ok(ExitCode::SUCCESS)
         }
         Command::Migrate(db) => {
             match open(&db.database).await? {

@@ -14,7 +14,7 @@ use serde::Serialize;
 use tidings_broker_nats::{NatsOptions, NatsTransport};
 use tidings_broker_rabbitmq::{RabbitOptions, RabbitTransport};
 use tidings_consumer::{Consumer, ConsumerConfig, ConsumerStats, Handler};
-use tidings_core::log::{LogPublisher, LogReaderConfig, LogSubscriber};
+use tidings_core::log::{LogBackend, LogPublisher, LogReaderConfig, LogSubscriber};
 use tidings_core::{Backoff, Envelope, Message, OutgoingMessage, Publisher, Subscriber};
 use tidings_relay::{Relay, RelayConfig};
 use tidings_store_postgres::PgStore;
@@ -343,7 +343,8 @@ where
     let mut tasks = JoinSet::new();
     let (relays, consumers) = (role != Role::Consumers, role != Role::Relay);
 
-    let transport = Transport::open(&store, &options).await?;
+    let system = format!("demo-{}", store.system_id().await?);
+    let transport = Transport::open(&store, options.broker.as_deref(), options.partitions, &system).await?;
     // Every group exists on the transport before anything is published (on
     // RabbitMQ, a queue only receives what is published after it exists).
     for (group, topic) in [(COMMAND_CONSUMER, COMMANDS)]
@@ -530,62 +531,94 @@ async fn report_stats<S: CheckoutStore>(
     }
 }
 
-/// The transport the demo runs over: the database log, or a broker.
-struct Transport {
-    publisher: Arc<dyn Publisher>,
-    subscriber: Arc<dyn Subscriber>,
-    label: String,
-    namespace: Option<String>,
+/// A transport opened from a URL: the database log, or a broker.
+pub struct Transport {
+    /// What the relays publish through.
+    pub publisher: Arc<dyn Publisher>,
+    /// What the consumers read.
+    pub subscriber: Arc<dyn Subscriber>,
+    /// Which transport (no credentials).
+    pub label: String,
+    /// The prefix of the system's resources on the broker, if any.
+    pub namespace: Option<String>,
+    broker: Broker,
+}
+
+/// The concrete broker behind a [`Transport`], to remove what it created.
+#[derive(Clone)]
+enum Broker {
+    Log,
+    Nats(NatsTransport),
+    Rabbit(RabbitTransport),
+}
+
+impl fmt::Debug for Transport {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Transport")
+            .field("label", &self.label)
+            .field("namespace", &self.namespace)
+            .finish_non_exhaustive()
+    }
 }
 
 impl Transport {
-    async fn open<S: CheckoutStore>(store: &S, options: &DemoOptions) -> anyhow::Result<Transport> {
-        match options.broker.as_deref() {
+    /// Opens `broker` (`nats://...`, `amqp://...`, or `None` / `log` for the
+    /// database log of `store`) with `partitions` per topic. The broker's
+    /// streams or exchanges and queues are named after `system`, so that
+    /// one system's resources stay apart from another's.
+    pub async fn open<S: LogBackend + Clone>(
+        store: &S,
+        broker: Option<&str>,
+        partitions: u32,
+        system: &str,
+    ) -> anyhow::Result<Transport> {
+        match broker {
             None | Some("log") => {
                 let log = LogSubscriber::new(
                     Arc::new(store.clone()),
                     LogReaderConfig::default()
                         .poll_interval(Duration::from_millis(100))
-                        .partitions(options.partitions),
+                        .partitions(partitions),
                 );
                 Ok(Transport {
                     publisher: Arc::new(LogPublisher::new(Arc::new(store.clone()))),
                     subscriber: Arc::new(log),
                     label: "the database log".into(),
                     namespace: None,
+                    broker: Broker::Log,
                 })
             }
             Some(url) if url.starts_with("nats://") || url.starts_with("tls://") => {
-                let namespace = format!("TIDINGS_DEMO_{}", store.system_id().await?);
+                let namespace = format!("TIDINGS_{}", system.to_uppercase().replace('-', "_"));
                 // A short ack wait: a member taking over a partition waits
                 // one out when the previous reader left messages unacknowledged.
                 let nats_options = NatsOptions::default()
                     .stream_prefix(&namespace)
-                    .partitions(options.partitions)
+                    .partitions(partitions)
                     .ack_wait(Duration::from_secs(5));
                 let nats = NatsTransport::connect_with(url, nats_options)
                     .await
                     .with_context(|| format!("connecting to NATS at {}", redact(url)))?;
                 Ok(Transport {
                     publisher: Arc::new(nats.clone()),
-                    subscriber: Arc::new(nats),
+                    subscriber: Arc::new(nats.clone()),
                     label: format!("NATS JetStream ({})", redact(url)),
                     namespace: Some(namespace),
+                    broker: Broker::Nats(nats),
                 })
             }
             Some(url) if url.starts_with("amqp://") || url.starts_with("amqps://") => {
-                let namespace = format!("tidings-demo-{}", store.system_id().await?);
-                let rabbit_options = RabbitOptions::default()
-                    .prefix(&namespace)
-                    .partitions(options.partitions);
+                let namespace = format!("tidings-{system}");
+                let rabbit_options = RabbitOptions::default().prefix(&namespace).partitions(partitions);
                 let rabbit = RabbitTransport::connect_with(url, rabbit_options)
                     .await
                     .with_context(|| format!("connecting to RabbitMQ at {}", redact(url)))?;
                 Ok(Transport {
                     publisher: Arc::new(rabbit.clone()),
-                    subscriber: Arc::new(rabbit),
+                    subscriber: Arc::new(rabbit.clone()),
                     label: format!("RabbitMQ ({})", redact(url)),
                     namespace: Some(namespace),
+                    broker: Broker::Rabbit(rabbit),
                 })
             }
             Some(other) => anyhow::bail!(
@@ -594,6 +627,22 @@ impl Transport {
                 redact(other)
             ),
         }
+    }
+
+    /// Removes what this system created on the broker for `topic` and its
+    /// `groups`: the NATS stream, or the groups' RabbitMQ queues (the
+    /// database log keeps its rows).
+    pub async fn remove(&self, topic: &str, groups: &[&str]) -> anyhow::Result<()> {
+        match &self.broker {
+            Broker::Log => {}
+            Broker::Nats(nats) => nats.delete_topic(topic).await?,
+            Broker::Rabbit(rabbit) => {
+                for group in groups {
+                    rabbit.delete_group(topic, group).await?;
+                }
+            }
+        }
+        Ok(())
     }
 }
 

@@ -1,0 +1,325 @@
+//! `tidings bench`: what Tidings costs, each figure next to the raw limit
+//! measured in the same run on the same machine.
+
+use std::fmt;
+use std::str::FromStr;
+use std::time::{Duration, Instant};
+
+use anyhow::Context as _;
+use serde::{Deserialize, Serialize};
+use sqlx::Executor;
+use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
+use tidings_core::{Envelope, Kind, LagSource, Message, Outbox, OutgoingMessage};
+use tidings_example_checkout::demo::Transport;
+use tidings_relay::{Relay, RelayConfig};
+use tidings_store_postgres::PgStore;
+use tokio::task::JoinSet;
+use tokio_util::sync::CancellationToken;
+
+/// What the relay-scaling scenario runs.
+#[derive(Debug, Clone)]
+pub(crate) struct RelayBench {
+    /// PostgreSQL (the bench works in a schema of its own, dropped at the end).
+    pub(crate) database: String,
+    /// The transport URL; the database log when `None`.
+    pub(crate) broker: Option<String>,
+    /// Events in each backlog.
+    pub(crate) events: usize,
+    /// Relay instances to compare, each count draining its own backlog.
+    pub(crate) instances: Vec<usize>,
+    /// Outbox partitions.
+    pub(crate) partitions: u32,
+    /// Records per relay batch.
+    pub(crate) batch_size: usize,
+}
+
+/// One drain of the backlog.
+#[derive(Debug, Clone, Serialize)]
+pub(crate) struct Drain {
+    /// Relay instances, or connections for the SQL-only drain.
+    pub(crate) instances: usize,
+    /// Wall-clock time.
+    pub(crate) seconds: f64,
+    /// Events per second.
+    pub(crate) per_second: f64,
+}
+
+/// Relay throughput by number of instances, beside the raw limits.
+#[derive(Debug, Clone, Serialize)]
+pub(crate) struct RelayScaling {
+    /// The transport (no credentials).
+    pub(crate) transport: String,
+    /// Events per backlog.
+    pub(crate) events: usize,
+    /// Outbox partitions.
+    pub(crate) partitions: u32,
+    /// Records per batch.
+    pub(crate) batch_size: usize,
+    /// Raw limit of the database: the same claim (`DELETE ... FOR UPDATE
+    /// SKIP LOCKED ... RETURNING`) in batches, publishing nothing, by connections.
+    pub(crate) sql_drain: Vec<Drain>,
+    /// Raw limit of the transport: the same batches published and confirmed
+    /// one after another, without the outbox.
+    pub(crate) publish_only: Drain,
+    /// The relays, by instances.
+    pub(crate) relays: Vec<Drain>,
+}
+
+#[derive(Serialize, Deserialize)]
+struct BenchEvent {
+    key: String,
+    seq: u64,
+    note: String,
+}
+
+impl Message for BenchEvent {
+    const TYPE: &'static str = "BenchEvent";
+    const VERSION: u32 = 1;
+    const KIND: Kind = Kind::Event;
+    const AGGREGATE: &'static str = "bench";
+    const TOPIC: &'static str = "bench.events";
+    fn key(&self) -> String {
+        self.key.clone()
+    }
+}
+
+fn event(seq: usize) -> OutgoingMessage {
+    let envelope = Envelope::new(
+        "bench",
+        &BenchEvent {
+            key: format!("key-{}", seq % 1000),
+            seq: seq as u64,
+            note: "an order-sized payload, about as large as a small business event".into(),
+        },
+    )
+    .expect("a bench event encodes");
+    OutgoingMessage {
+        topic: BenchEvent::TOPIC.to_owned(),
+        envelope,
+    }
+}
+
+/// A PostgreSQL schema of the bench's own.
+struct Schema {
+    store: PgStore,
+    name: String,
+    admin: sqlx::PgPool,
+}
+
+impl Schema {
+    async fn create(url: &str) -> anyhow::Result<Schema> {
+        let admin = PgPoolOptions::new()
+            .max_connections(1)
+            .connect(url)
+            .await
+            .with_context(|| {
+                format!(
+                    "connecting to PostgreSQL at {}",
+                    url.split('@').next_back().unwrap_or(url)
+                )
+            })?;
+        let name = format!("tidings_bench_{}", uuid::Uuid::new_v4().simple());
+        admin
+            .execute(sqlx::AssertSqlSafe(format!("CREATE SCHEMA {name}")))
+            .await?;
+        let options = PgConnectOptions::from_str(url)?.options([("search_path", name.as_str())]);
+        let pool = PgPoolOptions::new()
+            .max_connections(16)
+            .connect_with(options)
+            .await?;
+        let store = PgStore::new(pool);
+        store.migrate().await?;
+        Ok(Schema { store, name, admin })
+    }
+
+    async fn drop(self) {
+        self.store.pool().close().await;
+        let _ = self
+            .admin
+            .execute(sqlx::AssertSqlSafe(format!("DROP SCHEMA {} CASCADE", self.name)))
+            .await;
+    }
+}
+
+/// Fills the outbox with `n` events, committed 1000 to a transaction by 4 writers.
+async fn fill(store: &PgStore, n: usize) -> anyhow::Result<()> {
+    let mut writers = JoinSet::new();
+    for w in 0..4 {
+        let store = store.clone();
+        writers.spawn(async move {
+            for chunk in (w * 1000..n).step_by(4000) {
+                let mut tx = store.pool().begin().await?;
+                for seq in chunk..(chunk + 1000).min(n) {
+                    store.enqueue(&mut tx, &event(seq)).await?;
+                }
+                tx.commit().await?;
+            }
+            anyhow::Ok(())
+        });
+    }
+    while let Some(done) = writers.join_next().await {
+        done??;
+    }
+    Ok(())
+}
+
+fn drain(instances: usize, events: usize, started: Instant) -> Drain {
+    let seconds = started.elapsed().as_secs_f64();
+    Drain {
+        instances,
+        seconds,
+        per_second: events as f64 / seconds.max(1e-9),
+    }
+}
+
+/// The database's limit: claim-and-delete in batches, publishing nothing.
+async fn sql_drain(store: &PgStore, connections: usize, batch: usize) -> anyhow::Result<()> {
+    let mut drainers = JoinSet::new();
+    for _ in 0..connections {
+        let pool = store.pool().clone();
+        drainers.spawn(async move {
+            loop {
+                let rows: Vec<(Vec<u8>,)> = sqlx::query_as(
+                    "DELETE FROM tidings_outbox WHERE seq IN (
+                         SELECT seq FROM tidings_outbox WHERE published_at IS NULL
+                         ORDER BY seq LIMIT $1 FOR UPDATE SKIP LOCKED)
+                     RETURNING body",
+                )
+                .bind(batch as i64)
+                .fetch_all(&pool)
+                .await?;
+                if rows.is_empty() {
+                    return anyhow::Ok(());
+                }
+            }
+        });
+    }
+    while let Some(done) = drainers.join_next().await {
+        done??;
+    }
+    Ok(())
+}
+
+/// Runs the relay-scaling scenario.
+pub(crate) async fn relays(bench: RelayBench) -> anyhow::Result<RelayScaling> {
+    let schema = Schema::create(&bench.database).await?;
+    let result = relays_in(&schema.store, &bench).await;
+    schema.drop().await;
+    result
+}
+
+async fn relays_in(store: &PgStore, bench: &RelayBench) -> anyhow::Result<RelayScaling> {
+    let system = format!("bench-{}", &uuid::Uuid::new_v4().simple().to_string()[..8]);
+    let transport = Transport::open(store, bench.broker.as_deref(), bench.partitions, &system).await?;
+    // A queue for what is published (RabbitMQ refuses what no queue takes).
+    transport
+        .subscriber
+        .ensure_group("bench", BenchEvent::TOPIC)
+        .await?;
+    let n = bench.events;
+
+    // A first drain to warm the caches, so that the first figure is not the cold one.
+    fill(store, n.min(10_000)).await?;
+    sql_drain(store, 1, bench.batch_size).await?;
+    let mut sql = Vec::new();
+    for connections in [1, 2] {
+        fill(store, n).await?;
+        let started = Instant::now();
+        sql_drain(store, connections, bench.batch_size).await?;
+        sql.push(drain(connections, n, started));
+    }
+
+    let batches = (0..n)
+        .map(event)
+        .collect::<Vec<_>>()
+        .chunks(bench.batch_size)
+        .map(<[OutgoingMessage]>::to_vec)
+        .collect::<Vec<_>>();
+    let started = Instant::now();
+    for batch in &batches {
+        transport.publisher.publish(batch).await?;
+    }
+    let publish_only = drain(1, n, started);
+
+    let mut relays = Vec::new();
+    for &instances in &bench.instances {
+        fill(store, n).await?;
+        let stop = CancellationToken::new();
+        let mut running = JoinSet::new();
+        let mut stats = Vec::new();
+        let started = Instant::now();
+        for _ in 0..instances {
+            let relay = Relay::new(store.clone(), transport.publisher.clone()).config(
+                RelayConfig::default()
+                    .partitions(bench.partitions)
+                    .batch_size(bench.batch_size)
+                    .poll_interval(Duration::from_millis(50))
+                    .lease_ttl(Duration::from_secs(5)),
+            );
+            stats.push(relay.stats());
+            running.spawn(relay.run(stop.clone()));
+        }
+        loop {
+            let published: u64 = stats.iter().map(|s| s.published()).sum();
+            if published as usize >= n && store.lag().await?.outbox_pending == 0 {
+                break;
+            }
+            if let Some(done) = running.try_join_next() {
+                done??;
+                anyhow::bail!("a relay stopped before the backlog was drained");
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        relays.push(drain(instances, n, started));
+        stop.cancel();
+        while let Some(done) = running.join_next().await {
+            done??;
+        }
+    }
+    transport.remove(BenchEvent::TOPIC, &["bench"]).await?;
+    Ok(RelayScaling {
+        transport: transport.label.clone(),
+        events: n,
+        partitions: bench.partitions,
+        batch_size: bench.batch_size,
+        sql_drain: sql,
+        publish_only,
+        relays,
+    })
+}
+
+impl fmt::Display for RelayScaling {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        writeln!(
+            f,
+            "relay scaling · PostgreSQL outbox -> {} · {} events per backlog · {} partitions · batches of {}",
+            self.transport, self.events, self.partitions, self.batch_size
+        )?;
+        for d in &self.sql_drain {
+            writeln!(
+                f,
+                "  raw limit: SQL claim-and-delete, {} connection(s)   {:>9.0} events/s",
+                d.instances, d.per_second
+            )?;
+        }
+        writeln!(
+            f,
+            "  raw limit: publish only, confirmed batches          {:>9.0} events/s",
+            self.publish_only.per_second
+        )?;
+        let best_sql = self.sql_drain.iter().map(|d| d.per_second).fold(0.0, f64::max);
+        let one = self.relays.first().map_or(0.0, |d| d.per_second);
+        for d in &self.relays {
+            writeln!(
+                f,
+                "  {} relay(s)                                        {:>9.0} events/s  ({:.2}x one relay · {:.2} of the SQL drain · {:.2} of publish-only)",
+                d.instances,
+                d.per_second,
+                d.per_second / one.max(1e-9),
+                d.per_second / best_sql.max(1e-9),
+                d.per_second / self.publish_only.per_second.max(1e-9),
+            )?;
+        }
+        Ok(())
+    }
+}

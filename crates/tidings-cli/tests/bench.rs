@@ -1,0 +1,88 @@
+//! `tidings bench` at a tiny size, so that it cannot rot: it runs end to
+//! end against the real PostgreSQL (and NATS) and reports every figure.
+//! The figures themselves are measured by running it at full size.
+
+use std::process::Command;
+
+use serde_json::Value;
+use tidings_testkit::nats::nats_url;
+use tidings_testkit::services::postgres_url;
+
+fn bench_relays(broker: Option<&str>) -> Value {
+    let mut command = Command::new(env!("CARGO_BIN_EXE_tidings"));
+    command.env("RUST_LOG", "error").args([
+        "bench",
+        "relays",
+        "--database",
+        &postgres_url(),
+        "--events",
+        "1500",
+        "--instances",
+        "1,2",
+        "--json",
+    ]);
+    if let Some(broker) = broker {
+        command.args(["--broker", broker]);
+    }
+    let out = command.output().expect("running tidings bench");
+    assert!(
+        out.status.success(),
+        "bench failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_json::from_slice(&out.stdout).expect("the figures as JSON")
+}
+
+fn assert_figures(v: &Value) {
+    let rate = |d: &Value| d["per_second"].as_f64().unwrap();
+    assert_eq!(v["events"], 1500, "{v:#}");
+    let sql = v["sql_drain"].as_array().unwrap();
+    assert_eq!(
+        sql.iter()
+            .map(|d| d["instances"].as_u64().unwrap())
+            .collect::<Vec<_>>(),
+        [1, 2]
+    );
+    assert!(sql.iter().all(|d| rate(d) > 0.0), "{v:#}");
+    assert!(rate(&v["publish_only"]) > 0.0, "{v:#}");
+    let relays = v["relays"].as_array().unwrap();
+    assert_eq!(
+        relays
+            .iter()
+            .map(|d| d["instances"].as_u64().unwrap())
+            .collect::<Vec<_>>(),
+        [1, 2]
+    );
+    assert!(relays.iter().all(|d| rate(d) > 0.0), "{v:#}");
+}
+
+#[test]
+fn relay_bench_runs_over_the_database_log() {
+    let v = bench_relays(None);
+    assert_eq!(v["transport"], "the database log");
+    assert_figures(&v);
+}
+
+#[test]
+fn relay_bench_runs_over_nats() {
+    let v = bench_relays(Some(&nats_url()));
+    assert!(
+        v["transport"].as_str().unwrap().starts_with("NATS JetStream"),
+        "{v:#}"
+    );
+    assert_figures(&v);
+}
+
+#[test]
+fn relay_bench_refuses_sqlite_with_one_clear_line() {
+    let out = Command::new(env!("CARGO_BIN_EXE_tidings"))
+        .args(["bench", "relays", "--database", "sqlite://x.db"])
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(
+        stderr.trim(),
+        "error: the relay bench needs PostgreSQL (--database postgres://...)"
+    );
+}
