@@ -548,7 +548,7 @@ pub struct Transport {
 #[derive(Clone)]
 enum Broker {
     Log,
-    Nats(NatsTransport),
+    Nats(Box<NatsTransport>),
     Rabbit(RabbitTransport),
 }
 
@@ -604,7 +604,7 @@ impl Transport {
                     subscriber: Arc::new(nats.clone()),
                     label: format!("NATS JetStream ({})", redact(url)),
                     namespace: Some(namespace),
-                    broker: Broker::Nats(nats),
+                    broker: Broker::Nats(Box::new(nats)),
                 })
             }
             Some(url) if url.starts_with("amqp://") || url.starts_with("amqps://") => {
