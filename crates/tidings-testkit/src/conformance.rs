@@ -16,7 +16,8 @@
 //! The contract every transport keeps:
 //!
 //! - a consumer group receives every message published to the topic after
-//!   it first subscribed (and may receive older retained ones);
+//!   it first subscribed, or was first ensured (and may receive older
+//!   retained ones);
 //! - messages of one key arrive in publish order;
 //! - a topic's partitions split a group: each member reading some of them
 //!   gets exactly the keys that fall in those;
@@ -191,6 +192,32 @@ pub async fn publish_and_receive<T: TransportUnderTest>(t: &T) {
             .unwrap_or_else(|| panic!("message {} not delivered", m.envelope.id));
         assert_eq!(**e, m.envelope, "the envelope changed in transit");
     }
+    sub.close().await.unwrap();
+}
+
+/// A group ensured before the first publish (`Subscriber::ensure_group`),
+/// without reading, gets everything published afterwards when its first
+/// member subscribes: what a member process starting after the relay needs.
+pub async fn an_ensured_group_keeps_what_is_published_next<T: TransportUnderTest>(t: &T) {
+    let topic = fresh_topic();
+    let group = fresh_group("ensured");
+    let subscriber = t.subscriber().await;
+    subscriber.ensure_group(&group, &topic).await.unwrap();
+    // Ensuring twice is harmless.
+    subscriber.ensure_group(&group, &topic).await.unwrap();
+    let sent = probes(&topic, 3, 3);
+    t.publisher().await.publish(&sent).await.unwrap();
+    let mut sub = t.subscriber().await.subscribe(&group, &topic).await.unwrap();
+    let got: HashSet<Uuid> = receive_all(
+        &mut sub,
+        sent.len(),
+        "messages published after the group was ensured",
+    )
+    .await
+    .iter()
+    .map(|e| e.id)
+    .collect();
+    assert_eq!(got, sent.iter().map(|m| m.envelope.id).collect::<HashSet<_>>());
     sub.close().await.unwrap();
 }
 
@@ -720,6 +747,7 @@ macro_rules! transport_conformance {
         $crate::transport_conformance!(@cases $fixture;
             publish_and_receive,
             publish_before_any_group_is_kept_or_refused,
+            an_ensured_group_keeps_what_is_published_next,
             fan_out_to_every_group,
             order_is_kept_per_key,
             unsettled_delivery_is_redelivered_after_a_crash,
