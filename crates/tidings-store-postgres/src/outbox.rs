@@ -69,6 +69,15 @@ const CLAIM_MARK: &str = "UPDATE tidings_outbox SET published_at = now() WHERE s
         ORDER BY seq LIMIT $1 FOR UPDATE SKIP LOCKED)
     RETURNING seq, topic, body";
 
+// The claim's transaction steers the planner to the unsent-rows index, read
+// in seq order. Right after a burst (a broker outage, a backfill) the
+// outbox's statistics still describe a near-empty table, and PostgreSQL then
+// picks a bitmap scan that sorts the whole backlog for every batch:
+// measured with 50 000 rows waiting and no fresh statistics, 15 to 20 ms per
+// batch of 500 instead of 1.5 ms. It costs no round trip: the settings ride
+// with BEGIN and end with the transaction.
+const CLAIM_BEGIN: &str = "BEGIN; SET LOCAL enable_bitmapscan = off; SET LOCAL enable_seqscan = off";
+
 #[async_trait]
 impl RelayStore for PgStore {
     type Batch = PgBatch;
@@ -77,7 +86,7 @@ impl RelayStore for PgStore {
         let mut tx = self
             .inner
             .pool
-            .begin()
+            .begin_with(CLAIM_BEGIN)
             .await
             .map_err(Error::db("starting an outbox claim"))?;
         let live: Vec<i32> = sqlx::query_scalar(HOLD_LEASES)
