@@ -77,6 +77,22 @@ enum Bench {
         #[arg(long)]
         json: bool,
     },
+    /// What the outbox costs a producer: business-only transactions/s, beside
+    /// business + an outbox insert written by hand, beside business + `enqueue`.
+    Producer {
+        /// PostgreSQL (the bench works in a schema of its own, dropped at the end).
+        #[arg(long, env = "TIDINGS_DATABASE_URL")]
+        database: String,
+        /// Connections writing at once.
+        #[arg(long, default_value_t = 16)]
+        connections: usize,
+        /// Seconds per variant (run in three alternating rounds).
+        #[arg(long, default_value_t = 15.0)]
+        seconds: f64,
+        /// Print the figures as one JSON object on stdout.
+        #[arg(long)]
+        json: bool,
+    },
 }
 
 #[derive(Debug, Subcommand)]
@@ -265,6 +281,33 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
                 println!("{}", serde_json::to_string(&scaling)?);
             } else {
                 print!("{scaling}");
+            }
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::Bench(Bench::Producer {
+            database,
+            connections,
+            seconds,
+            json,
+        }) => {
+            anyhow::ensure!(
+                database.starts_with("postgres:") || database.starts_with("postgresql:"),
+                "the producer bench needs PostgreSQL (--database postgres://...)"
+            );
+            anyhow::ensure!(
+                connections > 0 && seconds > 0.0,
+                "--connections and --seconds must be positive"
+            );
+            let tax = bench::producer(bench::ProducerBench {
+                database,
+                connections,
+                seconds,
+            })
+            .await?;
+            if json {
+                println!("{}", serde_json::to_string(&tax)?);
+            } else {
+                print!("{tax}");
             }
             Ok(ExitCode::SUCCESS)
         }

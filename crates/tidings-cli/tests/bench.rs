@@ -74,6 +74,29 @@ fn relay_bench_runs_over_nats() {
 }
 
 #[test]
+fn producer_bench_reports_the_three_ways_of_writing() {
+    let out = Command::new(env!("CARGO_BIN_EXE_tidings"))
+        .env("RUST_LOG", "error")
+        .args(["bench", "producer", "--database", &postgres_url()])
+        .args(["--connections", "2", "--seconds", "0.6", "--json"])
+        .output()
+        .expect("running tidings bench producer");
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let v: Value = serde_json::from_slice(&out.stdout).expect("the figures as JSON");
+    assert_eq!(v["connections"], 2);
+    for variant in ["business_only", "raw_outbox", "tidings"] {
+        assert!(
+            v[variant]["transactions"].as_u64().unwrap() > 0,
+            "{variant}: {v:#}"
+        );
+        assert!(
+            v[variant]["per_second"].as_f64().unwrap() > 0.0,
+            "{variant}: {v:#}"
+        );
+    }
+}
+
+#[test]
 fn relay_bench_refuses_sqlite_with_one_clear_line() {
     let out = Command::new(env!("CARGO_BIN_EXE_tidings"))
         .args(["bench", "relays", "--database", "sqlite://x.db"])

@@ -19,6 +19,14 @@ use tokio_util::sync::{CancellationToken, DropGuard};
 
 const CHANNEL: &str = "tidings_wake";
 
+/// The least time between two `NOTIFY`s. Each commits a transaction that
+/// takes PostgreSQL's notification lock; sent after every burst of commits
+/// they cost producers about 7% of their commit rate at 16 connections
+/// (`tidings bench producer`). Spaced out, at most 500 a second, they cost
+/// about 2%, and a relay in another process learns of new rows at most
+/// this much later.
+const NOTIFY_SPACING: Duration = Duration::from_millis(2);
+
 #[derive(Debug, Default)]
 struct Flags {
     outbox: AtomicBool,
@@ -109,6 +117,8 @@ impl Wakeups {
                             }
                         }
                     }
+                    // Wake-ups in the meantime coalesce into the next NOTIFY.
+                    tokio::time::sleep(NOTIFY_SPACING).await;
                 }
             });
             tx
