@@ -93,6 +93,32 @@ enum Bench {
         #[arg(long)]
         json: bool,
     },
+    /// Producers at full speed with relays running: producer rate beside
+    /// producers alone, the largest backlog, and how soon the outbox is
+    /// empty once producers stop.
+    Steady {
+        /// PostgreSQL (the bench works in a schema of its own, dropped at the end).
+        #[arg(long, env = "TIDINGS_DATABASE_URL")]
+        database: String,
+        /// `nats://...` or `amqp://...`; the database log when left out.
+        #[arg(long, env = "TIDINGS_BROKER_URL")]
+        broker: Option<String>,
+        /// Producer connections.
+        #[arg(long, default_value_t = 16)]
+        connections: usize,
+        /// Seconds the producers run with the relays (and half that alone, first).
+        #[arg(long, default_value_t = 20.0)]
+        seconds: f64,
+        /// Relays.
+        #[arg(long, default_value_t = 1)]
+        relays: usize,
+        /// Outbox partitions.
+        #[arg(long, default_value_t = 8, value_parser = clap::value_parser!(u32).range(1..=256))]
+        partitions: u32,
+        /// Print the figures as one JSON object on stdout.
+        #[arg(long)]
+        json: bool,
+    },
 }
 
 #[derive(Debug, Subcommand)]
@@ -308,6 +334,39 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
                 println!("{}", serde_json::to_string(&tax)?);
             } else {
                 print!("{tax}");
+            }
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::Bench(Bench::Steady {
+            database,
+            broker,
+            connections,
+            seconds,
+            relays,
+            partitions,
+            json,
+        }) => {
+            anyhow::ensure!(
+                database.starts_with("postgres:") || database.starts_with("postgresql:"),
+                "the steady-state bench needs PostgreSQL (--database postgres://...)"
+            );
+            anyhow::ensure!(
+                connections > 0 && seconds > 0.0 && relays > 0,
+                "--connections, --seconds and --relays must be positive"
+            );
+            let state = bench::steady(bench::SteadyBench {
+                database,
+                broker,
+                connections,
+                seconds,
+                relays,
+                partitions,
+            })
+            .await?;
+            if json {
+                println!("{}", serde_json::to_string(&state)?);
+            } else {
+                print!("{state}");
             }
             Ok(ExitCode::SUCCESS)
         }

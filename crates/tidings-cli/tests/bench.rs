@@ -97,6 +97,24 @@ fn producer_bench_reports_the_three_ways_of_writing() {
 }
 
 #[test]
+fn steady_bench_reports_producers_relays_and_the_drain() {
+    let out = Command::new(env!("CARGO_BIN_EXE_tidings"))
+        .env("RUST_LOG", "error")
+        .args(["bench", "steady", "--database", &postgres_url()])
+        .args(["--connections", "2", "--seconds", "1", "--json"])
+        .output()
+        .expect("running tidings bench steady");
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let v: Value = serde_json::from_slice(&out.stdout).expect("the figures as JSON");
+    assert_eq!(v["transport"], "the database log");
+    for figure in ["producers_alone", "producers_with_relays", "published_per_second"] {
+        assert!(v[figure].as_f64().unwrap() > 0.0, "{figure}: {v:#}");
+    }
+    assert!(v["drained_after_stop"].as_f64().unwrap() >= 0.0, "{v:#}");
+    assert!(v["max_backlog"].is_u64(), "{v:#}");
+}
+
+#[test]
 fn relay_bench_refuses_sqlite_with_one_clear_line() {
     let out = Command::new(env!("CARGO_BIN_EXE_tidings"))
         .args(["bench", "relays", "--database", "sqlite://x.db"])
