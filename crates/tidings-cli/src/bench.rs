@@ -1,14 +1,17 @@
 //! `tidings bench`: what Tidings costs, each figure next to the raw limit
 //! measured in the same run on the same machine.
 
+use std::collections::HashMap;
 use std::fmt;
 use std::str::FromStr;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use anyhow::Context as _;
 use serde::{Deserialize, Serialize};
 use sqlx::Executor;
 use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
+use tidings_consumer::{Consumer, Context, Handler, HandlerError};
 use tidings_core::{Envelope, Kind, LagSource, Message, Outbox, OutgoingMessage};
 use tidings_example_checkout::demo::Transport;
 use tidings_relay::{Relay, RelayConfig};
@@ -694,6 +697,238 @@ impl fmt::Display for SteadyState {
             f,
             "  empty outbox after producers stop    {:>8.3} s  (target: at most 1 s)",
             self.drained_after_stop
+        )
+    }
+}
+
+/// What the latency scenario runs.
+#[derive(Debug, Clone)]
+pub(crate) struct LatencyBench {
+    /// PostgreSQL (a schema of the bench's own).
+    pub(crate) database: String,
+    /// The transport URL; the database log when `None`.
+    pub(crate) broker: Option<String>,
+    /// Events per second.
+    pub(crate) rates: Vec<u32>,
+    /// Seconds per run.
+    pub(crate) seconds: f64,
+    /// The polling interval of the polling mode.
+    pub(crate) poll_interval: Duration,
+}
+
+/// Commit-to-handler latency of one run.
+#[derive(Debug, Clone, Serialize)]
+pub(crate) struct Latency {
+    /// `wake-up` or `polling`.
+    pub(crate) mode: &'static str,
+    /// Events per second produced.
+    pub(crate) rate: u32,
+    /// Events measured.
+    pub(crate) events: usize,
+    /// Percentiles, milliseconds.
+    pub(crate) p50_ms: f64,
+    /// 90th percentile, milliseconds.
+    pub(crate) p90_ms: f64,
+    /// 99th percentile, milliseconds.
+    pub(crate) p99_ms: f64,
+    /// Largest, milliseconds.
+    pub(crate) max_ms: f64,
+}
+
+/// Latencies by mode and rate.
+#[derive(Debug, Clone, Serialize)]
+pub(crate) struct Latencies {
+    /// The transport (no credentials).
+    pub(crate) transport: String,
+    /// The polling interval of the polling mode, milliseconds.
+    pub(crate) poll_interval_ms: f64,
+    /// The runs.
+    pub(crate) runs: Vec<Latency>,
+}
+
+/// Notes when each event's handler started.
+#[derive(Clone, Default)]
+struct Stopwatch {
+    started: Arc<Mutex<HashMap<uuid::Uuid, Instant>>>,
+}
+
+#[async_trait::async_trait]
+impl Handler<sqlx::Postgres> for Stopwatch {
+    async fn handle(&self, ctx: &mut Context<'_, sqlx::Postgres>) -> Result<(), HandlerError> {
+        let now = Instant::now();
+        self.started
+            .lock()
+            .expect("stopwatch lock")
+            .insert(ctx.envelope().id, now);
+        Ok(())
+    }
+}
+
+/// Runs the latency scenario: for each mode and rate, producers commit
+/// events at the rate through the outbox, a relay publishes them and a
+/// consumer handles them; the time from each commit's return to its
+/// handler's start is measured.
+pub(crate) async fn latency(bench: LatencyBench) -> anyhow::Result<Latencies> {
+    let schema = Schema::create(&bench.database).await?;
+    let result = latency_in(&schema.store, &bench).await;
+    schema.drop().await;
+    result
+}
+
+async fn latency_in(store: &PgStore, bench: &LatencyBench) -> anyhow::Result<Latencies> {
+    let mut runs = Vec::new();
+    let mut label = String::new();
+    for mode in ["wake-up", "polling"] {
+        for &rate in &bench.rates {
+            let (run, transport) = latency_run(store, bench, mode, rate).await?;
+            label = transport;
+            runs.push(run);
+        }
+    }
+    Ok(Latencies {
+        transport: label,
+        poll_interval_ms: bench.poll_interval.as_secs_f64() * 1000.0,
+        runs,
+    })
+}
+
+async fn latency_run(
+    store: &PgStore,
+    bench: &LatencyBench,
+    mode: &'static str,
+    rate: u32,
+) -> anyhow::Result<(Latency, String)> {
+    let waking = mode == "wake-up";
+    // Woken, the relay and the log readers could wait a second; polling, they wait the interval.
+    let idle = if waking {
+        Duration::from_secs(1)
+    } else {
+        bench.poll_interval
+    };
+    let system = format!("bench-{}", &uuid::Uuid::new_v4().simple().to_string()[..8]);
+    let topic = format!(
+        "bench.latency.{}",
+        &uuid::Uuid::new_v4().simple().to_string()[..8]
+    );
+    let transport = Transport::open(store, bench.broker.as_deref(), 1, &system).await?;
+    let subscriber: Arc<dyn tidings_core::Subscriber> = match bench.broker.as_deref() {
+        None | Some("log") => Arc::new(tidings_core::log::LogSubscriber::new(
+            Arc::new(store.clone()),
+            tidings_core::log::LogReaderConfig::default().poll_interval(idle),
+        )),
+        Some(_) => transport.subscriber.clone(),
+    };
+    subscriber.ensure_group("latency", &topic).await?;
+    let stop = CancellationToken::new();
+    let relay = Relay::new(store.clone(), transport.publisher.clone())
+        .config(RelayConfig::default().poll_interval(idle));
+    let relay = tokio::spawn(relay.run(stop.clone()));
+    let stopwatch = Stopwatch::default();
+    let consumer = Consumer::new("latency", store.clone(), stopwatch.clone()).topic(&topic);
+    let consumer = tokio::spawn({
+        let (stop, subscriber) = (stop.clone(), subscriber.clone());
+        async move { consumer.run(&*subscriber, stop).await }
+    });
+    // Let the relay and the consumer take their leases before the clock starts.
+    tokio::time::sleep(Duration::from_secs(1)).await;
+
+    let committed: Arc<Mutex<HashMap<uuid::Uuid, Instant>>> = Arc::default();
+    let total = (f64::from(rate) * bench.seconds) as usize;
+    let mut ticks = tokio::time::interval(Duration::from_secs_f64(1.0 / f64::from(rate)));
+    ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Burst);
+    let mut producers = JoinSet::new();
+    for seq in 0..total {
+        ticks.tick().await;
+        let (store, committed, topic) = (store.clone(), committed.clone(), topic.clone());
+        producers.spawn(async move {
+            let envelope = Envelope::new(
+                "bench",
+                &BenchEvent {
+                    key: format!("key-{}", seq % 1000),
+                    seq: seq as u64,
+                    note: "latency probe".into(),
+                },
+            )?;
+            let id = envelope.id;
+            let mut tx = store.pool().begin().await?;
+            store
+                .enqueue(&mut tx, &OutgoingMessage { topic, envelope })
+                .await?;
+            tx.commit().await?;
+            committed
+                .lock()
+                .expect("committed lock")
+                .insert(id, Instant::now());
+            if waking {
+                store.wake();
+            }
+            anyhow::Ok(())
+        });
+        while let Some(done) = producers.try_join_next() {
+            done??;
+        }
+    }
+    while let Some(done) = producers.join_next().await {
+        done??;
+    }
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while stopwatch.started.lock().expect("stopwatch lock").len() < total {
+        anyhow::ensure!(
+            Instant::now() < deadline,
+            "{mode} at {rate}/s: not every event was handled within 60 s"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    stop.cancel();
+    relay.await??;
+    consumer.await??;
+    transport.remove(&topic, &["latency"]).await?;
+
+    let committed = committed.lock().expect("committed lock");
+    let started = stopwatch.started.lock().expect("stopwatch lock");
+    let mut ms = committed
+        .iter()
+        .filter_map(|(id, at)| {
+            started
+                .get(id)
+                .map(|s| s.saturating_duration_since(*at).as_secs_f64() * 1000.0)
+        })
+        .collect::<Vec<_>>();
+    ms.sort_by(f64::total_cmp);
+    let pick = |q: f64| ms[((ms.len() as f64 * q) as usize).min(ms.len() - 1)];
+    let run = Latency {
+        mode,
+        rate,
+        events: ms.len(),
+        p50_ms: pick(0.50),
+        p90_ms: pick(0.90),
+        p99_ms: pick(0.99),
+        max_ms: *ms.last().expect("events were measured"),
+    };
+    Ok((run, transport.label.clone()))
+}
+
+impl fmt::Display for Latencies {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        writeln!(
+            f,
+            "commit-to-handler latency · PostgreSQL outbox -> {} · polling every {:.0} ms in the polling mode",
+            self.transport, self.poll_interval_ms
+        )?;
+        writeln!(
+            f,
+            "  mode       rate/s  events     p50 ms    p90 ms    p99 ms    max ms"
+        )?;
+        for r in &self.runs {
+            writeln!(
+                f,
+                "  {:<9} {:>7} {:>7} {:>10.2} {:>9.2} {:>9.2} {:>9.2}",
+                r.mode, r.rate, r.events, r.p50_ms, r.p90_ms, r.p99_ms, r.max_ms
+            )?;
+        }
+        writeln!(
+            f,
+            "  targets: wake-up p50 at most 2 ms and p99 at most 10 ms; polling p99 at most the interval + 5 ms"
         )
     }
 }

@@ -93,6 +93,27 @@ enum Bench {
         #[arg(long)]
         json: bool,
     },
+    /// Commit-to-handler latency at fixed rates, with wake-ups and with polling.
+    Latency {
+        /// PostgreSQL (the bench works in a schema of its own, dropped at the end).
+        #[arg(long, env = "TIDINGS_DATABASE_URL")]
+        database: String,
+        /// `nats://...` or `amqp://...`; the database log when left out.
+        #[arg(long, env = "TIDINGS_BROKER_URL")]
+        broker: Option<String>,
+        /// Events per second, comma-separated.
+        #[arg(long, value_delimiter = ',', default_value = "500,2000")]
+        rates: Vec<u32>,
+        /// Seconds per run.
+        #[arg(long, default_value_t = 10.0)]
+        seconds: f64,
+        /// Milliseconds between polls in the polling mode.
+        #[arg(long, default_value_t = 100)]
+        poll_ms: u64,
+        /// Print the figures as one JSON object on stdout.
+        #[arg(long)]
+        json: bool,
+    },
     /// Producers at full speed with relays running: producer rate beside
     /// producers alone, the largest backlog, and how soon the outbox is
     /// empty once producers stop.
@@ -367,6 +388,37 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
                 println!("{}", serde_json::to_string(&state)?);
             } else {
                 print!("{state}");
+            }
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::Bench(Bench::Latency {
+            database,
+            broker,
+            rates,
+            seconds,
+            poll_ms,
+            json,
+        }) => {
+            anyhow::ensure!(
+                database.starts_with("postgres:") || database.starts_with("postgresql:"),
+                "the latency bench needs PostgreSQL (--database postgres://...)"
+            );
+            anyhow::ensure!(
+                !rates.is_empty() && !rates.contains(&0) && seconds > 0.0 && poll_ms > 0,
+                "--rates, --seconds and --poll-ms must be positive"
+            );
+            let latencies = bench::latency(bench::LatencyBench {
+                database,
+                broker,
+                rates,
+                seconds,
+                poll_interval: Duration::from_millis(poll_ms),
+            })
+            .await?;
+            if json {
+                println!("{}", serde_json::to_string(&latencies)?);
+            } else {
+                print!("{latencies}");
             }
             Ok(ExitCode::SUCCESS)
         }

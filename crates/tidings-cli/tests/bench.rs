@@ -115,6 +115,34 @@ fn steady_bench_reports_producers_relays_and_the_drain() {
 }
 
 #[test]
+fn latency_bench_reports_percentiles_in_both_modes() {
+    let out = Command::new(env!("CARGO_BIN_EXE_tidings"))
+        .env("RUST_LOG", "error")
+        .args(["bench", "latency", "--database", &postgres_url()])
+        .args(["--rates", "50", "--seconds", "1", "--poll-ms", "50", "--json"])
+        .output()
+        .expect("running tidings bench latency");
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let v: Value = serde_json::from_slice(&out.stdout).expect("the figures as JSON");
+    let runs = v["runs"].as_array().unwrap();
+    assert_eq!(
+        runs.iter()
+            .map(|r| r["mode"].as_str().unwrap())
+            .collect::<Vec<_>>(),
+        ["wake-up", "polling"]
+    );
+    for r in runs {
+        assert_eq!(r["events"], 50, "{v:#}");
+        let (p50, p99, max) = (
+            r["p50_ms"].as_f64().unwrap(),
+            r["p99_ms"].as_f64().unwrap(),
+            r["max_ms"].as_f64().unwrap(),
+        );
+        assert!(0.0 <= p50 && p50 <= p99 && p99 <= max, "{v:#}");
+    }
+}
+
+#[test]
 fn relay_bench_refuses_sqlite_with_one_clear_line() {
     let out = Command::new(env!("CARGO_BIN_EXE_tidings"))
         .args(["bench", "relays", "--database", "sqlite://x.db"])
