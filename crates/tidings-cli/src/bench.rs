@@ -219,8 +219,7 @@ pub(crate) async fn relays(bench: RelayBench) -> anyhow::Result<RelayScaling> {
 }
 
 async fn relays_in(store: &PgStore, bench: &RelayBench) -> anyhow::Result<RelayScaling> {
-    let system = format!("bench-{}", &uuid::Uuid::new_v4().simple().to_string()[..8]);
-    let transport = Transport::open(store, bench.broker.as_deref(), bench.partitions, &system).await?;
+    let transport = open_transport(store, bench.broker.as_deref(), bench.partitions).await?;
     // A queue for what is published (RabbitMQ refuses what no queue takes).
     transport
         .subscriber
@@ -255,20 +254,11 @@ async fn relays_in(store: &PgStore, bench: &RelayBench) -> anyhow::Result<RelayS
     for &instances in &bench.instances {
         fill(store, n).await?;
         let stop = CancellationToken::new();
-        let mut running = JoinSet::new();
-        let mut stats = Vec::new();
         let started = Instant::now();
-        for _ in 0..instances {
-            let relay = Relay::new(store.clone(), transport.publisher.clone()).config(
-                RelayConfig::default()
-                    .partitions(bench.partitions)
-                    .batch_size(bench.batch_size)
-                    .poll_interval(Duration::from_millis(50))
-                    .lease_ttl(Duration::from_secs(5)),
-            );
-            stats.push(relay.stats());
-            running.spawn(relay.run(stop.clone()));
-        }
+        let config = relay_config(bench.partitions)
+            .batch_size(bench.batch_size)
+            .poll_interval(Duration::from_millis(50));
+        let (mut running, stats) = start_relays(store, &transport, instances, config, &stop);
         // Watch the relays' own counters: querying the outbox while it drains
         // would take CPU from the relays and PostgreSQL.
         loop {
@@ -467,12 +457,7 @@ pub(crate) async fn producer(bench: ProducerBench) -> anyhow::Result<ProducerTax
 }
 
 async fn producer_in(store: &PgStore, bench: &ProducerBench) -> anyhow::Result<ProducerTax> {
-    sqlx::query(
-        "CREATE TABLE bench_orders (id UUID PRIMARY KEY, customer TEXT NOT NULL, total_cents BIGINT NOT NULL,
-         created_at TIMESTAMPTZ NOT NULL DEFAULT now())",
-    )
-    .execute(store.pool())
-    .await?;
+    create_orders(store).await?;
     const ROUNDS: u32 = 3;
     let round = Duration::from_secs_f64(bench.seconds / f64::from(ROUNDS));
     let kinds = [Write::BusinessOnly, Write::RawOutbox, Write::Tidings];
@@ -582,14 +567,8 @@ pub(crate) async fn steady(bench: SteadyBench) -> anyhow::Result<SteadyState> {
 }
 
 async fn steady_in(store: &PgStore, bench: &SteadyBench) -> anyhow::Result<SteadyState> {
-    sqlx::query(
-        "CREATE TABLE bench_orders (id UUID PRIMARY KEY, customer TEXT NOT NULL, total_cents BIGINT NOT NULL,
-         created_at TIMESTAMPTZ NOT NULL DEFAULT now())",
-    )
-    .execute(store.pool())
-    .await?;
-    let system = format!("bench-{}", &uuid::Uuid::new_v4().simple().to_string()[..8]);
-    let transport = Transport::open(store, bench.broker.as_deref(), bench.partitions, &system).await?;
+    create_orders(store).await?;
+    let transport = open_transport(store, bench.broker.as_deref(), bench.partitions).await?;
     transport
         .subscriber
         .ensure_group("bench", BenchEvent::TOPIC)
@@ -604,18 +583,8 @@ async fn steady_in(store: &PgStore, bench: &SteadyBench) -> anyhow::Result<Stead
         .await?;
 
     let stop = CancellationToken::new();
-    let mut running = JoinSet::new();
-    let mut stats = Vec::new();
-    for _ in 0..bench.relays.max(1) {
-        let relay = Relay::new(store.clone(), transport.publisher.clone()).config(
-            RelayConfig::default()
-                .partitions(bench.partitions)
-                .poll_interval(Duration::from_millis(100))
-                .lease_ttl(Duration::from_secs(5)),
-        );
-        stats.push(relay.stats());
-        running.spawn(relay.run(stop.clone()));
-    }
+    let config = relay_config(bench.partitions).poll_interval(Duration::from_millis(100));
+    let (mut running, stats) = start_relays(store, &transport, bench.relays.max(1), config, &stop);
     // Let the relays take their leases before the clock starts.
     tokio::time::sleep(Duration::from_millis(500)).await;
     let sampling = CancellationToken::new();
@@ -805,12 +774,8 @@ async fn latency_run(
     } else {
         bench.poll_interval
     };
-    let system = format!("bench-{}", &uuid::Uuid::new_v4().simple().to_string()[..8]);
-    let topic = format!(
-        "bench.latency.{}",
-        &uuid::Uuid::new_v4().simple().to_string()[..8]
-    );
-    let transport = Transport::open(store, bench.broker.as_deref(), 1, &system).await?;
+    let topic = format!("bench.latency.{}", short_id());
+    let transport = open_transport(store, bench.broker.as_deref(), 1).await?;
     let subscriber: Arc<dyn tidings_core::Subscriber> = match bench.broker.as_deref() {
         None | Some("log") => Arc::new(tidings_core::log::LogSubscriber::new(
             Arc::new(store.clone()),
@@ -931,4 +896,55 @@ impl fmt::Display for Latencies {
             "  targets: wake-up p50 at most 2 ms and p99 at most 10 ms; polling p99 at most the interval + 5 ms"
         )
     }
+}
+
+/// The business table the producer scenarios write.
+async fn create_orders(store: &PgStore) -> anyhow::Result<()> {
+    sqlx::query(
+        "CREATE TABLE bench_orders (id UUID PRIMARY KEY, customer TEXT NOT NULL, total_cents BIGINT NOT NULL,
+         created_at TIMESTAMPTZ NOT NULL DEFAULT now())",
+    )
+    .execute(store.pool())
+    .await?;
+    Ok(())
+}
+
+/// The relays' configuration in the bench: `partitions`, 5 s leases.
+fn relay_config(partitions: u32) -> RelayConfig {
+    RelayConfig::default()
+        .partitions(partitions)
+        .lease_ttl(Duration::from_secs(5))
+}
+
+type Relays = (
+    JoinSet<tidings_core::Result<()>>,
+    Vec<Arc<tidings_relay::RelayStats>>,
+);
+
+/// Starts `n` relays sharing the outbox, until `stop`; their tasks and counters.
+fn start_relays(
+    store: &PgStore,
+    transport: &Transport,
+    n: usize,
+    config: RelayConfig,
+    stop: &CancellationToken,
+) -> Relays {
+    let mut running = JoinSet::new();
+    let mut stats = Vec::new();
+    for _ in 0..n {
+        let relay = Relay::new(store.clone(), transport.publisher.clone()).config(config.clone());
+        stats.push(relay.stats());
+        running.spawn(relay.run(stop.clone()));
+    }
+    (running, stats)
+}
+
+/// A short random id, to name what one run creates.
+fn short_id() -> String {
+    uuid::Uuid::new_v4().simple().to_string()[..8].to_owned()
+}
+
+/// The transport a run publishes through, its broker resources named for the run.
+async fn open_transport(store: &PgStore, broker: Option<&str>, partitions: u32) -> anyhow::Result<Transport> {
+    Transport::open(store, broker, partitions, &format!("bench-{}", short_id())).await
 }

@@ -219,6 +219,28 @@ fn shutdown_on_signal() -> anyhow::Result<CancellationToken> {
     Ok(token)
 }
 
+/// The benches measure PostgreSQL: refuse anything else with one line.
+fn ensure_postgres(database: &str, bench: &str) -> anyhow::Result<()> {
+    anyhow::ensure!(
+        database.starts_with("postgres:") || database.starts_with("postgresql:"),
+        "the {bench} bench needs PostgreSQL (--database postgres://...)"
+    );
+    Ok(())
+}
+
+/// Prints a bench's figures, as text or as one JSON object.
+fn print_figures(
+    json: bool,
+    figures: &(impl serde::Serialize + std::fmt::Display),
+) -> anyhow::Result<ExitCode> {
+    if json {
+        println!("{}", serde_json::to_string(figures)?);
+    } else {
+        print!("{figures}");
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
 fn fraction(s: &str) -> Result<f64, String> {
     let f: f64 = s.parse().map_err(|_| format!("{s:?} is not a number"))?;
     if (0.0..=1.0).contains(&f) {
@@ -303,10 +325,7 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             batch_size,
             json,
         }) => {
-            anyhow::ensure!(
-                database.starts_with("postgres:") || database.starts_with("postgresql:"),
-                "the relay bench needs PostgreSQL (--database postgres://...)"
-            );
+            ensure_postgres(&database, "relay")?;
             anyhow::ensure!(
                 events > 0 && batch_size > 0,
                 "--events and --batch-size must be positive"
@@ -324,12 +343,7 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
                 batch_size,
             })
             .await?;
-            if json {
-                println!("{}", serde_json::to_string(&scaling)?);
-            } else {
-                print!("{scaling}");
-            }
-            Ok(ExitCode::SUCCESS)
+            print_figures(json, &scaling)
         }
         Command::Bench(Bench::Producer {
             database,
@@ -337,10 +351,7 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             seconds,
             json,
         }) => {
-            anyhow::ensure!(
-                database.starts_with("postgres:") || database.starts_with("postgresql:"),
-                "the producer bench needs PostgreSQL (--database postgres://...)"
-            );
+            ensure_postgres(&database, "producer")?;
             anyhow::ensure!(
                 connections > 0 && seconds > 0.0,
                 "--connections and --seconds must be positive"
@@ -351,12 +362,7 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
                 seconds,
             })
             .await?;
-            if json {
-                println!("{}", serde_json::to_string(&tax)?);
-            } else {
-                print!("{tax}");
-            }
-            Ok(ExitCode::SUCCESS)
+            print_figures(json, &tax)
         }
         Command::Bench(Bench::Steady {
             database,
@@ -367,10 +373,7 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             partitions,
             json,
         }) => {
-            anyhow::ensure!(
-                database.starts_with("postgres:") || database.starts_with("postgresql:"),
-                "the steady-state bench needs PostgreSQL (--database postgres://...)"
-            );
+            ensure_postgres(&database, "steady-state")?;
             anyhow::ensure!(
                 connections > 0 && seconds > 0.0 && relays > 0,
                 "--connections, --seconds and --relays must be positive"
@@ -384,12 +387,7 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
                 partitions,
             })
             .await?;
-            if json {
-                println!("{}", serde_json::to_string(&state)?);
-            } else {
-                print!("{state}");
-            }
-            Ok(ExitCode::SUCCESS)
+            print_figures(json, &state)
         }
         Command::Bench(Bench::Latency {
             database,
@@ -399,10 +397,7 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             poll_ms,
             json,
         }) => {
-            anyhow::ensure!(
-                database.starts_with("postgres:") || database.starts_with("postgresql:"),
-                "the latency bench needs PostgreSQL (--database postgres://...)"
-            );
+            ensure_postgres(&database, "latency")?;
             anyhow::ensure!(
                 !rates.is_empty() && !rates.contains(&0) && seconds > 0.0 && poll_ms > 0,
                 "--rates, --seconds and --poll-ms must be positive"
@@ -415,12 +410,7 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
                 poll_interval: Duration::from_millis(poll_ms),
             })
             .await?;
-            if json {
-                println!("{}", serde_json::to_string(&latencies)?);
-            } else {
-                print!("{latencies}");
-            }
-            Ok(ExitCode::SUCCESS)
+            print_figures(json, &latencies)
         }
         Command::Migrate(db) => {
             match open(&db.database).await? {

@@ -412,6 +412,18 @@ pub struct ParkedLag {
     pub messages: u64,
 }
 
+impl From<(String, String, i64, i64)> for ParkedLag {
+    /// From a row of [`crate::parking::PARKED_LAG`]: (consumer, topic, keys, messages).
+    fn from((consumer, topic, keys, messages): (String, String, i64, i64)) -> Self {
+        ParkedLag {
+            consumer,
+            topic,
+            held_keys: keys.max(0) as u64,
+            messages: messages.max(0) as u64,
+        }
+    }
+}
+
 /// Reports lag figures.
 #[async_trait]
 pub trait LagSource: Send + Sync + 'static {

@@ -49,15 +49,7 @@ impl LagSource for PgStore {
                 })
                 .collect(),
             dead_letters: dead.max(0) as u64,
-            parked: parked
-                .into_iter()
-                .map(|(consumer, topic, keys, messages)| ParkedLag {
-                    consumer,
-                    topic,
-                    held_keys: keys.max(0) as u64,
-                    messages: messages.max(0) as u64,
-                })
-                .collect(),
+            parked: parked.into_iter().map(ParkedLag::from).collect(),
         })
     }
 }
