@@ -702,6 +702,10 @@ pub(crate) struct Latency {
     pub(crate) p99_ms: f64,
     /// Largest, milliseconds.
     pub(crate) max_ms: f64,
+    /// The relay's part, from commit to the transport's confirmation: p50, p99 (ms).
+    pub(crate) relay_p50_p99_ms: (f64, f64),
+    /// The delivery's part, from the confirmation to the handler's start: p50, p99 (ms).
+    pub(crate) delivery_p50_p99_ms: (f64, f64),
 }
 
 /// Latencies by mode and rate.
@@ -713,6 +717,42 @@ pub(crate) struct Latencies {
     pub(crate) poll_interval_ms: f64,
     /// The runs.
     pub(crate) runs: Vec<Latency>,
+}
+
+/// Notes when the transport confirmed each event the relay published.
+struct Confirmed {
+    inner: Arc<dyn tidings_core::Publisher>,
+    at: Arc<Mutex<HashMap<uuid::Uuid, Instant>>>,
+}
+
+#[async_trait::async_trait]
+impl tidings_core::Publisher for Confirmed {
+    async fn publish(&self, batch: &[OutgoingMessage]) -> tidings_core::Result<()> {
+        self.inner.publish(batch).await?;
+        let now = Instant::now();
+        let mut at = self.at.lock().expect("confirmed lock");
+        for m in batch {
+            at.entry(m.envelope.id).or_insert(now);
+        }
+        Ok(())
+    }
+}
+
+/// The times (ms) from `from` to `to`, per event id, sorted.
+fn spans(from: &HashMap<uuid::Uuid, Instant>, to: &HashMap<uuid::Uuid, Instant>) -> Vec<f64> {
+    let mut ms = from
+        .iter()
+        .filter_map(|(id, at)| {
+            to.get(id)
+                .map(|t| t.saturating_duration_since(*at).as_secs_f64() * 1000.0)
+        })
+        .collect::<Vec<_>>();
+    ms.sort_by(f64::total_cmp);
+    ms
+}
+
+fn percentile(sorted: &[f64], q: f64) -> f64 {
+    sorted[((sorted.len() as f64 * q) as usize).min(sorted.len().saturating_sub(1))]
 }
 
 /// Notes when each event's handler started.
@@ -785,8 +825,12 @@ async fn latency_run(
     };
     subscriber.ensure_group("latency", &topic).await?;
     let stop = CancellationToken::new();
-    let relay = Relay::new(store.clone(), transport.publisher.clone())
-        .config(RelayConfig::default().poll_interval(idle));
+    let confirmed: Arc<Mutex<HashMap<uuid::Uuid, Instant>>> = Arc::default();
+    let publisher = Confirmed {
+        inner: transport.publisher.clone(),
+        at: confirmed.clone(),
+    };
+    let relay = Relay::new(store.clone(), publisher).config(RelayConfig::default().poll_interval(idle));
     let relay = tokio::spawn(relay.run(stop.clone()));
     let stopwatch = Stopwatch::default();
     let consumer = Consumer::new("latency", store.clone(), stopwatch.clone()).topic(&topic);
@@ -850,25 +894,22 @@ async fn latency_run(
     transport.remove(&topic, &["latency"]).await?;
 
     let committed = committed.lock().expect("committed lock");
+    let confirmed = confirmed.lock().expect("confirmed lock");
     let started = stopwatch.started.lock().expect("stopwatch lock");
-    let mut ms = committed
-        .iter()
-        .filter_map(|(id, at)| {
-            started
-                .get(id)
-                .map(|s| s.saturating_duration_since(*at).as_secs_f64() * 1000.0)
-        })
-        .collect::<Vec<_>>();
-    ms.sort_by(f64::total_cmp);
-    let pick = |q: f64| ms[((ms.len() as f64 * q) as usize).min(ms.len() - 1)];
+    let ms = spans(&committed, &started);
+    let relaying = spans(&committed, &confirmed);
+    let delivering = spans(&confirmed, &started);
+    anyhow::ensure!(!ms.is_empty(), "{mode} at {rate}/s: no event measured");
     let run = Latency {
         mode,
         rate,
         events: ms.len(),
-        p50_ms: pick(0.50),
-        p90_ms: pick(0.90),
-        p99_ms: pick(0.99),
-        max_ms: *ms.last().expect("events were measured"),
+        p50_ms: percentile(&ms, 0.50),
+        p90_ms: percentile(&ms, 0.90),
+        p99_ms: percentile(&ms, 0.99),
+        max_ms: ms[ms.len() - 1],
+        relay_p50_p99_ms: (percentile(&relaying, 0.50), percentile(&relaying, 0.99)),
+        delivery_p50_p99_ms: (percentile(&delivering, 0.50), percentile(&delivering, 0.99)),
     };
     Ok((run, transport.label.clone()))
 }
@@ -882,13 +923,23 @@ impl fmt::Display for Latencies {
         )?;
         writeln!(
             f,
-            "  mode       rate/s  events     p50 ms    p90 ms    p99 ms    max ms"
+            "  mode       rate/s  events     p50 ms    p90 ms    p99 ms    max ms   relay p50/p99   delivery p50/p99"
         )?;
         for r in &self.runs {
             writeln!(
                 f,
-                "  {:<9} {:>7} {:>7} {:>10.2} {:>9.2} {:>9.2} {:>9.2}",
-                r.mode, r.rate, r.events, r.p50_ms, r.p90_ms, r.p99_ms, r.max_ms
+                "  {:<9} {:>7} {:>7} {:>10.2} {:>9.2} {:>9.2} {:>9.2} {:>8.2}/{:<8.2} {:>8.2}/{:<8.2}",
+                r.mode,
+                r.rate,
+                r.events,
+                r.p50_ms,
+                r.p90_ms,
+                r.p99_ms,
+                r.max_ms,
+                r.relay_p50_p99_ms.0,
+                r.relay_p50_p99_ms.1,
+                r.delivery_p50_p99_ms.0,
+                r.delivery_p50_p99_ms.1
             )?;
         }
         writeln!(
