@@ -706,6 +706,9 @@ pub(crate) struct Latency {
     pub(crate) relay_p50_p99_ms: (f64, f64),
     /// The delivery's part, from the confirmation to the handler's start: p50, p99 (ms).
     pub(crate) delivery_p50_p99_ms: (f64, f64),
+    /// Of which the transport's, from the confirmation until the message
+    /// comes off the subscription: p50, p99 (ms).
+    pub(crate) transport_p50_p99_ms: (f64, f64),
 }
 
 /// Latencies by mode and rate.
@@ -753,6 +756,67 @@ fn spans(from: &HashMap<uuid::Uuid, Instant>, to: &HashMap<uuid::Uuid, Instant>)
 
 fn percentile(sorted: &[f64], q: f64) -> f64 {
     sorted[((sorted.len() as f64 * q) as usize).min(sorted.len().saturating_sub(1))]
+}
+
+/// Notes when each message comes off the transport's subscription.
+struct Received {
+    inner: Arc<dyn tidings_core::Subscriber>,
+    at: Arc<Mutex<HashMap<uuid::Uuid, Instant>>>,
+}
+
+#[async_trait::async_trait]
+impl tidings_core::Subscriber for Received {
+    fn partitions(&self, topic: &str) -> u32 {
+        self.inner.partitions(topic)
+    }
+
+    async fn ensure_group(&self, group: &str, topic: &str) -> tidings_core::Result<()> {
+        self.inner.ensure_group(group, topic).await
+    }
+
+    async fn subscribe_partition(
+        &self,
+        group: &str,
+        topic: &str,
+        partition: tidings_core::Partition,
+    ) -> tidings_core::Result<tidings_core::Subscription> {
+        use futures::StreamExt;
+        let mut inner = self.inner.subscribe_partition(group, topic, partition).await?;
+        let (tx, rx) = tokio::sync::mpsc::channel(64);
+        let at = self.at.clone();
+        let task = tokio::spawn(async move {
+            loop {
+                let item = tokio::select! {
+                    _ = tx.closed() => break,
+                    item = inner.next() => match item { Some(item) => item, None => break },
+                };
+                if let Ok(Ok(envelope)) = item.as_ref().map(|d| d.message.decode()) {
+                    at.lock()
+                        .expect("received lock")
+                        .entry(envelope.id)
+                        .or_insert_with(Instant::now);
+                }
+                if tx.send(item).await.is_err() {
+                    break;
+                }
+            }
+            inner
+        });
+        let stream =
+            futures::stream::unfold(rx, |mut rx| async move { rx.recv().await.map(|item| (item, rx)) });
+        Ok(
+            tidings_core::Subscription::new(stream).on_close(move || async move {
+                match task.await {
+                    Ok(inner) => inner.close().await,
+                    Err(e) => Err(tidings_core::Error::Transport {
+                        transport: "bench",
+                        reason: format!("subscription task failed: {e}"),
+                        retryable: false,
+                    }),
+                }
+            }),
+        )
+    }
 }
 
 /// Notes when each event's handler started.
@@ -823,6 +887,11 @@ async fn latency_run(
         )),
         Some(_) => transport.subscriber.clone(),
     };
+    let received: Arc<Mutex<HashMap<uuid::Uuid, Instant>>> = Arc::default();
+    let subscriber: Arc<dyn tidings_core::Subscriber> = Arc::new(Received {
+        inner: subscriber,
+        at: received.clone(),
+    });
     subscriber.ensure_group("latency", &topic).await?;
     let stop = CancellationToken::new();
     let confirmed: Arc<Mutex<HashMap<uuid::Uuid, Instant>>> = Arc::default();
@@ -899,6 +968,8 @@ async fn latency_run(
     let ms = spans(&committed, &started);
     let relaying = spans(&committed, &confirmed);
     let delivering = spans(&confirmed, &started);
+    let received = received.lock().expect("received lock");
+    let transporting = spans(&confirmed, &received);
     anyhow::ensure!(!ms.is_empty(), "{mode} at {rate}/s: no event measured");
     let run = Latency {
         mode,
@@ -910,6 +981,7 @@ async fn latency_run(
         max_ms: ms[ms.len() - 1],
         relay_p50_p99_ms: (percentile(&relaying, 0.50), percentile(&relaying, 0.99)),
         delivery_p50_p99_ms: (percentile(&delivering, 0.50), percentile(&delivering, 0.99)),
+        transport_p50_p99_ms: (percentile(&transporting, 0.50), percentile(&transporting, 0.99)),
     };
     Ok((run, transport.label.clone()))
 }
@@ -923,12 +995,12 @@ impl fmt::Display for Latencies {
         )?;
         writeln!(
             f,
-            "  mode       rate/s  events     p50 ms    p90 ms    p99 ms    max ms   relay p50/p99   delivery p50/p99"
+            "  mode       rate/s  events     p50 ms    p90 ms    p99 ms    max ms   relay p50/p99   delivery p50/p99  (off the transport)"
         )?;
         for r in &self.runs {
             writeln!(
                 f,
-                "  {:<9} {:>7} {:>7} {:>10.2} {:>9.2} {:>9.2} {:>9.2} {:>8.2}/{:<8.2} {:>8.2}/{:<8.2}",
+                "  {:<9} {:>7} {:>7} {:>10.2} {:>9.2} {:>9.2} {:>9.2} {:>8.2}/{:<8.2} {:>8.2}/{:<8.2} ({:.2}/{:.2})",
                 r.mode,
                 r.rate,
                 r.events,
@@ -939,7 +1011,9 @@ impl fmt::Display for Latencies {
                 r.relay_p50_p99_ms.0,
                 r.relay_p50_p99_ms.1,
                 r.delivery_p50_p99_ms.0,
-                r.delivery_p50_p99_ms.1
+                r.delivery_p50_p99_ms.1,
+                r.transport_p50_p99_ms.0,
+                r.transport_p50_p99_ms.1
             )?;
         }
         writeln!(

@@ -139,7 +139,7 @@ fn latency_bench_reports_percentiles_in_both_modes() {
             r["max_ms"].as_f64().unwrap(),
         );
         assert!(0.0 <= p50 && p50 <= p99 && p99 <= max, "{v:#}");
-        for part in ["relay_p50_p99_ms", "delivery_p50_p99_ms"] {
+        for part in ["relay_p50_p99_ms", "delivery_p50_p99_ms", "transport_p50_p99_ms"] {
             let (p50, p99) = (r[part][0].as_f64().unwrap(), r[part][1].as_f64().unwrap());
             assert!(0.0 <= p50 && p50 <= p99, "{part}: {v:#}");
         }
