@@ -780,42 +780,16 @@ impl tidings_core::Subscriber for Received {
         topic: &str,
         partition: tidings_core::Partition,
     ) -> tidings_core::Result<tidings_core::Subscription> {
-        use futures::StreamExt;
-        let mut inner = self.inner.subscribe_partition(group, topic, partition).await?;
-        let (tx, rx) = tokio::sync::mpsc::channel(64);
         let at = self.at.clone();
-        let task = tokio::spawn(async move {
-            loop {
-                let item = tokio::select! {
-                    _ = tx.closed() => break,
-                    item = inner.next() => match item { Some(item) => item, None => break },
-                };
-                if let Ok(Ok(envelope)) = item.as_ref().map(|d| d.message.decode()) {
-                    at.lock()
-                        .expect("received lock")
-                        .entry(envelope.id)
-                        .or_insert_with(Instant::now);
-                }
-                if tx.send(item).await.is_err() {
-                    break;
-                }
+        let inner = self.inner.subscribe_partition(group, topic, partition).await?;
+        Ok(inner.inspect(move |item| {
+            if let Ok(Ok(envelope)) = item.as_ref().map(|d| d.message.decode()) {
+                at.lock()
+                    .expect("received lock")
+                    .entry(envelope.id)
+                    .or_insert_with(Instant::now);
             }
-            inner
-        });
-        let stream =
-            futures::stream::unfold(rx, |mut rx| async move { rx.recv().await.map(|item| (item, rx)) });
-        Ok(
-            tidings_core::Subscription::new(stream).on_close(move || async move {
-                match task.await {
-                    Ok(inner) => inner.close().await,
-                    Err(e) => Err(tidings_core::Error::Transport {
-                        transport: "bench",
-                        reason: format!("subscription task failed: {e}"),
-                        retryable: false,
-                    }),
-                }
-            }),
-        )
+        }))
     }
 }
 

@@ -182,6 +182,16 @@ impl Subscription {
         self
     }
 
+    /// The same subscription, calling `look` on every item as it passes
+    /// (to count or time deliveries); closing it closes this one.
+    pub fn inspect(self, look: impl FnMut(&Result<Delivery>) + Send + 'static) -> Self {
+        use futures::StreamExt;
+        Subscription {
+            stream: Box::pin(self.stream.inspect(look)),
+            closer: self.closer,
+        }
+    }
+
     /// One subscription reading all of `parts`, closing each of them when closed.
     pub fn merge(parts: Vec<Subscription>) -> Self {
         if parts.len() == 1 {
