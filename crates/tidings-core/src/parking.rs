@@ -42,11 +42,53 @@ pub const PARKED_LAG: &str = "SELECT h.consumer, h.topic, CAST(count(*) AS BIGIN
 
 /// Implements [`ParkingStore`](crate::ParkingStore) for a store type with
 /// `pool()` and `insert_dead_letter(conn, letter)` (the store's own dead
-/// letter upsert, on a connection).
+/// letter upsert, on a connection), and gives it `skip_dead_letter`, the
+/// body of [`FailureStore::skip`](crate::FailureStore::skip); `now` is the
+/// store's SQL for the current time in its timestamp columns.
 #[doc(hidden)]
 #[macro_export]
 macro_rules! impl_parking_store {
-    ($store:ty) => {
+    ($store:ty, now = $now:literal) => {
+        impl $store {
+            /// Marks a dead letter skipped and releases the key it holds, in one transaction.
+            async fn skip_dead_letter(&self, id: uuid::Uuid) -> $crate::Result<$crate::Skip> {
+                use $crate::Error;
+                let mut tx = self
+                    .pool()
+                    .begin()
+                    .await
+                    .map_err(Error::db("starting a skip"))?;
+                let found: Option<(String, String, Option<String>, Option<uuid::Uuid>)> =
+                    sqlx::query_as(concat!(
+                        "UPDATE tidings_dead_letters SET skipped_at = ",
+                        $now,
+                        ", updated_at = ",
+                        $now,
+                        " WHERE id = $1 RETURNING consumer, topic, aggregate_key, message_id"
+                    ))
+                    .bind(id)
+                    .fetch_optional(&mut *tx)
+                    .await
+                    .map_err(Error::db("marking a dead letter skipped"))?;
+                let Some((consumer, topic, key, message_id)) = found else {
+                    return Ok($crate::Skip::NotFound);
+                };
+                let released = sqlx::query($crate::parking::RELEASE_SKIPPED)
+                    .bind(consumer)
+                    .bind(topic)
+                    .bind(key)
+                    .bind(message_id)
+                    .bind(true)
+                    .execute(&mut *tx)
+                    .await
+                    .map_err(Error::db("releasing a held key"))?;
+                tx.commit().await.map_err(Error::db("committing a skip"))?;
+                Ok($crate::Skip::Skipped {
+                    released_key: released.rows_affected() > 0,
+                })
+            }
+        }
+
         #[async_trait::async_trait]
         impl $crate::ParkingStore for $store {
             async fn dead_letter_holding_key(&self, letter: &$crate::DeadLetter) -> $crate::Result<()> {

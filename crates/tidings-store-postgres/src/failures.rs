@@ -73,7 +73,7 @@ impl PgStore {
     }
 }
 
-tidings_core::impl_parking_store!(PgStore);
+tidings_core::impl_parking_store!(PgStore, now = "now()");
 
 #[async_trait]
 impl FailureStore for PgStore {
@@ -150,35 +150,6 @@ impl FailureStore for PgStore {
     }
 
     async fn skip(&self, id: Uuid) -> Result<Skip> {
-        let mut tx = self
-            .inner
-            .pool
-            .begin()
-            .await
-            .map_err(Error::db("starting a skip"))?;
-        let found: Option<(String, String, Option<String>, Option<Uuid>)> = sqlx::query_as(
-            "UPDATE tidings_dead_letters SET skipped_at = now(), updated_at = now() WHERE id = $1
-             RETURNING consumer, topic, aggregate_key, message_id",
-        )
-        .bind(id)
-        .fetch_optional(&mut *tx)
-        .await
-        .map_err(Error::db("marking a dead letter skipped"))?;
-        let Some((consumer, topic, key, message_id)) = found else {
-            return Ok(Skip::NotFound);
-        };
-        let released = sqlx::query(tidings_core::parking::RELEASE_SKIPPED)
-            .bind(consumer)
-            .bind(topic)
-            .bind(key)
-            .bind(message_id)
-            .bind(true)
-            .execute(&mut *tx)
-            .await
-            .map_err(Error::db("releasing a held key"))?;
-        tx.commit().await.map_err(Error::db("committing a skip"))?;
-        Ok(Skip::Skipped {
-            released_key: released.rows_affected() > 0,
-        })
+        self.skip_dead_letter(id).await
     }
 }

@@ -81,7 +81,10 @@ impl SqliteStore {
     }
 }
 
-tidings_core::impl_parking_store!(SqliteStore);
+tidings_core::impl_parking_store!(
+    SqliteStore,
+    now = "CAST((julianday('now') - 2440587.5) * 86400000 AS INTEGER)"
+);
 
 #[async_trait]
 impl FailureStore for SqliteStore {
@@ -165,36 +168,6 @@ impl FailureStore for SqliteStore {
     }
 
     async fn skip(&self, id: Uuid) -> Result<Skip> {
-        let mut tx = self
-            .inner
-            .pool
-            .begin()
-            .await
-            .map_err(Error::db("starting a skip"))?;
-        let found: Option<(String, String, Option<String>, Option<Uuid>)> = sqlx::query_as(
-            "UPDATE tidings_dead_letters SET skipped_at = $2, updated_at = $2 WHERE id = $1
-             RETURNING consumer, topic, aggregate_key, message_id",
-        )
-        .bind(id)
-        .bind(now_millis())
-        .fetch_optional(&mut *tx)
-        .await
-        .map_err(Error::db("marking a dead letter skipped"))?;
-        let Some((consumer, topic, key, message_id)) = found else {
-            return Ok(Skip::NotFound);
-        };
-        let released = sqlx::query(tidings_core::parking::RELEASE_SKIPPED)
-            .bind(consumer)
-            .bind(topic)
-            .bind(key)
-            .bind(message_id)
-            .bind(true)
-            .execute(&mut *tx)
-            .await
-            .map_err(Error::db("releasing a held key"))?;
-        tx.commit().await.map_err(Error::db("committing a skip"))?;
-        Ok(Skip::Skipped {
-            released_key: released.rows_affected() > 0,
-        })
+        self.skip_dead_letter(id).await
     }
 }
