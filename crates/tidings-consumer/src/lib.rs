@@ -43,7 +43,11 @@
 //!    already there, the delivery is a duplicate: rolled back, acknowledged,
 //!    nothing else runs. Otherwise it checks the partition's lease (the
 //!    fence), then the handler runs on the same transaction and the marker
-//!    commits with its writes, or not at all.
+//!    commits with its writes, or not at all. With
+//!    [`ConsumerConfig::batch`], a lane puts the messages already queued for
+//!    it into one transaction (markers, fence, each handler, one commit); a
+//!    failure rolls the batch back and its messages go through this stack
+//!    one at a time.
 //! 6. **Timeout.** The handler has [`ConsumerConfig::handler_timeout`]; past
 //!    it the attempt is rolled back and counts as a transient failure.
 //! 7. **Handler.** Your code, with a [`Context`]: the envelope, the

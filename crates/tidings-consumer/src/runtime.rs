@@ -13,7 +13,7 @@ use async_trait::async_trait;
 use chrono::Utc;
 use futures::StreamExt;
 use futures::stream::select_all;
-use tidings_core::lease::{self, Held, Membership, Scope, sleep_unless};
+use tidings_core::lease::{self, Held, Lease, Membership, Scope, sleep_unless};
 use tidings_core::{
     AckKind, Acker, Backoff, ConsumerStore, DeadLetter, DecodeError, Delivery, Envelope, ErrorClass, Failure,
     LeaseStore, ParkedMessage, ParkingStore, Partition, RawMessage, Subscriber, Subscription,
@@ -35,6 +35,7 @@ pub struct ConsumerConfig {
     handler_timeout: Duration,
     lanes: usize,
     lane_capacity: usize,
+    batch: usize,
     source: Option<String>,
     lease_ttl: Duration,
     member: Option<String>,
@@ -58,8 +59,9 @@ pub enum OnDeadLetter {
 
 impl Default for ConsumerConfig {
     /// 5 attempts, at most 10 deliveries, backoff from 100 ms to 10 s, a
-    /// 30 s handler timeout, 16 key lanes of 32 queued messages each,
-    /// partition leases of 10 s, keys held after a dead letter.
+    /// 30 s handler timeout, 16 key lanes of 32 queued messages each, one
+    /// message per transaction, partition leases of 10 s, keys held after a
+    /// dead letter.
     fn default() -> Self {
         ConsumerConfig {
             max_attempts: 5,
@@ -68,6 +70,7 @@ impl Default for ConsumerConfig {
             handler_timeout: Duration::from_secs(30),
             lanes: 16,
             lane_capacity: 32,
+            batch: 1,
             source: None,
             lease_ttl: Duration::from_secs(10),
             member: None,
@@ -123,6 +126,29 @@ impl ConsumerConfig {
         self
     }
 
+    /// Messages a lane may handle in one transaction (default 1: a
+    /// transaction per message). A lane takes what is already queued for
+    /// it, up to `n`, and never waits for more, so batching adds no latency:
+    /// it saves commits (an fsync each) when messages come faster than a
+    /// transaction per message can take them.
+    ///
+    /// A batch's processed markers, fence check and handlers share one
+    /// transaction, and its messages are acknowledged once it commits. If
+    /// one of its handlers fails, the whole batch rolls back and its
+    /// messages are handled again one at a time, each in its own
+    /// transaction, with the usual retries and dead letters: a handler may
+    /// then run twice for a message before its work commits once, as after
+    /// any rolled-back attempt. Messages of a held key, undecodable ones
+    /// and ones delivered too often always go one at a time.
+    ///
+    /// ```
+    /// let c = tidings_consumer::ConsumerConfig::default().batch(64);
+    /// ```
+    pub fn batch(mut self, n: usize) -> Self {
+        self.batch = n.max(1);
+        self
+    }
+
     /// How long a member's partition leases last without renewal (renewed
     /// three times as often). A member that dies is replaced after about
     /// this long; a shorter lease fails over faster and writes more often.
@@ -165,6 +191,7 @@ pub struct ConsumerStats {
     retries: AtomicU64,
     dead_lettered: AtomicU64,
     parked: AtomicU64,
+    transactions: AtomicU64,
     store_errors: AtomicU64,
 }
 
@@ -188,6 +215,7 @@ counters! {
     retries: "Attempts that failed and were retried.",
     dead_lettered: "Messages given up on and stored as dead letters.",
     parked: "Messages parked behind their key's dead letter.",
+    transactions: "Handler transactions committed: one per handled message, fewer when batching ([`ConsumerConfig::batch`]).",
     store_errors: "Failures of Tidings' own database calls (retried without counting as attempts).",
 }
 
@@ -542,19 +570,17 @@ impl<S: ConsumerStore + ParkingStore + LeaseStore + Clone> Worker<S> {
             lanes.push(tx);
             let worker = self.clone();
             tasks.spawn(async move {
+                let mut jobs = Vec::with_capacity(worker.config.batch);
                 while let Some(job) = rx.recv().await {
-                    match job {
-                        // Given back unhandled: redelivered to whoever reads the partition next.
-                        Job::Deliver(work) if worker.stop.is_cancelled() => {
-                            worker.give_back(&work.delivery).await;
-                        }
-                        Job::Deliver(work) => {
-                            worker.handle(work).await;
-                        }
-                        Job::Drain { key, claim } => {
-                            worker.drain(&key, Some(&claim)).await;
+                    jobs.push(job);
+                    // What is already queued joins the batch; nothing waits for more.
+                    while jobs.len() < worker.config.batch {
+                        match rx.try_recv() {
+                            Ok(job) => jobs.push(job),
+                            Err(_) => break,
                         }
                     }
+                    worker.run_jobs(jobs.drain(..)).await;
                 }
             });
         }
@@ -618,6 +644,164 @@ impl<S: ConsumerStore + ParkingStore + LeaseStore + Clone> Worker<S> {
             }
         }
         Ok(())
+    }
+
+    /// Runs a lane's jobs in order, batching the deliveries that may share a
+    /// transaction ([`ConsumerConfig::batch`]).
+    async fn run_jobs(&self, jobs: impl Iterator<Item = Job>) {
+        let mut batch = Vec::new();
+        for job in jobs {
+            match job {
+                // Given back unhandled: redelivered to whoever reads the partition next.
+                Job::Deliver(work) if self.stop.is_cancelled() => {
+                    self.give_back(&work.delivery).await;
+                }
+                Job::Deliver(work) if self.batchable(&work) => batch.push(work),
+                Job::Deliver(work) => {
+                    self.handle_batch(std::mem::take(&mut batch)).await;
+                    self.handle(work).await;
+                }
+                Job::Drain { key, claim } => {
+                    self.handle_batch(std::mem::take(&mut batch)).await;
+                    self.drain(&key, Some(&claim)).await;
+                }
+            }
+        }
+        self.handle_batch(batch).await;
+    }
+
+    /// Whether a delivery may join a batch: decoded, not delivered too
+    /// often, its key not held.
+    fn batchable(&self, work: &Work) -> bool {
+        let Ok(envelope) = &work.envelope else {
+            return false;
+        };
+        if self.config.batch == 1 || work.delivery.delivery_count > self.config.max_deliveries {
+            return false;
+        }
+        self.config.on_dead_letter == OnDeadLetter::Continue
+            || !self.holds.lock().expect("holds lock").contains_key(&(
+                work.delivery.message.topic.clone(),
+                envelope.aggregate_key.clone(),
+            ))
+    }
+
+    /// Handles deliveries in one transaction, or, if that fails, one at a time.
+    async fn handle_batch(&self, works: Vec<Work>) {
+        if works.len() <= 1 {
+            for work in works {
+                self.handle(work).await;
+            }
+            return;
+        }
+        if self.stop.is_cancelled() {
+            for work in works {
+                self.give_back(&work.delivery).await;
+            }
+            return;
+        }
+        match self.attempt_batch(&works).await {
+            Ok(fresh) => {
+                for (work, fresh) in works.iter().zip(fresh) {
+                    bump(if fresh {
+                        &self.stats.handled
+                    } else {
+                        &self.stats.duplicates
+                    });
+                    self.settle(&work.delivery, AckKind::Ack).await;
+                }
+            }
+            Err(e) => {
+                let error = match e {
+                    AttemptError::Store(e) => e.to_string(),
+                    AttemptError::Handler(e) => e.to_string(),
+                    AttemptError::LeaseLost => "partition lease lost".to_owned(),
+                };
+                tracing::debug!(consumer = %self.name, messages = works.len(), %error, "batch rolled back; handling its messages one at a time");
+                for work in works {
+                    self.handle(work).await;
+                }
+            }
+        }
+    }
+
+    /// One transaction for a batch: the processed markers, the fence, then
+    /// each fresh message's handler. Returns, per delivery, whether it was
+    /// handled (false: a duplicate).
+    async fn attempt_batch(&self, works: &[Work]) -> Result<Vec<bool>, AttemptError> {
+        let envelopes: Vec<&Envelope> = works.iter().filter_map(|w| w.envelope.as_ref().ok()).collect();
+        let ids: Vec<Uuid> = envelopes.iter().map(|e| e.id).collect();
+        let mut tx = self.store.begin().await.map_err(AttemptError::Store)?;
+        let mut fresh = self
+            .store
+            .mark_processed_all(&mut *tx, &self.name, &ids)
+            .await
+            .map_err(AttemptError::Store)?;
+        let mut fenced: Vec<(&str, Lease)> = Vec::new();
+        for claim in works.iter().filter_map(|w| w.claim.as_ref()) {
+            if fenced.contains(&(&*claim.scope, claim.lease)) {
+                continue;
+            }
+            let holds = self
+                .store
+                .holds_lease(&mut *tx, &claim.scope, &self.member, claim.lease)
+                .await
+                .map_err(AttemptError::Store)?;
+            if !holds {
+                let _ = tx.rollback().await;
+                return Err(AttemptError::LeaseLost);
+            }
+            fenced.push((&claim.scope, claim.lease));
+        }
+        let mut handled = Vec::with_capacity(envelopes.len());
+        let mut emitted = false;
+        for envelope in envelopes {
+            // A message twice in one batch runs once: the second copy finds it taken.
+            let run = fresh.remove(&envelope.id);
+            handled.push(run);
+            if !run {
+                continue;
+            }
+            let mut ctx = Context {
+                envelope,
+                tx: &mut tx,
+                consumer: &self.name,
+                source: &self.source,
+                attempt: 1,
+                store: &self.store,
+                emitted: false,
+            };
+            let result = self.run_handler(&mut ctx).await;
+            emitted |= ctx.emitted;
+            if let Err(e) = result {
+                if let Err(rollback) = tx.rollback().await {
+                    tracing::debug!(consumer = %self.name, error = %rollback, "rollback of a failed batch failed");
+                }
+                return Err(AttemptError::Handler(e));
+            }
+        }
+        tx.commit().await.map_err(|e| {
+            AttemptError::Store(tidings_core::Error::Database {
+                operation: "committing a batch of handlers",
+                source: e,
+            })
+        })?;
+        bump(&self.stats.transactions);
+        if emitted {
+            self.store.wake();
+        }
+        Ok(handled)
+    }
+
+    /// The handler, within [`ConsumerConfig::handler_timeout`].
+    async fn run_handler(&self, ctx: &mut Context<'_, S::Database>) -> Result<(), HandlerError> {
+        let timeout = self.config.handler_timeout;
+        match tokio::time::timeout(timeout, self.handler.handle(ctx)).await {
+            Ok(result) => result,
+            Err(_) => Err(HandlerError::transient(format!(
+                "handler timed out after {timeout:?}"
+            ))),
+        }
     }
 
     /// Applies the key's hold, if any ([`OnDeadLetter::HoldKey`]), then the stack.
@@ -928,13 +1112,7 @@ impl<S: ConsumerStore + ParkingStore + LeaseStore + Clone> Worker<S> {
             store: &self.store,
             emitted: false,
         };
-        let timeout = self.config.handler_timeout;
-        let result = match tokio::time::timeout(timeout, self.handler.handle(&mut ctx)).await {
-            Ok(result) => result,
-            Err(_) => Err(HandlerError::transient(format!(
-                "handler timed out after {timeout:?}"
-            ))),
-        };
+        let result = self.run_handler(&mut ctx).await;
         let emitted = ctx.emitted;
         if let Err(e) = result {
             // Roll back now rather than on drop: on SQLite the open
@@ -950,6 +1128,7 @@ impl<S: ConsumerStore + ParkingStore + LeaseStore + Clone> Worker<S> {
                 source: e,
             })
         })?;
+        bump(&self.stats.transactions);
         if emitted {
             self.store.wake();
         }

@@ -4,6 +4,7 @@
 //! Each ability is its own small trait, so that a store can grow into them
 //! one at a time and callers ask only for what they use.
 
+use std::collections::HashSet;
 use std::time::Duration;
 
 use async_trait::async_trait;
@@ -105,6 +106,25 @@ pub trait ConsumerStore: Outbox {
         consumer: &str,
         message_id: Uuid,
     ) -> Result<bool>;
+
+    /// Records that `consumer` processed each of `message_ids`, on one
+    /// transaction (batched handling), and returns those that were not
+    /// recorded yet: the others are duplicates. Stores that can should do
+    /// it in one statement; the default records them one by one.
+    async fn mark_processed_all(
+        &self,
+        conn: &mut <Self::Database as Database>::Connection,
+        consumer: &str,
+        message_ids: &[Uuid],
+    ) -> Result<HashSet<Uuid>> {
+        let mut fresh = HashSet::with_capacity(message_ids.len());
+        for &id in message_ids {
+            if self.mark_processed(&mut *conn, consumer, id).await? {
+                fresh.insert(id);
+            }
+        }
+        Ok(fresh)
+    }
 
     /// Whether the side effect `effect` of (`consumer`, `message_id`) is recorded as done.
     async fn effect_recorded(

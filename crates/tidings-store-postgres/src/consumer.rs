@@ -1,5 +1,7 @@
 //! Processed markers and the effects ledger (the SQL is shared: `tidings_core::sql`).
 
+use std::collections::HashSet;
+
 use async_trait::async_trait;
 use sqlx::{PgConnection, Postgres, Transaction};
 use tidings_core::{ConsumerStore, Error, Lease, Result, sql};
@@ -24,6 +26,27 @@ impl ConsumerStore for PgStore {
         message_id: Uuid,
     ) -> Result<bool> {
         sql::mark_processed::<Postgres>(conn, consumer, message_id).await
+    }
+
+    async fn mark_processed_all(
+        &self,
+        conn: &mut PgConnection,
+        consumer: &str,
+        message_ids: &[Uuid],
+    ) -> Result<HashSet<Uuid>> {
+        // One statement for the batch, in id order so that two batches
+        // sharing ids wait on each other instead of deadlocking.
+        let fresh: Vec<Uuid> = sqlx::query_scalar(
+            "INSERT INTO tidings_processed (consumer, message_id) \
+             SELECT $1, id FROM UNNEST($2::uuid[]) AS batch(id) ORDER BY id \
+             ON CONFLICT DO NOTHING RETURNING message_id",
+        )
+        .bind(consumer)
+        .bind(message_ids)
+        .fetch_all(conn)
+        .await
+        .map_err(Error::db("recording processed markers"))?;
+        Ok(fresh.into_iter().collect())
     }
 
     async fn effect_recorded(

@@ -891,3 +891,128 @@ where
     assert_eq!(stats.parked(), 0);
     assert!(store.lag().await.unwrap().parked.is_empty());
 }
+
+on_both_databases!(
+    batches_handle_each_message_once_in_key_order,
+    a_failing_batch_falls_back_to_one_message_at_a_time,
+);
+
+const BATCH_KEYS: usize = 5;
+const BATCH_PER_KEY: i64 = 60;
+
+/// A backlog of `BATCH_KEYS` keys, interleaved, plus `bad` messages at `bad`.
+async fn backlog<S: TestStore>(store: &S, bad: &[i64]) {
+    for seq in 1..=BATCH_PER_KEY {
+        for k in 0..BATCH_KEYS {
+            store
+                .enqueue_in_tx(&message(&format!("key-{k}"), seq), true)
+                .await;
+        }
+        if bad.contains(&seq) {
+            store.enqueue_in_tx(&message("bad", seq), true).await;
+        }
+    }
+}
+
+/// Batches ([`ConsumerConfig::batch`]) over a backlog delivered twice:
+/// every message handled once, in key order, with fewer commits than messages.
+async fn batches_handle_each_message_once_in_key_order<S: TestStore>(store: S)
+where
+    Recorder: Handler<S::Database>,
+{
+    backlog(&store, &[]).await;
+    let recorder = Recorder {
+        check_order: true,
+        ..Recorder::default()
+    };
+    let consumer = Consumer::new("batched", store.clone(), recorder.clone())
+        .topic(TOPIC)
+        .config(quick().lanes(2).batch(32));
+    let stats = consumer.stats();
+    let duplicating = Duplicating::new(subscriber(&store), 1.0);
+    let injected = duplicating.injected();
+    let pipeline = Pipeline::start(&store, consumer, duplicating);
+    let total = BATCH_KEYS as u64 * BATCH_PER_KEY as u64;
+    eventually(WAIT, "every event and every duplicate settled", || async {
+        stats.handled() == total && stats.duplicates() == injected.load(Ordering::SeqCst)
+    })
+    .await;
+    pipeline.stop().await;
+    assert_eq!(stats.duplicates(), total);
+    assert!(
+        stats.transactions() < total / 4,
+        "{} transactions for {total} messages: not batched",
+        stats.transactions()
+    );
+    assert_eq!(
+        store
+            .count("SELECT CAST(count(*) AS BIGINT) FROM test_applied WHERE consumer = 'batched'")
+            .await,
+        total as i64,
+        "a duplicate was applied"
+    );
+    assert_eq!(
+        recorder.calls.load(Ordering::SeqCst),
+        total,
+        "a duplicate reached the handler"
+    );
+    for k in 0..BATCH_KEYS {
+        assert_eq!(
+            seen_of(&recorder, &format!("key-{k}")),
+            (1..=BATCH_PER_KEY).collect::<Vec<_>>(),
+            "key-{k} handled out of order"
+        );
+    }
+}
+
+/// A handler failing inside a batch rolls the batch back; its messages are
+/// handled one at a time: the poison gets its full attempts and holds its
+/// key, the others commit once, in order.
+async fn a_failing_batch_falls_back_to_one_message_at_a_time<S: TestStore>(store: S)
+where
+    Recorder: Handler<S::Database>,
+{
+    backlog(&store, &[20, 21]).await;
+    let recorder = Recorder {
+        poison_key: Some("bad".into()),
+        check_order: true,
+        ..Recorder::default()
+    };
+    let consumer = Consumer::new("batched-poison", store.clone(), recorder.clone())
+        .topic(TOPIC)
+        .config(quick().lanes(2).batch(32).max_attempts(2));
+    let stats = consumer.stats();
+    let pipeline = Pipeline::start(&store, consumer, subscriber(&store));
+    let total = BATCH_KEYS as u64 * BATCH_PER_KEY as u64;
+    eventually(
+        WAIT,
+        "every event handled, bad:20 dead-lettered, bad:21 parked",
+        || async { stats.handled() == total && stats.dead_lettered() == 1 && stats.parked() == 1 },
+    )
+    .await;
+    pipeline.stop().await;
+    assert!(
+        stats.transactions() < total / 4,
+        "{} transactions: not batched",
+        stats.transactions()
+    );
+    assert_eq!(
+        store
+            .count("SELECT CAST(count(*) AS BIGINT) FROM test_applied WHERE consumer = 'batched-poison'")
+            .await,
+        total as i64,
+        "a rolled-back batch left writes, or a message was applied twice"
+    );
+    // Each commit was checked in order by the handler (else more dead letters).
+    assert!(seen_of(&recorder, "bad").is_empty());
+    let letters = store
+        .dead_letters(&DeadLetterFilter::default().consumer("batched-poison"))
+        .await
+        .unwrap();
+    assert_eq!(letters.len(), 1);
+    assert_eq!(
+        letters[0].message_id.map(|_| letters[0].attempts),
+        Some(2),
+        "the fallback gives the poison its full attempts"
+    );
+}

@@ -66,6 +66,9 @@ pub struct Recorder {
     pub max_sleep_ms: u64,
     /// Messages of this key take a whole second.
     pub slow_key: Option<String>,
+    /// Fail permanently unless the key's previous seq is applied, as the
+    /// handler's transaction sees it: an out-of-order commit dead-letters.
+    pub check_order: bool,
     /// Perform a `once` effect named `charge`.
     pub effect: bool,
     /// Fail (transiently) right after the effect, once.
@@ -104,6 +107,19 @@ macro_rules! recorder_for {
                     tokio::time::sleep(Duration::from_millis(ms)).await;
                 }
                 let consumer = ctx.consumer().to_owned();
+                if self.check_order && event.seq > 1 {
+                    let previous: i64 = sqlx::query_scalar(
+                        "SELECT CAST(count(*) AS BIGINT) FROM test_applied WHERE consumer = $1 AND k = $2 AND seq = $3",
+                    )
+                    .bind(&consumer)
+                    .bind(&event.key)
+                    .bind(event.seq - 1)
+                    .fetch_one(ctx.tx())
+                    .await?;
+                    if previous != 1 {
+                        return Err(HandlerError::permanent(format!("{}:{} before its predecessor", event.key, event.seq)));
+                    }
+                }
                 sqlx::query("INSERT INTO test_applied (consumer, k, seq) VALUES ($1, $2, $3)")
                     .bind(consumer)
                     .bind(&event.key)
