@@ -1,0 +1,199 @@
+//! `tidings bench`: what Tidings costs, each figure next to the raw limit
+//! measured in the same run on the same machine.
+//!
+//! Each scenario lives in a module of its own; this one holds what they share:
+//! the bench's schema, its event, the backlog filler and the transports.
+
+mod latency;
+mod producer;
+mod relays;
+mod steady;
+
+pub(crate) use latency::{LatencyBench, latency};
+pub(crate) use producer::{ProducerBench, producer};
+pub(crate) use relays::{RelayBench, relays};
+pub(crate) use steady::{SteadyBench, steady};
+
+use std::str::FromStr;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use anyhow::Context as _;
+use serde::{Deserialize, Serialize};
+use sqlx::Executor;
+use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
+use tidings_core::{Envelope, Kind, Message, Outbox, OutgoingMessage};
+use tidings_example_checkout::demo::Transport;
+use tidings_relay::{Relay, RelayConfig};
+use tidings_store_postgres::PgStore;
+use tokio::task::JoinSet;
+use tokio_util::sync::CancellationToken;
+
+/// One drain of the backlog.
+#[derive(Debug, Clone, Serialize)]
+pub(crate) struct Drain {
+    /// Relay instances, or connections for the SQL-only drain.
+    pub(crate) instances: usize,
+    /// Wall-clock time.
+    pub(crate) seconds: f64,
+    /// Events per second.
+    pub(crate) per_second: f64,
+}
+
+#[derive(Serialize, Deserialize)]
+struct BenchEvent {
+    key: String,
+    seq: u64,
+    note: String,
+}
+
+impl Message for BenchEvent {
+    const TYPE: &'static str = "BenchEvent";
+    const VERSION: u32 = 1;
+    const KIND: Kind = Kind::Event;
+    const AGGREGATE: &'static str = "bench";
+    const TOPIC: &'static str = "bench.events";
+    fn key(&self) -> String {
+        self.key.clone()
+    }
+}
+
+fn event(seq: usize) -> OutgoingMessage {
+    let envelope = Envelope::new(
+        "bench",
+        &BenchEvent {
+            key: format!("key-{}", seq % 1000),
+            seq: seq as u64,
+            note: "an order-sized payload, about as large as a small business event".into(),
+        },
+    )
+    .expect("a bench event encodes");
+    OutgoingMessage {
+        topic: BenchEvent::TOPIC.to_owned(),
+        envelope,
+    }
+}
+
+/// A PostgreSQL schema of the bench's own.
+struct Schema {
+    store: PgStore,
+    name: String,
+    admin: sqlx::PgPool,
+}
+
+impl Schema {
+    async fn create(url: &str) -> anyhow::Result<Schema> {
+        let admin = PgPoolOptions::new()
+            .max_connections(1)
+            .connect(url)
+            .await
+            .with_context(|| {
+                format!(
+                    "connecting to PostgreSQL at {}",
+                    url.split('@').next_back().unwrap_or(url)
+                )
+            })?;
+        let name = format!("tidings_bench_{}", uuid::Uuid::new_v4().simple());
+        admin
+            .execute(sqlx::AssertSqlSafe(format!("CREATE SCHEMA {name}")))
+            .await?;
+        let options = PgConnectOptions::from_str(url)?.options([("search_path", name.as_str())]);
+        let pool = PgPoolOptions::new()
+            .max_connections(24)
+            .connect_with(options)
+            .await?;
+        let store = PgStore::new(pool);
+        store.migrate().await?;
+        Ok(Schema { store, name, admin })
+    }
+
+    async fn drop(self) {
+        self.store.pool().close().await;
+        let _ = self
+            .admin
+            .execute(sqlx::AssertSqlSafe(format!("DROP SCHEMA {} CASCADE", self.name)))
+            .await;
+    }
+}
+
+/// Fills the outbox with `n` events, committed 1000 to a transaction by 4 writers.
+async fn fill(store: &PgStore, n: usize) -> anyhow::Result<()> {
+    let mut writers = JoinSet::new();
+    for w in 0..4 {
+        let store = store.clone();
+        writers.spawn(async move {
+            for chunk in (w * 1000..n).step_by(4000) {
+                let mut tx = store.pool().begin().await?;
+                for seq in chunk..(chunk + 1000).min(n) {
+                    store.enqueue(&mut tx, &event(seq)).await?;
+                }
+                tx.commit().await?;
+            }
+            anyhow::Ok(())
+        });
+    }
+    while let Some(done) = writers.join_next().await {
+        done??;
+    }
+    Ok(())
+}
+
+fn drain(instances: usize, events: usize, started: Instant) -> Drain {
+    let seconds = started.elapsed().as_secs_f64();
+    Drain {
+        instances,
+        seconds,
+        per_second: events as f64 / seconds.max(1e-9),
+    }
+}
+
+/// The business table the producer scenarios write.
+async fn create_orders(store: &PgStore) -> anyhow::Result<()> {
+    sqlx::query(
+        "CREATE TABLE bench_orders (id UUID PRIMARY KEY, customer TEXT NOT NULL, total_cents BIGINT NOT NULL,
+         created_at TIMESTAMPTZ NOT NULL DEFAULT now())",
+    )
+    .execute(store.pool())
+    .await?;
+    Ok(())
+}
+
+/// The relays' configuration in the bench: `partitions`, 5 s leases.
+fn relay_config(partitions: u32) -> RelayConfig {
+    RelayConfig::default()
+        .partitions(partitions)
+        .lease_ttl(Duration::from_secs(5))
+}
+
+type Relays = (
+    JoinSet<tidings_core::Result<()>>,
+    Vec<Arc<tidings_relay::RelayStats>>,
+);
+
+/// Starts `n` relays sharing the outbox, until `stop`; their tasks and counters.
+fn start_relays(
+    store: &PgStore,
+    transport: &Transport,
+    n: usize,
+    config: RelayConfig,
+    stop: &CancellationToken,
+) -> Relays {
+    let mut running = JoinSet::new();
+    let mut stats = Vec::new();
+    for _ in 0..n {
+        let relay = Relay::new(store.clone(), transport.publisher.clone()).config(config.clone());
+        stats.push(relay.stats());
+        running.spawn(relay.run(stop.clone()));
+    }
+    (running, stats)
+}
+
+/// A short random id, to name what one run creates.
+fn short_id() -> String {
+    uuid::Uuid::new_v4().simple().to_string()[..8].to_owned()
+}
+
+/// The transport a run publishes through, its broker resources named for the run.
+async fn open_transport(store: &PgStore, broker: Option<&str>, partitions: u32) -> anyhow::Result<Transport> {
+    Transport::open(store, broker, partitions, &format!("bench-{}", short_id())).await
+}

@@ -1,0 +1,193 @@
+//! The producer tax: what writing an event with the business row costs.
+
+use std::fmt;
+use std::time::{Duration, Instant};
+
+use serde::Serialize;
+use tidings_core::{Envelope, Message, Outbox, OutgoingMessage};
+use tidings_store_postgres::PgStore;
+use tokio::task::JoinSet;
+
+use super::{BenchEvent, Schema, create_orders};
+
+/// What the producer-tax scenario runs.
+#[derive(Debug, Clone)]
+pub(crate) struct ProducerBench {
+    /// PostgreSQL (a schema of the bench's own).
+    pub(crate) database: String,
+    /// Concurrent producer connections.
+    pub(crate) connections: usize,
+    /// Seconds per variant, split into rounds that alternate the variants.
+    pub(crate) seconds: f64,
+}
+
+/// Committed transactions per second of one way of writing.
+#[derive(Debug, Clone, Serialize)]
+pub(crate) struct Throughput {
+    /// Which way.
+    pub(crate) variant: &'static str,
+    /// Transactions committed.
+    pub(crate) transactions: u64,
+    /// Per second.
+    pub(crate) per_second: f64,
+}
+
+/// What writing an event with the business row costs a producer.
+#[derive(Debug, Clone, Serialize)]
+pub(crate) struct ProducerTax {
+    /// Connections writing at once.
+    pub(crate) connections: usize,
+    /// The business insert alone (the raw limit).
+    pub(crate) business_only: Throughput,
+    /// The business insert and an outbox insert written by hand (the raw equivalent).
+    pub(crate) raw_outbox: Throughput,
+    /// The business insert and `Outbox::enqueue`, then the relay woken after commit.
+    pub(crate) tidings: Throughput,
+}
+
+const BUSINESS: &str = "INSERT INTO bench_orders (id, customer, total_cents) VALUES ($1, $2, $3)";
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Write {
+    BusinessOnly,
+    RawOutbox,
+    Tidings,
+}
+
+/// One producer transaction of the given kind.
+async fn write_one(store: &PgStore, kind: Write, seq: u64) -> anyhow::Result<()> {
+    let order = BenchEvent {
+        key: format!("order-{seq}"),
+        seq,
+        note: "an order-sized payload, about as large as a small business event".into(),
+    };
+    let mut tx = store.pool().begin().await?;
+    sqlx::query(BUSINESS)
+        .bind(uuid::Uuid::now_v7())
+        .bind(&order.key)
+        .bind(seq as i64)
+        .execute(&mut *tx)
+        .await?;
+    match kind {
+        Write::BusinessOnly => {}
+        // What a hand-rolled outbox writes: the event as JSON, its key and type.
+        Write::RawOutbox => {
+            sqlx::query(
+                "INSERT INTO tidings_outbox (id, topic, aggregate_key, message_type, body) VALUES ($1, $2, $3, $4, $5)",
+            )
+            .bind(uuid::Uuid::now_v7())
+            .bind(BenchEvent::TOPIC)
+            .bind(&order.key)
+            .bind(BenchEvent::TYPE)
+            .bind(serde_json::to_vec(&order)?)
+            .execute(&mut *tx)
+            .await?;
+        }
+        Write::Tidings => {
+            let envelope = Envelope::new("bench", &order)?;
+            let message = OutgoingMessage {
+                topic: BenchEvent::TOPIC.to_owned(),
+                envelope,
+            };
+            store.enqueue(&mut tx, &message).await?;
+        }
+    }
+    tx.commit().await?;
+    if kind == Write::Tidings {
+        store.wake();
+    }
+    Ok(())
+}
+
+/// Runs `kind` on `connections` writers for `duration`; transactions committed.
+pub(super) async fn write_for(
+    store: &PgStore,
+    kind: Write,
+    connections: usize,
+    duration: Duration,
+) -> anyhow::Result<u64> {
+    let deadline = Instant::now() + duration;
+    let mut writers = JoinSet::new();
+    for w in 0..connections {
+        let store = store.clone();
+        writers.spawn(async move {
+            let mut done = 0u64;
+            while Instant::now() < deadline {
+                write_one(&store, kind, (w as u64) << 40 | done).await?;
+                done += 1;
+            }
+            anyhow::Ok(done)
+        });
+    }
+    let mut total = 0;
+    while let Some(done) = writers.join_next().await {
+        total += done??;
+    }
+    Ok(total)
+}
+
+/// Runs the producer-tax scenario: the three variants alternate in rounds,
+/// so that drift of a shared machine falls on all three alike.
+pub(crate) async fn producer(bench: ProducerBench) -> anyhow::Result<ProducerTax> {
+    let schema = Schema::create(&bench.database).await?;
+    let result = producer_in(&schema.store, &bench).await;
+    schema.drop().await;
+    result
+}
+
+async fn producer_in(store: &PgStore, bench: &ProducerBench) -> anyhow::Result<ProducerTax> {
+    create_orders(store).await?;
+    const ROUNDS: u32 = 3;
+    let round = Duration::from_secs_f64(bench.seconds / f64::from(ROUNDS));
+    let kinds = [Write::BusinessOnly, Write::RawOutbox, Write::Tidings];
+    write_for(
+        store,
+        Write::Tidings,
+        bench.connections,
+        Duration::from_millis(500),
+    )
+    .await?;
+    let mut totals = [0u64; 3];
+    for _ in 0..ROUNDS {
+        for (i, kind) in kinds.iter().enumerate() {
+            totals[i] += write_for(store, *kind, bench.connections, round).await?;
+        }
+    }
+    let seconds = round.as_secs_f64() * f64::from(ROUNDS);
+    let figure = |variant, transactions: u64| Throughput {
+        variant,
+        transactions,
+        per_second: transactions as f64 / seconds,
+    };
+    Ok(ProducerTax {
+        connections: bench.connections,
+        business_only: figure("business insert only", totals[0]),
+        raw_outbox: figure("business + outbox insert by hand", totals[1]),
+        tidings: figure("business + Outbox::enqueue", totals[2]),
+    })
+}
+
+impl fmt::Display for ProducerTax {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        writeln!(
+            f,
+            "producer tax · PostgreSQL · {} connections · committed transactions/s",
+            self.connections
+        )?;
+        let base = self.business_only.per_second.max(1e-9);
+        for t in [&self.business_only, &self.raw_outbox, &self.tidings] {
+            writeln!(
+                f,
+                "  {:<36} {:>8.0}/s  ({:.2} of business only)",
+                t.variant,
+                t.per_second,
+                t.per_second / base
+            )?;
+        }
+        writeln!(
+            f,
+            "  Tidings / raw outbox                 {:>8.2}   (target: at least 0.95)",
+            self.tidings.per_second / self.raw_outbox.per_second.max(1e-9)
+        )
+    }
+}

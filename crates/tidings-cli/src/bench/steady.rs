@@ -1,0 +1,169 @@
+//! Steady state: producers at full speed with a relay running.
+
+use std::fmt;
+use std::time::{Duration, Instant};
+
+use serde::Serialize;
+use tidings_core::Message;
+use tidings_store_postgres::PgStore;
+use tokio_util::sync::CancellationToken;
+
+use super::producer::{Write, write_for};
+use super::{BenchEvent, Schema, create_orders, open_transport, relay_config, start_relays};
+
+/// What the steady-state scenario runs.
+#[derive(Debug, Clone)]
+pub(crate) struct SteadyBench {
+    /// PostgreSQL (a schema of the bench's own).
+    pub(crate) database: String,
+    /// The transport URL; the database log when `None`.
+    pub(crate) broker: Option<String>,
+    /// Producer connections.
+    pub(crate) connections: usize,
+    /// Seconds the producers run with the relays.
+    pub(crate) seconds: f64,
+    /// Relays.
+    pub(crate) relays: usize,
+    /// Outbox partitions.
+    pub(crate) partitions: u32,
+}
+
+/// Producers at full speed with the relays running: does the relay keep up?
+#[derive(Debug, Clone, Serialize)]
+pub(crate) struct SteadyState {
+    /// The transport (no credentials).
+    pub(crate) transport: String,
+    /// Producer connections.
+    pub(crate) connections: usize,
+    /// Relays.
+    pub(crate) relays: usize,
+    /// The raw limit: producers alone (business + `enqueue`), no relay, transactions/s.
+    pub(crate) producers_alone: f64,
+    /// Producers with the relays running, transactions/s.
+    pub(crate) producers_with_relays: f64,
+    /// Events the relays published per second over the run.
+    pub(crate) published_per_second: f64,
+    /// The largest backlog sampled (every 100 ms) while producers ran.
+    pub(crate) max_backlog: u64,
+    /// From the producers' last commit to an empty outbox, seconds.
+    pub(crate) drained_after_stop: f64,
+}
+
+async fn backlog(store: &PgStore) -> anyhow::Result<u64> {
+    let n: i64 = sqlx::query_scalar("SELECT count(*) FROM tidings_outbox WHERE published_at IS NULL")
+        .fetch_one(store.pool())
+        .await?;
+    Ok(n.max(0) as u64)
+}
+
+/// Runs the steady-state scenario.
+pub(crate) async fn steady(bench: SteadyBench) -> anyhow::Result<SteadyState> {
+    let schema = Schema::create(&bench.database).await?;
+    let result = steady_in(&schema.store, &bench).await;
+    schema.drop().await;
+    result
+}
+
+async fn steady_in(store: &PgStore, bench: &SteadyBench) -> anyhow::Result<SteadyState> {
+    create_orders(store).await?;
+    let transport = open_transport(store, bench.broker.as_deref(), bench.partitions).await?;
+    transport
+        .subscriber
+        .ensure_group("bench", BenchEvent::TOPIC)
+        .await?;
+    let run = Duration::from_secs_f64(bench.seconds);
+
+    // The raw limit: the same producers with no relay (their rows are cleared after).
+    let alone =
+        write_for(store, Write::Tidings, bench.connections, run / 2).await? as f64 / (run / 2).as_secs_f64();
+    sqlx::query("DELETE FROM tidings_outbox")
+        .execute(store.pool())
+        .await?;
+
+    let stop = CancellationToken::new();
+    let config = relay_config(bench.partitions).poll_interval(Duration::from_millis(100));
+    let (mut running, stats) = start_relays(store, &transport, bench.relays.max(1), config, &stop);
+    // Let the relays take their leases before the clock starts.
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let sampling = CancellationToken::new();
+    let sampler = tokio::spawn({
+        let (store, sampling) = (store.clone(), sampling.clone());
+        async move {
+            let mut max = 0;
+            while !sampling.is_cancelled() {
+                max = max.max(backlog(&store).await?);
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+            anyhow::Ok(max)
+        }
+    });
+    let published_before: u64 = stats.iter().map(|s| s.published()).sum();
+    let started = Instant::now();
+    let committed = write_for(store, Write::Tidings, bench.connections, run).await?;
+    let producing = started.elapsed();
+    let stopped = Instant::now();
+    sampling.cancel();
+    let max_backlog = sampler.await??;
+    let drained_after_stop = loop {
+        if backlog(store).await? == 0 {
+            break stopped.elapsed();
+        }
+        anyhow::ensure!(
+            stopped.elapsed() < Duration::from_secs(120),
+            "the outbox did not drain within 120 s of the producers stopping"
+        );
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    };
+    let published: u64 = stats.iter().map(|s| s.published()).sum::<u64>() - published_before;
+    stop.cancel();
+    while let Some(done) = running.join_next().await {
+        done??;
+    }
+    transport.remove(BenchEvent::TOPIC, &["bench"]).await?;
+    Ok(SteadyState {
+        transport: transport.label.clone(),
+        connections: bench.connections,
+        relays: bench.relays.max(1),
+        producers_alone: alone,
+        producers_with_relays: committed as f64 / producing.as_secs_f64(),
+        published_per_second: published as f64 / (producing + drained_after_stop).as_secs_f64(),
+        max_backlog,
+        drained_after_stop: drained_after_stop.as_secs_f64(),
+    })
+}
+
+impl fmt::Display for SteadyState {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        writeln!(
+            f,
+            "steady state · PostgreSQL outbox -> {} · {} producer connections · {} relay(s)",
+            self.transport, self.connections, self.relays
+        )?;
+        writeln!(
+            f,
+            "  raw limit: producers alone           {:>8.0} transactions/s",
+            self.producers_alone
+        )?;
+        writeln!(
+            f,
+            "  producers with the relays running    {:>8.0} transactions/s  ({:.2} of alone)",
+            self.producers_with_relays,
+            self.producers_with_relays / self.producers_alone.max(1e-9)
+        )?;
+        writeln!(
+            f,
+            "  relays published                     {:>8.0} events/s",
+            self.published_per_second
+        )?;
+        writeln!(
+            f,
+            "  largest backlog sampled              {:>8}",
+            self.max_backlog
+        )?;
+        writeln!(
+            f,
+            "  empty outbox after producers stop    {:>8.3} s  (target: at most 1 s)",
+            self.drained_after_stop
+        )
+    }
+}
