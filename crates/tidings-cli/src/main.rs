@@ -114,6 +114,16 @@ enum Bench {
         #[arg(long)]
         json: bool,
     },
+    /// Handled events/s through the consumer runtime (processed marker,
+    /// fence, lanes) beside the same handler by hand without them, one
+    /// transaction per event and batched.
+    Consumer {
+        #[command(flatten)]
+        bench: bench::ConsumerBench,
+        /// Print the figures as one JSON object on stdout.
+        #[arg(long)]
+        json: bool,
+    },
     /// Producers at full speed with relays running: producer rate beside
     /// producers alone, the largest backlog, and how soon the outbox is
     /// empty once producers stop.
@@ -411,6 +421,14 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             })
             .await?;
             print_figures(json, &latencies)
+        }
+        Command::Bench(Bench::Consumer { bench, json }) => {
+            ensure_postgres(&bench.database, "consumer")?;
+            anyhow::ensure!(
+                bench.events > 0 && bench.lanes > 0 && bench.batch > 0,
+                "--events, --lanes and --batch must be positive"
+            );
+            print_figures(json, &bench::consumer(bench).await?)
         }
         Command::Migrate(db) => {
             match open(&db.database).await? {

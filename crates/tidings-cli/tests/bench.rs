@@ -147,6 +147,35 @@ fn latency_bench_reports_percentiles_in_both_modes() {
 }
 
 #[test]
+fn consumer_bench_reports_both_variants_per_transaction_and_batched() {
+    let out = Command::new(env!("CARGO_BIN_EXE_tidings"))
+        .env("RUST_LOG", "error")
+        .args(["bench", "consumer", "--database", &postgres_url()])
+        .args(["--events", "600", "--lanes", "4", "--batch", "16", "--json"])
+        .output()
+        .expect("running tidings bench consumer");
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let v: Value = serde_json::from_slice(&out.stdout).expect("the figures as JSON");
+    let runs = v["runs"].as_array().unwrap();
+    let shape: Vec<(&str, u64)> = runs
+        .iter()
+        .map(|r| (r["variant"].as_str().unwrap(), r["batch"].as_u64().unwrap()))
+        .collect();
+    assert_eq!(
+        shape,
+        [("by hand", 1), ("Tidings", 1), ("by hand", 16), ("Tidings", 16)]
+    );
+    for r in runs {
+        assert!(r["per_second"].as_f64().unwrap() > 0.0, "{v:#}");
+        let transactions = r["transactions"].as_u64().unwrap();
+        match r["batch"].as_u64().unwrap() {
+            1 => assert_eq!(transactions, 600, "{v:#}"),
+            _ => assert!((38..=600).contains(&transactions), "{v:#}"),
+        }
+    }
+}
+
+#[test]
 fn relay_bench_refuses_sqlite_with_one_clear_line() {
     let out = Command::new(env!("CARGO_BIN_EXE_tidings"))
         .args(["bench", "relays", "--database", "sqlite://x.db"])

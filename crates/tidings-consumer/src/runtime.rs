@@ -16,7 +16,8 @@ use futures::stream::select_all;
 use tidings_core::lease::{self, Held, Lease, Membership, Scope, sleep_unless};
 use tidings_core::{
     AckKind, Acker, Backoff, ConsumerStore, DeadLetter, DecodeError, Delivery, Envelope, ErrorClass, Failure,
-    LeaseStore, ParkedMessage, ParkingStore, Partition, RawMessage, Subscriber, Subscription,
+    Fence, Handling, LeaseStore, ParkedMessage, ParkingStore, Partition, RawMessage, Subscriber,
+    Subscription,
 };
 use tokio::sync::mpsc;
 use tokio::task::JoinSet;
@@ -1081,24 +1082,25 @@ impl<S: ConsumerStore + ParkingStore + LeaseStore + Clone> Worker<S> {
         attempt: u32,
     ) -> Result<Outcome, AttemptError> {
         let mut tx = self.store.begin().await.map_err(AttemptError::Store)?;
-        // The marker goes first: a concurrent duplicate then waits on it.
-        let fresh = self
+        // The marker goes first: a concurrent duplicate then waits on it. With
+        // it, the fence: only the lease's holder commits work for its partition.
+        let fence = claim.map(|c| Fence {
+            scope: &c.scope,
+            member: &self.member,
+            lease: c.lease,
+        });
+        let handling = self
             .store
-            .mark_processed(&mut *tx, &self.name, envelope.id)
+            .begin_handling(&mut *tx, &self.name, envelope.id, fence)
             .await
             .map_err(AttemptError::Store)?;
-        if !fresh {
-            let _ = tx.rollback().await;
-            return Ok(Outcome::Duplicate);
-        }
-        // The fence: only the lease's holder commits work for its partition.
-        if let Some(claim) = claim {
-            let holds = self
-                .store
-                .holds_lease(&mut *tx, &claim.scope, &self.member, claim.lease)
-                .await
-                .map_err(AttemptError::Store)?;
-            if !holds {
+        match handling {
+            Handling::Fresh => {}
+            Handling::Duplicate => {
+                let _ = tx.rollback().await;
+                return Ok(Outcome::Duplicate);
+            }
+            Handling::LeaseLost => {
                 let _ = tx.rollback().await;
                 return Err(AttemptError::LeaseLost);
             }

@@ -58,9 +58,9 @@ pub use lease::{Lease, LeaseStore};
 pub use message::Message;
 pub use partition::Partition;
 pub use store::{
-    ClaimedBatch, ConsumerLag, ConsumerStore, DeadLetter, DeadLetterFilter, Failure, FailureStore, HeldKey,
-    LagReport, LagSource, Outbox, OutboxPartitions, ParkedLag, ParkedMessage, ParkingStore, REDRIVE_HEADER,
-    Redrive, RelayStore, Skip, redrive_envelope,
+    ClaimedBatch, ConsumerLag, ConsumerStore, DeadLetter, DeadLetterFilter, Failure, FailureStore, Fence,
+    Handling, HeldKey, LagReport, LagSource, Outbox, OutboxPartitions, ParkedLag, ParkedMessage,
+    ParkingStore, REDRIVE_HEADER, Redrive, RelayStore, Skip, redrive_envelope,
 };
 pub use transport::{
     AckKind, Acker, Delivery, OutgoingMessage, Publisher, RawMessage, Subscriber, Subscription,

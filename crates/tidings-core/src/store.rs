@@ -156,6 +156,51 @@ pub trait ConsumerStore: Outbox {
         member: &str,
         lease: Lease,
     ) -> Result<bool>;
+
+    /// Opens the handling of `message_id` on the handler's transaction:
+    /// records the processed marker, then, with a `fence`, checks that the
+    /// member still holds the partition's lease ([`holds_lease`](Self::holds_lease)).
+    /// The default makes the two calls; a store that can does both in one
+    /// statement, one round trip less per message.
+    async fn begin_handling(
+        &self,
+        conn: &mut <Self::Database as Database>::Connection,
+        consumer: &str,
+        message_id: Uuid,
+        fence: Option<Fence<'_>>,
+    ) -> Result<Handling> {
+        if !self.mark_processed(&mut *conn, consumer, message_id).await? {
+            return Ok(Handling::Duplicate);
+        }
+        if let Some(f) = fence
+            && !self.holds_lease(conn, f.scope, f.member, f.lease).await?
+        {
+            return Ok(Handling::LeaseLost);
+        }
+        Ok(Handling::Fresh)
+    }
+}
+
+/// The lease a handler transaction must still hold to commit ([`ConsumerStore::begin_handling`]).
+#[derive(Debug, Clone, Copy)]
+pub struct Fence<'a> {
+    /// The lease's scope (the consumer group and topic).
+    pub scope: &'a str,
+    /// The member that must hold it.
+    pub member: &'a str,
+    /// The partition and fencing token it must still have.
+    pub lease: Lease,
+}
+
+/// How the handling of a message opened ([`ConsumerStore::begin_handling`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Handling {
+    /// Marked: the handler runs, and the marker commits with its writes.
+    Fresh,
+    /// Already processed: nothing to do.
+    Duplicate,
+    /// The member no longer holds the lease: roll back, let its new holder have it.
+    LeaseLost,
 }
 
 /// One failed attempt at handling a message.

@@ -4,7 +4,7 @@ use std::collections::HashSet;
 
 use async_trait::async_trait;
 use sqlx::{PgConnection, Postgres, Transaction};
-use tidings_core::{ConsumerStore, Error, Lease, Result, sql};
+use tidings_core::{ConsumerStore, Error, Fence, Handling, Lease, Result, sql};
 use uuid::Uuid;
 
 use crate::PgStore;
@@ -68,6 +68,52 @@ impl ConsumerStore for PgStore {
         idempotency_key: &str,
     ) -> Result<()> {
         sql::record_effect::<Postgres>(conn, consumer, message_id, effect, idempotency_key).await
+    }
+
+    async fn begin_handling(
+        &self,
+        conn: &mut PgConnection,
+        consumer: &str,
+        message_id: Uuid,
+        fence: Option<Fence<'_>>,
+    ) -> Result<Handling> {
+        let Some(fence) = fence else {
+            return Ok(
+                match sql::mark_processed::<Postgres>(conn, consumer, message_id).await? {
+                    true => Handling::Fresh,
+                    false => Handling::Duplicate,
+                },
+            );
+        };
+        // The fence check of `holds_lease` and the marker in one round trip:
+        // no marker without the lease; the lease row stays share-locked
+        // until the handler's transaction ends.
+        let (held, fresh): (bool, bool) = sqlx::query_as(
+            "WITH fence AS (
+                 SELECT 1 FROM tidings_leases
+                 WHERE scope = $3 AND partition_index = $4 AND owner = $5 AND fence = $6
+                   AND expires_at > clock_timestamp()
+                 FOR SHARE),
+             marker AS (
+                 INSERT INTO tidings_processed (consumer, message_id)
+                 SELECT $1, $2 WHERE EXISTS (SELECT 1 FROM fence)
+                 ON CONFLICT DO NOTHING RETURNING 1)
+             SELECT EXISTS (SELECT 1 FROM fence), EXISTS (SELECT 1 FROM marker)",
+        )
+        .bind(consumer)
+        .bind(message_id)
+        .bind(fence.scope)
+        .bind(fence.lease.partition as i32)
+        .bind(fence.member)
+        .bind(fence.lease.fence)
+        .fetch_one(conn)
+        .await
+        .map_err(Error::db("recording a processed marker under the lease"))?;
+        Ok(match (held, fresh) {
+            (false, _) => Handling::LeaseLost,
+            (true, false) => Handling::Duplicate,
+            (true, true) => Handling::Fresh,
+        })
     }
 
     async fn holds_lease(

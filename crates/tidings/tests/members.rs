@@ -14,7 +14,7 @@ use common::{Recorder, TOPIC, TestStore, eventually, message};
 use tidings::consumer::{Consumer, ConsumerConfig, ConsumerStats, Handler};
 use tidings::log::{LogPublisher, LogReaderConfig, LogSubscriber};
 use tidings::relay::{Relay, RelayConfig};
-use tidings::{Backoff, Lease};
+use tidings::{Backoff, Fence, Handling, Lease};
 use tokio_util::sync::CancellationToken;
 
 const WAIT: Duration = Duration::from_secs(60);
@@ -80,6 +80,50 @@ async fn leases_go_to_one_member_and_fences_grow<S: TestStore>(store: S) {
         store.acquire(s, a, &[1, 2], ttl).await.unwrap(),
         vec![lease(1, 3), lease(2, 3)]
     );
+
+    // Handling opens with the marker under the fence: refused with a stale
+    // lease, fresh once, then a duplicate.
+    let id = uuid::Uuid::now_v7();
+    let fence = |member, lease| {
+        Some(Fence {
+            scope: s,
+            member,
+            lease,
+        })
+    };
+    assert_eq!(
+        begin_handling(&store, id, fence(a, lease(1, 2))).await,
+        Handling::LeaseLost
+    );
+    assert_eq!(
+        begin_handling(&store, id, fence(b, lease(1, 3))).await,
+        Handling::LeaseLost
+    );
+    assert_eq!(
+        begin_handling(&store, id, fence(a, lease(1, 3))).await,
+        Handling::Fresh
+    );
+    assert_eq!(
+        begin_handling(&store, id, fence(a, lease(1, 3))).await,
+        Handling::Duplicate
+    );
+    assert_eq!(begin_handling(&store, id, None).await, Handling::Duplicate);
+    assert_eq!(
+        begin_handling(&store, uuid::Uuid::now_v7(), None).await,
+        Handling::Fresh
+    );
+}
+
+/// Opens the handling of `id` as the runtime does: commits if fresh, else rolls back.
+async fn begin_handling<S: TestStore>(store: &S, id: uuid::Uuid, fence: Option<Fence<'_>>) -> Handling {
+    let mut tx = store.begin().await.unwrap();
+    let handling = store.begin_handling(&mut *tx, "g", id, fence).await.unwrap();
+    if handling == Handling::Fresh {
+        tx.commit().await.unwrap();
+    } else {
+        tx.rollback().await.unwrap();
+    }
+    handling
 }
 
 fn subscriber<S: TestStore>(store: &S) -> LogSubscriber<S> {

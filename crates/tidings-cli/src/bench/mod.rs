@@ -4,11 +4,13 @@
 //! Each scenario lives in a module of its own; this one holds what they share:
 //! the bench's schema, its event, the backlog filler and the transports.
 
+mod consumer;
 mod latency;
 mod producer;
 mod relays;
 mod steady;
 
+pub(crate) use consumer::{ConsumerBench, consumer};
 pub(crate) use latency::{LatencyBench, latency};
 pub(crate) use producer::{ProducerBench, producer};
 pub(crate) use relays::{RelayBench, relays};
@@ -196,4 +198,85 @@ fn short_id() -> String {
 /// The transport a run publishes through, its broker resources named for the run.
 async fn open_transport(store: &PgStore, broker: Option<&str>, partitions: u32) -> anyhow::Result<Transport> {
     Transport::open(store, broker, partitions, &format!("bench-{}", short_id())).await
+}
+
+/// CPU time used so far, in seconds, by this process and by the services on
+/// the same machine (PostgreSQL's processes, nats-server, RabbitMQ's VM), read
+/// from `/proc`; empty where `/proc` is not there.
+#[derive(Debug, Clone, Default)]
+struct CpuSample(std::collections::BTreeMap<&'static str, f64>);
+
+/// The processes a bench accounts for: the name in `/proc/<pid>/stat`, and the label.
+const ACCOUNTED: [(&str, &str); 3] = [
+    ("postgres", "PostgreSQL"),
+    ("nats-server", "nats-server"),
+    ("beam.smp", "RabbitMQ"),
+];
+
+impl CpuSample {
+    fn take() -> CpuSample {
+        // USER_HZ: 100 on every Linux this runs on.
+        const TICK: f64 = 0.01;
+        let mut cpu = std::collections::BTreeMap::new();
+        let me = std::process::id().to_string();
+        let Ok(procs) = std::fs::read_dir("/proc") else {
+            return CpuSample(cpu);
+        };
+        for entry in procs.flatten() {
+            let name = entry.file_name();
+            let Some(pid) = name.to_str().filter(|p| p.bytes().all(|b| b.is_ascii_digit())) else {
+                continue;
+            };
+            let Ok(stat) = std::fs::read_to_string(entry.path().join("stat")) else {
+                continue;
+            };
+            // pid (comm) state ... utime stime: fields 14 and 15, counted after the comm.
+            let (Some(open), Some(close)) = (stat.find('('), stat.rfind(')')) else {
+                continue;
+            };
+            let comm = &stat[open + 1..close];
+            let label = if pid == me {
+                "tidings (this process)"
+            } else if let Some((_, label)) = ACCOUNTED.iter().find(|(c, _)| *c == comm) {
+                label
+            } else {
+                continue;
+            };
+            let fields: Vec<&str> = stat[close + 1..].split_whitespace().collect();
+            let ticks: f64 = fields
+                .get(11..13)
+                .map_or(0.0, |f| f.iter().filter_map(|v| v.parse::<f64>().ok()).sum());
+            *cpu.entry(label).or_insert(0.0) += ticks * TICK;
+        }
+        CpuSample(cpu)
+    }
+
+    /// CPU seconds per label used since `earlier`, for processes alive at both samples.
+    fn since(&self, earlier: &CpuSample) -> CpuUse {
+        CpuUse(
+            self.0
+                .iter()
+                .map(|(label, now)| {
+                    let before = earlier.0.get(label).copied().unwrap_or(0.0);
+                    ((*label).to_owned(), (now - before).max(0.0))
+                })
+                .collect(),
+        )
+    }
+}
+
+/// CPU seconds by process, over one measured run.
+#[derive(Debug, Clone, Default, Serialize)]
+pub(crate) struct CpuUse(pub(crate) std::collections::BTreeMap<String, f64>);
+
+impl CpuUse {
+    /// Microseconds of CPU per event, by process, as one line.
+    fn per_event(&self, events: usize) -> String {
+        self.0
+            .iter()
+            .filter(|(_, s)| **s > 0.0)
+            .map(|(label, s)| format!("{label} {:.0}", s * 1e6 / events.max(1) as f64))
+            .collect::<Vec<_>>()
+            .join(" · ")
+    }
 }
