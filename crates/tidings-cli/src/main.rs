@@ -52,27 +52,20 @@ struct DatabaseArg {
 
 #[derive(Debug, Subcommand)]
 enum Bench {
+    /// Every scenario below, one after the other, over the database log and
+    /// each `--broker` given; the figures, their raw limits and ratios.
+    All {
+        #[command(flatten)]
+        bench: bench::AllBench,
+        /// Print the figures as one JSON object on stdout.
+        #[arg(long)]
+        json: bool,
+    },
     /// Relay throughput with 1, 2, 4... instances sharing the outbox's
-    /// partitions, beside the SQL-only drain and the publish-only rate.
+    /// partitions, beside the SQL-only drain and the brokers' raw publish.
     Relays {
-        /// PostgreSQL (the bench works in a schema of its own, dropped at the end).
-        #[arg(long, env = "TIDINGS_DATABASE_URL")]
-        database: String,
-        /// `nats://...` or `amqp://...`; the database log when left out.
-        #[arg(long, env = "TIDINGS_BROKER_URL")]
-        broker: Option<String>,
-        /// Events in each backlog.
-        #[arg(long, default_value_t = 50_000)]
-        events: usize,
-        /// Relay instances to compare, comma-separated.
-        #[arg(long, value_delimiter = ',', default_value = "1,2,4")]
-        instances: Vec<usize>,
-        /// Outbox partitions.
-        #[arg(long, default_value_t = 8, value_parser = clap::value_parser!(u32).range(1..=256))]
-        partitions: u32,
-        /// Records per relay batch.
-        #[arg(long, default_value_t = 500)]
-        batch_size: usize,
+        #[command(flatten)]
+        bench: bench::RelayBench,
         /// Print the figures as one JSON object on stdout.
         #[arg(long)]
         json: bool,
@@ -80,36 +73,16 @@ enum Bench {
     /// What the outbox costs a producer: business-only transactions/s, beside
     /// business + an outbox insert written by hand, beside business + `enqueue`.
     Producer {
-        /// PostgreSQL (the bench works in a schema of its own, dropped at the end).
-        #[arg(long, env = "TIDINGS_DATABASE_URL")]
-        database: String,
-        /// Connections writing at once.
-        #[arg(long, default_value_t = 16)]
-        connections: usize,
-        /// Seconds per variant (run in three alternating rounds).
-        #[arg(long, default_value_t = 15.0)]
-        seconds: f64,
+        #[command(flatten)]
+        bench: bench::ProducerBench,
         /// Print the figures as one JSON object on stdout.
         #[arg(long)]
         json: bool,
     },
     /// Commit-to-handler latency at fixed rates, with wake-ups and with polling.
     Latency {
-        /// PostgreSQL (the bench works in a schema of its own, dropped at the end).
-        #[arg(long, env = "TIDINGS_DATABASE_URL")]
-        database: String,
-        /// `nats://...` or `amqp://...`; the database log when left out.
-        #[arg(long, env = "TIDINGS_BROKER_URL")]
-        broker: Option<String>,
-        /// Events per second, comma-separated.
-        #[arg(long, value_delimiter = ',', default_value = "500,2000")]
-        rates: Vec<u32>,
-        /// Seconds per run.
-        #[arg(long, default_value_t = 10.0)]
-        seconds: f64,
-        /// Milliseconds between polls in the polling mode.
-        #[arg(long, default_value_t = 100)]
-        poll_ms: u64,
+        #[command(flatten)]
+        bench: bench::LatencyBench,
         /// Print the figures as one JSON object on stdout.
         #[arg(long)]
         json: bool,
@@ -128,24 +101,8 @@ enum Bench {
     /// producers alone, the largest backlog, and how soon the outbox is
     /// empty once producers stop.
     Steady {
-        /// PostgreSQL (the bench works in a schema of its own, dropped at the end).
-        #[arg(long, env = "TIDINGS_DATABASE_URL")]
-        database: String,
-        /// `nats://...` or `amqp://...`; the database log when left out.
-        #[arg(long, env = "TIDINGS_BROKER_URL")]
-        broker: Option<String>,
-        /// Producer connections.
-        #[arg(long, default_value_t = 16)]
-        connections: usize,
-        /// Seconds the producers run with the relays (and half that alone, first).
-        #[arg(long, default_value_t = 20.0)]
-        seconds: f64,
-        /// Relays.
-        #[arg(long, default_value_t = 1)]
-        relays: usize,
-        /// Outbox partitions.
-        #[arg(long, default_value_t = 8, value_parser = clap::value_parser!(u32).range(1..=256))]
-        partitions: u32,
+        #[command(flatten)]
+        bench: bench::SteadyBench,
         /// Print the figures as one JSON object on stdout.
         #[arg(long)]
         json: bool,
@@ -227,15 +184,6 @@ fn shutdown_on_signal() -> anyhow::Result<CancellationToken> {
         cancel.cancel();
     });
     Ok(token)
-}
-
-/// The benches measure PostgreSQL: refuse anything else with one line.
-fn ensure_postgres(database: &str, bench: &str) -> anyhow::Result<()> {
-    anyhow::ensure!(
-        database.starts_with("postgres:") || database.starts_with("postgresql:"),
-        "the {bench} bench needs PostgreSQL (--database postgres://...)"
-    );
-    Ok(())
 }
 
 /// Prints a bench's figures, as text or as one JSON object.
@@ -326,108 +274,28 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
                 ExitCode::FAILURE
             })
         }
-        Command::Bench(Bench::Relays {
-            database,
-            broker,
-            events,
-            instances,
-            partitions,
-            batch_size,
-            json,
-        }) => {
-            ensure_postgres(&database, "relay")?;
-            anyhow::ensure!(
-                events > 0 && batch_size > 0,
-                "--events and --batch-size must be positive"
-            );
-            anyhow::ensure!(
-                !instances.is_empty() && !instances.contains(&0),
-                "--instances needs counts of at least 1"
-            );
-            let scaling = bench::relays(bench::RelayBench {
-                database,
-                broker,
-                events,
-                instances,
-                partitions,
-                batch_size,
-            })
-            .await?;
-            print_figures(json, &scaling)
+        Command::Bench(Bench::All { bench, json }) => {
+            bench.check()?;
+            print_figures(json, &bench::all(bench).await?)
         }
-        Command::Bench(Bench::Producer {
-            database,
-            connections,
-            seconds,
-            json,
-        }) => {
-            ensure_postgres(&database, "producer")?;
-            anyhow::ensure!(
-                connections > 0 && seconds > 0.0,
-                "--connections and --seconds must be positive"
-            );
-            let tax = bench::producer(bench::ProducerBench {
-                database,
-                connections,
-                seconds,
-            })
-            .await?;
-            print_figures(json, &tax)
+        Command::Bench(Bench::Relays { bench, json }) => {
+            bench.check()?;
+            print_figures(json, &bench::relays(bench).await?)
         }
-        Command::Bench(Bench::Steady {
-            database,
-            broker,
-            connections,
-            seconds,
-            relays,
-            partitions,
-            json,
-        }) => {
-            ensure_postgres(&database, "steady-state")?;
-            anyhow::ensure!(
-                connections > 0 && seconds > 0.0 && relays > 0,
-                "--connections, --seconds and --relays must be positive"
-            );
-            let state = bench::steady(bench::SteadyBench {
-                database,
-                broker,
-                connections,
-                seconds,
-                relays,
-                partitions,
-            })
-            .await?;
-            print_figures(json, &state)
+        Command::Bench(Bench::Producer { bench, json }) => {
+            bench.check()?;
+            print_figures(json, &bench::producer(bench).await?)
         }
-        Command::Bench(Bench::Latency {
-            database,
-            broker,
-            rates,
-            seconds,
-            poll_ms,
-            json,
-        }) => {
-            ensure_postgres(&database, "latency")?;
-            anyhow::ensure!(
-                !rates.is_empty() && !rates.contains(&0) && seconds > 0.0 && poll_ms > 0,
-                "--rates, --seconds and --poll-ms must be positive"
-            );
-            let latencies = bench::latency(bench::LatencyBench {
-                database,
-                broker,
-                rates,
-                seconds,
-                poll_interval: Duration::from_millis(poll_ms),
-            })
-            .await?;
-            print_figures(json, &latencies)
+        Command::Bench(Bench::Steady { bench, json }) => {
+            bench.check()?;
+            print_figures(json, &bench::steady(bench).await?)
+        }
+        Command::Bench(Bench::Latency { bench, json }) => {
+            bench.check()?;
+            print_figures(json, &bench::latency(bench).await?)
         }
         Command::Bench(Bench::Consumer { bench, json }) => {
-            ensure_postgres(&bench.database, "consumer")?;
-            anyhow::ensure!(
-                bench.events > 0 && bench.lanes > 0 && bench.batch > 0,
-                "--events, --lanes and --batch must be positive"
-            );
+            bench.check()?;
             print_figures(json, &bench::consumer(bench).await?)
         }
         Command::Migrate(db) => {

@@ -54,6 +54,12 @@ fn assert_figures(v: &Value) {
         [1, 2]
     );
     assert!(relays.iter().all(|d| rate(d) > 0.0), "{v:#}");
+    let memory = v["relay_memory"].as_array().unwrap();
+    assert_eq!(memory.len(), 2, "{v:#}");
+    for m in memory {
+        let (before, peak) = (m["before_mib"].as_f64().unwrap(), m["peak_mib"].as_f64().unwrap());
+        assert!(0.0 < before && before <= peak, "{v:#}");
+    }
 }
 
 #[test]
@@ -61,6 +67,7 @@ fn relay_bench_runs_over_the_database_log() {
     let v = bench_relays(None);
     assert_eq!(v["transport"], "the database log");
     assert_figures(&v);
+    assert!(v["raw_publish"].is_null(), "no broker, no broker limit: {v:#}");
 }
 
 #[test]
@@ -71,6 +78,7 @@ fn relay_bench_runs_over_nats() {
         "{v:#}"
     );
     assert_figures(&v);
+    assert!(v["raw_publish"]["per_second"].as_f64().unwrap() > 0.0, "{v:#}");
 }
 
 #[test]
@@ -187,4 +195,57 @@ fn relay_bench_refuses_sqlite_with_one_clear_line() {
         stderr.trim(),
         "error: the relay bench needs PostgreSQL (--database postgres://...)"
     );
+}
+
+#[test]
+fn bench_all_runs_every_scenario_and_plots_the_latencies() {
+    let plot = std::env::temp_dir().join(format!("tidings-latency-{}.svg", std::process::id()));
+    let out = Command::new(env!("CARGO_BIN_EXE_tidings"))
+        .env("RUST_LOG", "error")
+        .args(["bench", "all", "--quick", "--json", "--database", &postgres_url()])
+        .arg("--plot")
+        .arg(&plot)
+        .output()
+        .expect("running tidings bench all");
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let v: Value = serde_json::from_slice(&out.stdout).expect("the figures as JSON");
+    assert!(
+        v["producer"]["tidings"]["per_second"].as_f64().unwrap() > 0.0,
+        "{v:#}"
+    );
+    let transports = v["transports"].as_array().unwrap();
+    assert_eq!(transports.len(), 1, "the database log only: {v:#}");
+    let log = &transports[0];
+    for scenario in ["relays", "steady", "latency", "consumer"] {
+        assert_eq!(
+            log[scenario]["transport"], "the database log",
+            "{scenario}: {v:#}"
+        );
+    }
+    let runs = log["latency"]["runs"].as_array().unwrap();
+    for r in runs {
+        let distribution = r["distribution_ms"].as_array().unwrap();
+        assert_eq!(distribution.len(), 102, "{v:#}");
+        let ms: Vec<f64> = distribution.iter().map(|p| p[1].as_f64().unwrap()).collect();
+        assert!(
+            ms.windows(2).all(|w| w[0] <= w[1]),
+            "a distribution only grows: {ms:?}"
+        );
+    }
+    let svg = std::fs::read_to_string(&plot).expect("the plot is written");
+    std::fs::remove_file(&plot).unwrap();
+    assert_eq!(svg.matches("<polyline").count(), runs.len(), "one curve per run");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    for step in [
+        "producer tax",
+        "relay drain",
+        "steady state",
+        "latency",
+        "consumer cost",
+    ] {
+        assert!(
+            stderr.contains(&format!("bench: {step}")),
+            "no progress for {step}: {stderr}"
+        );
+    }
 }

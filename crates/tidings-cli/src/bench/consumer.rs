@@ -39,6 +39,18 @@ pub(crate) struct ConsumerBench {
     pub(crate) batch: usize,
 }
 
+impl ConsumerBench {
+    /// Refuses what cannot run, with one line.
+    pub(crate) fn check(&self) -> anyhow::Result<()> {
+        super::ensure_postgres(&self.database, "consumer")?;
+        anyhow::ensure!(
+            self.events > 0 && self.lanes > 0 && self.batch > 0,
+            "--events, --lanes and --batch must be positive"
+        );
+        Ok(())
+    }
+}
+
 /// One variant's run.
 #[derive(Debug, Clone, Serialize)]
 pub(crate) struct ConsumerRun {

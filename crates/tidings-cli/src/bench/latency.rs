@@ -16,18 +16,42 @@ use tokio_util::sync::CancellationToken;
 use super::{BenchEvent, Schema, open_transport, short_id};
 
 /// What the latency scenario runs.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, clap::Args)]
 pub(crate) struct LatencyBench {
-    /// PostgreSQL (a schema of the bench's own).
+    /// PostgreSQL (the bench works in a schema of its own, dropped at the end).
+    #[arg(long, env = "TIDINGS_DATABASE_URL")]
     pub(crate) database: String,
-    /// The transport URL; the database log when `None`.
+    /// `nats://...` or `amqp://...`; the database log when left out.
+    #[arg(long, env = "TIDINGS_BROKER_URL")]
     pub(crate) broker: Option<String>,
-    /// Events per second.
+    /// Events per second, comma-separated.
+    #[arg(long, value_delimiter = ',', default_value = "500,2000")]
     pub(crate) rates: Vec<u32>,
     /// Seconds per run.
+    #[arg(long, default_value_t = 10.0)]
     pub(crate) seconds: f64,
-    /// The polling interval of the polling mode.
-    pub(crate) poll_interval: Duration,
+    /// Milliseconds between polls in the polling mode.
+    #[arg(long, default_value_t = 100)]
+    pub(crate) poll_ms: u64,
+    /// Also write the latency distributions as an SVG plot to this file.
+    #[arg(long)]
+    pub(crate) plot: Option<std::path::PathBuf>,
+}
+
+impl LatencyBench {
+    /// Refuses what cannot run, with one line.
+    pub(crate) fn check(&self) -> anyhow::Result<()> {
+        super::ensure_postgres(&self.database, "latency")?;
+        anyhow::ensure!(
+            !self.rates.is_empty() && !self.rates.contains(&0) && self.seconds > 0.0 && self.poll_ms > 0,
+            "--rates, --seconds and --poll-ms must be positive"
+        );
+        Ok(())
+    }
+
+    fn poll_interval(&self) -> Duration {
+        Duration::from_millis(self.poll_ms)
+    }
 }
 
 /// Commit-to-handler latency of one run.
@@ -54,6 +78,9 @@ pub(crate) struct Latency {
     /// Of which the transport's, from the confirmation until the message
     /// comes off the subscription: p50, p99 (ms).
     pub(crate) transport_p50_p99_ms: (f64, f64),
+    /// The distribution: (share of events, latency in ms) at every percent,
+    /// then 99.9% and the largest.
+    pub(crate) distribution_ms: Vec<(f64, f64)>,
 }
 
 /// Latencies by mode and rate.
@@ -164,7 +191,11 @@ pub(crate) async fn latency(bench: LatencyBench) -> anyhow::Result<Latencies> {
     let schema = Schema::create(&bench.database).await?;
     let result = latency_in(&schema.store, &bench).await;
     schema.drop().await;
-    result
+    let latencies = result?;
+    if let Some(path) = &bench.plot {
+        std::fs::write(path, super::plot::latency_svg(&[&latencies]))?;
+    }
+    Ok(latencies)
 }
 
 async fn latency_in(store: &PgStore, bench: &LatencyBench) -> anyhow::Result<Latencies> {
@@ -179,7 +210,7 @@ async fn latency_in(store: &PgStore, bench: &LatencyBench) -> anyhow::Result<Lat
     }
     Ok(Latencies {
         transport: label,
-        poll_interval_ms: bench.poll_interval.as_secs_f64() * 1000.0,
+        poll_interval_ms: bench.poll_interval().as_secs_f64() * 1000.0,
         runs,
     })
 }
@@ -195,7 +226,7 @@ async fn latency_run(
     let idle = if waking {
         Duration::from_secs(1)
     } else {
-        bench.poll_interval
+        bench.poll_interval()
     };
     let topic = format!("bench.latency.{}", short_id());
     let transport = open_transport(store, bench.broker.as_deref(), 1).await?;
@@ -301,6 +332,11 @@ async fn latency_run(
         relay_p50_p99_ms: (percentile(&relaying, 0.50), percentile(&relaying, 0.99)),
         delivery_p50_p99_ms: (percentile(&delivering, 0.50), percentile(&delivering, 0.99)),
         transport_p50_p99_ms: (percentile(&transporting, 0.50), percentile(&transporting, 0.99)),
+        distribution_ms: (0..100)
+            .map(|p| f64::from(p) / 100.0)
+            .chain([0.999, 1.0])
+            .map(|q| (q, percentile(&ms, q)))
+            .collect(),
     };
     Ok((run, transport.label.clone()))
 }

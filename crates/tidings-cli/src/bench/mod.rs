@@ -4,17 +4,21 @@
 //! Each scenario lives in a module of its own; this one holds what they share:
 //! the bench's schema, its event, the backlog filler and the transports.
 
+mod all;
 mod consumer;
 mod latency;
+mod plot;
 mod producer;
+mod raw;
 mod relays;
 mod steady;
 
-pub(crate) use consumer::{ConsumerBench, consumer};
-pub(crate) use latency::{LatencyBench, latency};
-pub(crate) use producer::{ProducerBench, producer};
-pub(crate) use relays::{RelayBench, relays};
-pub(crate) use steady::{SteadyBench, steady};
+pub(crate) use all::{AllBench, all};
+pub(crate) use consumer::{ConsumerBench, ConsumerCost, consumer};
+pub(crate) use latency::{Latencies, LatencyBench, latency};
+pub(crate) use producer::{ProducerBench, ProducerTax, producer};
+pub(crate) use relays::{RelayBench, RelayScaling, relays};
+pub(crate) use steady::{SteadyBench, SteadyState, steady};
 
 use std::str::FromStr;
 use std::sync::Arc;
@@ -279,4 +283,47 @@ impl CpuUse {
             .collect::<Vec<_>>()
             .join(" · ")
     }
+}
+
+/// Resident memory of this process, from `/proc/self/status`.
+#[derive(Debug, Clone, Copy, Serialize)]
+pub(crate) struct Memory {
+    /// Resident when the measured part started, MiB.
+    pub(crate) before_mib: f64,
+    /// The largest resident size while it ran, MiB.
+    pub(crate) peak_mib: f64,
+}
+
+impl Memory {
+    /// Starts measuring: the kernel's peak is reset to the current size
+    /// (`/proc/self/clear_refs`); `None` where that is not available.
+    fn start() -> Option<f64> {
+        std::fs::write("/proc/self/clear_refs", "5").ok()?;
+        status_mib("VmRSS")
+    }
+
+    /// The peak since [`Memory::start`].
+    fn since(before_mib: Option<f64>) -> Option<Memory> {
+        Some(Memory {
+            before_mib: before_mib?,
+            peak_mib: status_mib("VmHWM")?,
+        })
+    }
+}
+
+/// A `kB` field of `/proc/self/status`, in MiB.
+fn status_mib(field: &str) -> Option<f64> {
+    let status = std::fs::read_to_string("/proc/self/status").ok()?;
+    let line = status.lines().find(|l| l.starts_with(field))?;
+    let kib: f64 = line.split_whitespace().nth(1)?.parse().ok()?;
+    Some(kib / 1024.0)
+}
+
+/// The benches measure PostgreSQL: refuse anything else with one line.
+fn ensure_postgres(database: &str, bench: &str) -> anyhow::Result<()> {
+    anyhow::ensure!(
+        database.starts_with("postgres:") || database.starts_with("postgresql:"),
+        "the {bench} bench needs PostgreSQL (--database postgres://...)"
+    );
+    Ok(())
 }

@@ -11,14 +11,29 @@ use tokio::task::JoinSet;
 use super::{BenchEvent, Schema, create_orders};
 
 /// What the producer-tax scenario runs.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, clap::Args)]
 pub(crate) struct ProducerBench {
-    /// PostgreSQL (a schema of the bench's own).
+    /// PostgreSQL (the bench works in a schema of its own, dropped at the end).
+    #[arg(long, env = "TIDINGS_DATABASE_URL")]
     pub(crate) database: String,
-    /// Concurrent producer connections.
+    /// Connections writing at once.
+    #[arg(long, default_value_t = 16)]
     pub(crate) connections: usize,
-    /// Seconds per variant, split into rounds that alternate the variants.
+    /// Seconds per variant (run in three alternating rounds).
+    #[arg(long, default_value_t = 15.0)]
     pub(crate) seconds: f64,
+}
+
+impl ProducerBench {
+    /// Refuses what cannot run, with one line.
+    pub(crate) fn check(&self) -> anyhow::Result<()> {
+        super::ensure_postgres(&self.database, "producer")?;
+        anyhow::ensure!(
+            self.connections > 0 && self.seconds > 0.0,
+            "--connections and --seconds must be positive"
+        );
+        Ok(())
+    }
 }
 
 /// Committed transactions per second of one way of writing.

@@ -9,23 +9,47 @@ use tidings_store_postgres::PgStore;
 use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 
-use super::{BenchEvent, Drain, Schema, drain, event, fill, open_transport, relay_config, start_relays};
+use super::{
+    BenchEvent, Drain, Memory, Schema, drain, event, fill, open_transport, raw, relay_config, start_relays,
+};
 
 /// What the relay-scaling scenario runs.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, clap::Args)]
 pub(crate) struct RelayBench {
     /// PostgreSQL (the bench works in a schema of its own, dropped at the end).
+    #[arg(long, env = "TIDINGS_DATABASE_URL")]
     pub(crate) database: String,
-    /// The transport URL; the database log when `None`.
+    /// `nats://...` or `amqp://...`; the database log when left out.
+    #[arg(long, env = "TIDINGS_BROKER_URL")]
     pub(crate) broker: Option<String>,
     /// Events in each backlog.
+    #[arg(long, default_value_t = 200_000)]
     pub(crate) events: usize,
-    /// Relay instances to compare, each count draining its own backlog.
+    /// Relay instances to compare, each count draining its own backlog; comma-separated.
+    #[arg(long, value_delimiter = ',', default_value = "1,2,4")]
     pub(crate) instances: Vec<usize>,
     /// Outbox partitions.
+    #[arg(long, default_value_t = 8, value_parser = clap::value_parser!(u32).range(1..=256))]
     pub(crate) partitions: u32,
     /// Records per relay batch.
+    #[arg(long, default_value_t = 500)]
     pub(crate) batch_size: usize,
+}
+
+impl RelayBench {
+    /// Refuses what cannot run, with one line.
+    pub(crate) fn check(&self) -> anyhow::Result<()> {
+        super::ensure_postgres(&self.database, "relay")?;
+        anyhow::ensure!(
+            self.events > 0 && self.batch_size > 0,
+            "--events and --batch-size must be positive"
+        );
+        anyhow::ensure!(
+            !self.instances.is_empty() && !self.instances.contains(&0),
+            "--instances needs counts of at least 1"
+        );
+        Ok(())
+    }
 }
 
 /// Relay throughput by number of instances, beside the raw limits.
@@ -43,11 +67,18 @@ pub(crate) struct RelayScaling {
     /// SKIP LOCKED ... RETURNING`, one transaction per batch) in batches,
     /// publishing nothing, by connections.
     pub(crate) sql_drain: Vec<Drain>,
-    /// Raw limit of the transport: the same batches published and confirmed
-    /// one after another, without the outbox.
+    /// The same batches published through the transport adapter and
+    /// confirmed one after another, without the outbox.
     pub(crate) publish_only: Drain,
+    /// Raw limit of the broker: its own client publishing the same events
+    /// with confirmations, up to 500 in flight, no Tidings code (none for
+    /// the database log).
+    pub(crate) raw_publish: Option<Drain>,
     /// The relays, by instances.
     pub(crate) relays: Vec<Drain>,
+    /// Resident memory of the process running the relays, during each drain
+    /// (the relays and this bench's own few MiB), by instances.
+    pub(crate) relay_memory: Vec<Option<Memory>>,
 }
 
 /// The database's limit: claim-and-delete in batches, publishing nothing.
@@ -123,10 +154,14 @@ async fn relays_in(store: &PgStore, bench: &RelayBench) -> anyhow::Result<RelayS
         transport.publisher.publish(batch).await?;
     }
     let publish_only = drain(1, n, started);
+    drop(batches);
+    let raw_publish = raw::publish(bench.broker.as_deref(), n).await?;
 
     let mut relays = Vec::new();
+    let mut relay_memory = Vec::new();
     for &instances in &bench.instances {
         fill(store, n).await?;
+        let memory = Memory::start();
         let stop = CancellationToken::new();
         let started = Instant::now();
         let config = relay_config(bench.partitions)
@@ -147,6 +182,7 @@ async fn relays_in(store: &PgStore, bench: &RelayBench) -> anyhow::Result<RelayS
             tokio::time::sleep(Duration::from_millis(10)).await;
         }
         relays.push(drain(instances, n, started));
+        relay_memory.push(Memory::since(memory));
         let pending = store.lag().await?.outbox_pending;
         anyhow::ensure!(
             pending == 0,
@@ -165,7 +201,9 @@ async fn relays_in(store: &PgStore, bench: &RelayBench) -> anyhow::Result<RelayS
         batch_size: bench.batch_size,
         sql_drain: sql,
         publish_only,
+        raw_publish,
         relays,
+        relay_memory,
     })
 }
 
@@ -183,24 +221,42 @@ impl fmt::Display for RelayScaling {
                 d.instances, d.per_second
             )?;
         }
+        if let Some(raw) = &self.raw_publish {
+            writeln!(
+                f,
+                "  raw limit: the broker's client, 500 in flight       {:>9.0} events/s",
+                raw.per_second
+            )?;
+        }
         writeln!(
             f,
-            "  raw limit: publish only, confirmed batches          {:>9.0} events/s",
+            "  publish only: the adapter, confirmed batches        {:>9.0} events/s",
             self.publish_only.per_second
         )?;
         let best_sql = self.sql_drain.iter().map(|d| d.per_second).fold(0.0, f64::max);
         let one = self.relays.first().map_or(0.0, |d| d.per_second);
-        for d in &self.relays {
+        for (d, memory) in self.relays.iter().zip(&self.relay_memory) {
+            let raw = self.raw_publish.as_ref().map_or(String::new(), |r| {
+                format!(
+                    " · {:.2} of the raw publish",
+                    d.per_second / r.per_second.max(1e-9)
+                )
+            });
+            let memory = memory.map_or(String::new(), |m| {
+                format!(" · peak RSS {:.1} MiB (from {:.1})", m.peak_mib, m.before_mib)
+            });
             writeln!(
                 f,
-                "  {} relay(s)                                        {:>9.0} events/s  ({:.2}x one relay · {:.2} of the SQL drain · {:.2} of publish-only)",
+                "  {} relay(s)                                        {:>9.0} events/s  ({:.2}x one relay · {:.2} of the SQL drain{raw}{memory})",
                 d.instances,
                 d.per_second,
                 d.per_second / one.max(1e-9),
                 d.per_second / best_sql.max(1e-9),
-                d.per_second / self.publish_only.per_second.max(1e-9),
             )?;
         }
-        Ok(())
+        writeln!(
+            f,
+            "  targets: NATS at least 50 000 events/s and 0.8 of the SQL drain; RabbitMQ at least 10 000 events/s and 0.8 of the raw publish; peak RSS under 64 MiB"
+        )
     }
 }

@@ -12,20 +12,38 @@ use super::producer::{Write, write_for};
 use super::{BenchEvent, Schema, create_orders, open_transport, relay_config, start_relays};
 
 /// What the steady-state scenario runs.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, clap::Args)]
 pub(crate) struct SteadyBench {
-    /// PostgreSQL (a schema of the bench's own).
+    /// PostgreSQL (the bench works in a schema of its own, dropped at the end).
+    #[arg(long, env = "TIDINGS_DATABASE_URL")]
     pub(crate) database: String,
-    /// The transport URL; the database log when `None`.
+    /// `nats://...` or `amqp://...`; the database log when left out.
+    #[arg(long, env = "TIDINGS_BROKER_URL")]
     pub(crate) broker: Option<String>,
     /// Producer connections.
+    #[arg(long, default_value_t = 16)]
     pub(crate) connections: usize,
-    /// Seconds the producers run with the relays.
+    /// Seconds the producers run with the relays (and half that alone, first).
+    #[arg(long, default_value_t = 20.0)]
     pub(crate) seconds: f64,
     /// Relays.
+    #[arg(long, default_value_t = 1)]
     pub(crate) relays: usize,
     /// Outbox partitions.
+    #[arg(long, default_value_t = 8, value_parser = clap::value_parser!(u32).range(1..=256))]
     pub(crate) partitions: u32,
+}
+
+impl SteadyBench {
+    /// Refuses what cannot run, with one line.
+    pub(crate) fn check(&self) -> anyhow::Result<()> {
+        super::ensure_postgres(&self.database, "steady-state")?;
+        anyhow::ensure!(
+            self.connections > 0 && self.seconds > 0.0 && self.relays > 0,
+            "--connections, --seconds and --relays must be positive"
+        );
+        Ok(())
+    }
 }
 
 /// Producers at full speed with the relays running: does the relay keep up?

@@ -1,0 +1,148 @@
+//! `tidings bench all`: every scenario, over the database log and each broker given.
+
+use std::fmt;
+
+use serde::Serialize;
+
+use super::{
+    ConsumerBench, ConsumerCost, Latencies, LatencyBench, ProducerBench, ProducerTax, RelayBench,
+    RelayScaling, SteadyBench, SteadyState, consumer, latency, producer, relays, steady,
+};
+
+/// What `tidings bench all` runs.
+#[derive(Debug, Clone, clap::Args)]
+pub(crate) struct AllBench {
+    /// PostgreSQL (the bench works in schemas of its own, dropped at the end).
+    #[arg(long, env = "TIDINGS_DATABASE_URL")]
+    pub(crate) database: String,
+    /// A broker to run the transport scenarios over, besides the database
+    /// log: `nats://...` or `amqp://...`; repeat for several.
+    #[arg(long)]
+    pub(crate) broker: Vec<String>,
+    /// Every scenario at a tiny size, in seconds: checks that all of them
+    /// run, measures nothing worth reading.
+    #[arg(long)]
+    pub(crate) quick: bool,
+    /// Also write the latency distributions as an SVG plot to this file.
+    #[arg(long)]
+    pub(crate) plot: Option<std::path::PathBuf>,
+}
+
+impl AllBench {
+    /// Refuses what cannot run, with one line.
+    pub(crate) fn check(&self) -> anyhow::Result<()> {
+        super::ensure_postgres(&self.database, "all")
+    }
+}
+
+/// The figures of one transport.
+#[derive(Debug, Clone, Serialize)]
+pub(crate) struct TransportFigures {
+    /// Relay drain and scaling, with the raw limits and the relay's memory.
+    pub(crate) relays: RelayScaling,
+    /// Steady state.
+    pub(crate) steady: SteadyState,
+    /// Commit-to-handler latency.
+    pub(crate) latency: Latencies,
+    /// The consumer's cost of idempotency.
+    pub(crate) consumer: ConsumerCost,
+}
+
+/// Every scenario's figures.
+#[derive(Debug, Clone, Serialize)]
+pub(crate) struct AllFigures {
+    /// The producer tax (the transport plays no part in it).
+    pub(crate) producer: ProducerTax,
+    /// The transport scenarios, the database log first.
+    pub(crate) transports: Vec<TransportFigures>,
+}
+
+/// Runs every scenario, reporting progress on stderr.
+pub(crate) async fn all(bench: AllBench) -> anyhow::Result<AllFigures> {
+    let quick = bench.quick;
+    let database = bench.database.clone();
+    eprintln!("bench: producer tax");
+    let producer = producer(ProducerBench {
+        database: database.clone(),
+        connections: if quick { 2 } else { 16 },
+        seconds: if quick { 0.6 } else { 15.0 },
+    })
+    .await?;
+    let mut transports = Vec::new();
+    for broker in std::iter::once(None).chain(bench.broker.iter().map(|b| Some(b.clone()))) {
+        let over = broker.as_deref().map_or("the database log".to_owned(), redact);
+        eprintln!("bench: relay drain over {over}");
+        let relays = relays(RelayBench {
+            database: database.clone(),
+            broker: broker.clone(),
+            events: if quick { 1500 } else { 200_000 },
+            instances: if quick { vec![1] } else { vec![1, 2, 4] },
+            partitions: 8,
+            batch_size: 500,
+        })
+        .await?;
+        eprintln!("bench: steady state over {over}");
+        let steady = steady(SteadyBench {
+            database: database.clone(),
+            broker: broker.clone(),
+            connections: if quick { 2 } else { 16 },
+            seconds: if quick { 1.0 } else { 20.0 },
+            relays: 1,
+            partitions: 8,
+        })
+        .await?;
+        eprintln!("bench: latency over {over}");
+        let latency = latency(LatencyBench {
+            database: database.clone(),
+            broker: broker.clone(),
+            rates: if quick { vec![50] } else { vec![500, 2000] },
+            seconds: if quick { 1.0 } else { 10.0 },
+            poll_ms: 100,
+            plot: None,
+        })
+        .await?;
+        eprintln!("bench: consumer cost over {over}");
+        let consumer = consumer(ConsumerBench {
+            database: database.clone(),
+            broker: broker.clone(),
+            events: if quick { 600 } else { 50_000 },
+            lanes: 16,
+            batch: 64,
+        })
+        .await?;
+        transports.push(TransportFigures {
+            relays,
+            steady,
+            latency,
+            consumer,
+        });
+    }
+    let figures = AllFigures { producer, transports };
+    if let Some(path) = &bench.plot {
+        let runs: Vec<_> = figures.transports.iter().map(|t| &t.latency).collect();
+        std::fs::write(path, super::plot::latency_svg(&runs))?;
+        eprintln!("bench: latency plot written to {}", path.display());
+    }
+    Ok(figures)
+}
+
+/// A URL without its credentials.
+fn redact(url: &str) -> String {
+    match (url.find("://"), url.rfind('@')) {
+        (Some(scheme), Some(at)) if at > scheme => format!("{}://{}", &url[..scheme], &url[at + 1..]),
+        _ => url.to_owned(),
+    }
+}
+
+impl fmt::Display for AllFigures {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        writeln!(f, "{}", self.producer)?;
+        for t in &self.transports {
+            writeln!(f, "{}", t.relays)?;
+            writeln!(f, "{}", t.steady)?;
+            writeln!(f, "{}", t.latency)?;
+            writeln!(f, "{}", t.consumer)?;
+        }
+        Ok(())
+    }
+}
