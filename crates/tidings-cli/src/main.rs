@@ -97,6 +97,12 @@ enum Bench {
         #[arg(long)]
         json: bool,
     },
+    /// One relay draining a bench's backlog in a process of its own (run by `bench relays`).
+    #[command(hide = true)]
+    RelayProcess {
+        #[command(flatten)]
+        bench: bench::RelayChild,
+    },
     /// Producers at full speed with relays running: producer rate beside
     /// producers alone, the largest backlog, and how soon the outbox is
     /// empty once producers stop.
@@ -282,6 +288,10 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             bench.check()?;
             print_figures(json, &bench::relays(bench).await?)
         }
+        Command::Bench(Bench::RelayProcess { bench }) => {
+            println!("{}", serde_json::to_string(&bench.run().await?)?);
+            Ok(ExitCode::SUCCESS)
+        }
         Command::Bench(Bench::Producer { bench, json }) => {
             bench.check()?;
             print_figures(json, &bench::producer(bench).await?)
@@ -360,5 +370,15 @@ async fn open(url: &str) -> anyhow::Result<Store> {
                 .await
                 .with_context(|| format!("opening SQLite database {url}"))?,
         ))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use clap::CommandFactory;
+
+    #[test]
+    fn the_command_line_is_well_formed() {
+        super::Cli::command().debug_assert();
     }
 }

@@ -17,7 +17,7 @@ pub(crate) use all::{AllBench, all};
 pub(crate) use consumer::{ConsumerBench, ConsumerCost, consumer};
 pub(crate) use latency::{Latencies, LatencyBench, latency};
 pub(crate) use producer::{ProducerBench, ProducerTax, producer};
-pub(crate) use relays::{RelayBench, RelayScaling, relays};
+pub(crate) use relays::{RelayBench, RelayChild, RelayScaling, relays};
 pub(crate) use steady::{SteadyBench, SteadyState, steady};
 
 use std::str::FromStr;
@@ -285,34 +285,8 @@ impl CpuUse {
     }
 }
 
-/// Resident memory of this process, from `/proc/self/status`.
-#[derive(Debug, Clone, Copy, Serialize)]
-pub(crate) struct Memory {
-    /// Resident when the measured part started, MiB.
-    pub(crate) before_mib: f64,
-    /// The largest resident size while it ran, MiB.
-    pub(crate) peak_mib: f64,
-}
-
-impl Memory {
-    /// Starts measuring: the kernel's peak is reset to the current size
-    /// (`/proc/self/clear_refs`); `None` where that is not available.
-    fn start() -> Option<f64> {
-        std::fs::write("/proc/self/clear_refs", "5").ok()?;
-        status_mib("VmRSS")
-    }
-
-    /// The peak since [`Memory::start`].
-    fn since(before_mib: Option<f64>) -> Option<Memory> {
-        Some(Memory {
-            before_mib: before_mib?,
-            peak_mib: status_mib("VmHWM")?,
-        })
-    }
-}
-
 /// A `kB` field of `/proc/self/status`, in MiB.
-fn status_mib(field: &str) -> Option<f64> {
+pub(crate) fn status_mib(field: &str) -> Option<f64> {
     let status = std::fs::read_to_string("/proc/self/status").ok()?;
     let line = status.lines().find(|l| l.starts_with(field))?;
     let kib: f64 = line.split_whitespace().nth(1)?.parse().ok()?;

@@ -3,14 +3,18 @@
 use std::fmt;
 use std::time::{Duration, Instant};
 
-use serde::Serialize;
+use std::str::FromStr;
+
+use anyhow::Context as _;
+use serde::{Deserialize, Serialize};
 use tidings_core::{LagSource, Message, OutgoingMessage};
+use tidings_example_checkout::demo::Transport;
 use tidings_store_postgres::PgStore;
 use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 
 use super::{
-    BenchEvent, Drain, Memory, Schema, drain, event, fill, open_transport, raw, relay_config, start_relays,
+    BenchEvent, Drain, Schema, drain, event, fill, raw, relay_config, short_id, start_relays, status_mib,
 };
 
 /// What the relay-scaling scenario runs.
@@ -76,9 +80,9 @@ pub(crate) struct RelayScaling {
     pub(crate) raw_publish: Option<Drain>,
     /// The relays, by instances.
     pub(crate) relays: Vec<Drain>,
-    /// Resident memory of the process running the relays, during each drain
-    /// (the relays and this bench's own few MiB), by instances.
-    pub(crate) relay_memory: Vec<Option<Memory>>,
+    /// One relay in a process of its own draining a backlog of the same
+    /// size: its rate and its peak resident memory.
+    pub(crate) relay_process: RelayProcessRun,
 }
 
 /// The database's limit: claim-and-delete in batches, publishing nothing.
@@ -118,13 +122,15 @@ async fn sql_drain(store: &PgStore, connections: usize, batch: usize) -> anyhow:
 /// Runs the relay-scaling scenario.
 pub(crate) async fn relays(bench: RelayBench) -> anyhow::Result<RelayScaling> {
     let schema = Schema::create(&bench.database).await?;
-    let result = relays_in(&schema.store, &bench).await;
+    let result = relays_in(&schema, &bench).await;
     schema.drop().await;
     result
 }
 
-async fn relays_in(store: &PgStore, bench: &RelayBench) -> anyhow::Result<RelayScaling> {
-    let transport = open_transport(store, bench.broker.as_deref(), bench.partitions).await?;
+async fn relays_in(schema: &Schema, bench: &RelayBench) -> anyhow::Result<RelayScaling> {
+    let store = &schema.store;
+    let system = format!("bench-{}", short_id());
+    let transport = Transport::open(store, bench.broker.as_deref(), bench.partitions, &system).await?;
     // A queue for what is published (RabbitMQ refuses what no queue takes).
     transport
         .subscriber
@@ -158,10 +164,8 @@ async fn relays_in(store: &PgStore, bench: &RelayBench) -> anyhow::Result<RelayS
     let raw_publish = raw::publish(bench.broker.as_deref(), n).await?;
 
     let mut relays = Vec::new();
-    let mut relay_memory = Vec::new();
     for &instances in &bench.instances {
         fill(store, n).await?;
-        let memory = Memory::start();
         let stop = CancellationToken::new();
         let started = Instant::now();
         let config = relay_config(bench.partitions)
@@ -182,7 +186,6 @@ async fn relays_in(store: &PgStore, bench: &RelayBench) -> anyhow::Result<RelayS
             tokio::time::sleep(Duration::from_millis(10)).await;
         }
         relays.push(drain(instances, n, started));
-        relay_memory.push(Memory::since(memory));
         let pending = store.lag().await?.outbox_pending;
         anyhow::ensure!(
             pending == 0,
@@ -193,6 +196,18 @@ async fn relays_in(store: &PgStore, bench: &RelayBench) -> anyhow::Result<RelayS
             done??;
         }
     }
+    fill(store, n).await?;
+    let relay_process = RelayChild {
+        database: bench.database.clone(),
+        schema: schema.name.clone(),
+        broker: bench.broker.clone(),
+        system,
+        events: n,
+        partitions: bench.partitions,
+        batch_size: bench.batch_size,
+    }
+    .spawn()
+    .await?;
     transport.remove(BenchEvent::TOPIC, &["bench"]).await?;
     Ok(RelayScaling {
         transport: transport.label.clone(),
@@ -203,7 +218,7 @@ async fn relays_in(store: &PgStore, bench: &RelayBench) -> anyhow::Result<RelayS
         publish_only,
         raw_publish,
         relays,
-        relay_memory,
+        relay_process,
     })
 }
 
@@ -235,28 +250,130 @@ impl fmt::Display for RelayScaling {
         )?;
         let best_sql = self.sql_drain.iter().map(|d| d.per_second).fold(0.0, f64::max);
         let one = self.relays.first().map_or(0.0, |d| d.per_second);
-        for (d, memory) in self.relays.iter().zip(&self.relay_memory) {
-            let raw = self.raw_publish.as_ref().map_or(String::new(), |r| {
-                format!(
-                    " · {:.2} of the raw publish",
-                    d.per_second / r.per_second.max(1e-9)
-                )
-            });
-            let memory = memory.map_or(String::new(), |m| {
-                format!(" · peak RSS {:.1} MiB (from {:.1})", m.peak_mib, m.before_mib)
-            });
+        let raw_share = |per_second: f64| {
+            self.raw_publish.as_ref().map_or(String::new(), |r| {
+                format!(" · {:.2} of the raw publish", per_second / r.per_second.max(1e-9))
+            })
+        };
+        for d in &self.relays {
+            let raw = raw_share(d.per_second);
             writeln!(
                 f,
-                "  {} relay(s)                                        {:>9.0} events/s  ({:.2}x one relay · {:.2} of the SQL drain{raw}{memory})",
+                "  {} relay(s)                                        {:>9.0} events/s  ({:.2}x one relay · {:.2} of the SQL drain{raw})",
                 d.instances,
                 d.per_second,
                 d.per_second / one.max(1e-9),
                 d.per_second / best_sql.max(1e-9),
             )?;
         }
+        let p = &self.relay_process;
+        writeln!(
+            f,
+            "  1 relay in its own process                        {:>9.0} events/s  ({:.2} of the SQL drain{} · peak RSS {:.1} MiB)",
+            p.per_second,
+            p.per_second / best_sql.max(1e-9),
+            raw_share(p.per_second),
+            p.peak_rss_mib
+        )?;
         writeln!(
             f,
             "  targets: NATS at least 50 000 events/s and 0.8 of the SQL drain; RabbitMQ at least 10 000 events/s and 0.8 of the raw publish; peak RSS under 64 MiB"
         )
+    }
+}
+
+/// One relay run in a process of its own (`tidings bench relay-process`,
+/// hidden): the parent fills the backlog, the child drains it and reports.
+#[derive(Debug, Clone, clap::Args)]
+pub(crate) struct RelayChild {
+    /// PostgreSQL.
+    #[arg(long)]
+    pub(crate) database: String,
+    /// The bench's schema, holding the filled outbox.
+    #[arg(long)]
+    pub(crate) schema: String,
+    /// The transport URL; the database log when left out.
+    #[arg(long)]
+    pub(crate) broker: Option<String>,
+    /// The name the broker resources were opened under.
+    #[arg(long)]
+    pub(crate) system: String,
+    /// Events to publish before stopping.
+    #[arg(long)]
+    pub(crate) events: usize,
+    /// Outbox partitions.
+    #[arg(long)]
+    pub(crate) partitions: u32,
+    /// Records per relay batch.
+    #[arg(long)]
+    pub(crate) batch_size: usize,
+}
+
+/// What the relay process measured.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub(crate) struct RelayProcessRun {
+    /// Wall-clock time of the drain, from the relay's start.
+    pub(crate) seconds: f64,
+    /// Events published per second.
+    pub(crate) per_second: f64,
+    /// The process's peak resident memory (`VmHWM`), MiB.
+    pub(crate) peak_rss_mib: f64,
+}
+
+impl RelayChild {
+    /// Runs this command in a child process of the same executable, and reads its figures.
+    async fn spawn(self) -> anyhow::Result<RelayProcessRun> {
+        let mut command = std::process::Command::new(std::env::current_exe()?);
+        command.args(["bench", "relay-process", "--database", &self.database]);
+        command.args(["--schema", &self.schema, "--system", &self.system]);
+        command.args(["--events", &self.events.to_string()]);
+        command.args(["--partitions", &self.partitions.to_string()]);
+        command.args(["--batch-size", &self.batch_size.to_string()]);
+        if let Some(broker) = &self.broker {
+            command.args(["--broker", broker]);
+        }
+        let out = tokio::task::spawn_blocking(move || command.output()).await??;
+        anyhow::ensure!(
+            out.status.success(),
+            "the relay process failed: {}",
+            String::from_utf8_lossy(&out.stderr).trim()
+        );
+        Ok(serde_json::from_slice(&out.stdout)?)
+    }
+
+    /// In the child: one relay drains `events`, then the figures go to stdout.
+    pub(crate) async fn run(self) -> anyhow::Result<RelayProcessRun> {
+        let options = sqlx::postgres::PgConnectOptions::from_str(&self.database)?
+            .options([("search_path", self.schema.as_str())]);
+        let pool = sqlx::postgres::PgPoolOptions::new()
+            .max_connections(4)
+            .connect_with(options)
+            .await?;
+        let store = PgStore::new(pool);
+        let transport =
+            Transport::open(&store, self.broker.as_deref(), self.partitions, &self.system).await?;
+        let stop = CancellationToken::new();
+        let config = relay_config(self.partitions)
+            .batch_size(self.batch_size)
+            .poll_interval(Duration::from_millis(50));
+        let started = Instant::now();
+        let (mut running, stats) = start_relays(&store, &transport, 1, config, &stop);
+        while (stats[0].published() as usize) < self.events {
+            if let Some(done) = running.try_join_next() {
+                done??;
+                anyhow::bail!("the relay stopped before the backlog was drained");
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        let seconds = started.elapsed().as_secs_f64();
+        stop.cancel();
+        while let Some(done) = running.join_next().await {
+            done??;
+        }
+        Ok(RelayProcessRun {
+            seconds,
+            per_second: self.events as f64 / seconds.max(1e-9),
+            peak_rss_mib: status_mib("VmHWM").context("reading VmHWM from /proc/self/status")?,
+        })
     }
 }
