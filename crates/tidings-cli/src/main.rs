@@ -97,6 +97,16 @@ enum Bench {
         #[arg(long)]
         json: bool,
     },
+    /// The npm package `pg-transactional-outbox` beside Tidings on the same
+    /// PostgreSQL and RabbitMQ: drain rate and commit-to-confirmed latency
+    /// (needs Node.js and npm; installs the peer on first use).
+    Peer {
+        #[command(flatten)]
+        bench: bench::PeerBench,
+        /// Print the figures as one JSON object on stdout.
+        #[arg(long)]
+        json: bool,
+    },
     /// One relay draining a bench's backlog in a process of its own (run by `bench relays`).
     #[command(hide = true)]
     RelayProcess {
@@ -291,6 +301,10 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Bench(Bench::RelayProcess { bench }) => {
             println!("{}", serde_json::to_string(&bench.run().await?)?);
             Ok(ExitCode::SUCCESS)
+        }
+        Command::Bench(Bench::Peer { bench, json }) => {
+            bench.check()?;
+            print_figures(json, &bench::peer(bench).await?)
         }
         Command::Bench(Bench::Producer { bench, json }) => {
             bench.check()?;

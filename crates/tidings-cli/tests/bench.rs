@@ -250,3 +250,36 @@ fn bench_all_runs_every_scenario_and_plots_the_latencies() {
         );
     }
 }
+
+#[test]
+fn peer_bench_runs_pg_transactional_outbox_beside_tidings() {
+    let out = Command::new(env!("CARGO_BIN_EXE_tidings"))
+        .env("RUST_LOG", "error")
+        .args(["bench", "peer", "--json", "--database", &postgres_url()])
+        .args(["--broker", &tidings_testkit::rabbitmq::amqp_url()])
+        .args(["--events", "100", "--rate", "50", "--seconds", "1"])
+        .output()
+        .expect("running tidings bench peer");
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let v: Value = serde_json::from_slice(&out.stdout).expect("the figures as JSON");
+    assert!(
+        v["peer"]
+            .as_str()
+            .unwrap()
+            .starts_with("pg-transactional-outbox 0.5.7"),
+        "{v:#}"
+    );
+    assert_eq!(v["peer_drain"]["events"], 100, "{v:#}");
+    assert!(v["peer_drain"]["per_second"].as_f64().unwrap() > 0.0, "{v:#}");
+    assert!(v["tidings_drain_per_second"].as_f64().unwrap() > 0.0, "{v:#}");
+    let l = &v["peer_latency"];
+    assert_eq!(l["events"], 50, "{v:#}");
+    assert!(
+        l["p50_ms"].as_f64().unwrap() <= l["p99_ms"].as_f64().unwrap(),
+        "{v:#}"
+    );
+    for pair in v["tidings_relay_latency_ms"].as_array().unwrap() {
+        let (p50, p99) = (pair[0].as_f64().unwrap(), pair[1].as_f64().unwrap());
+        assert!(0.0 <= p50 && p50 <= p99, "{v:#}");
+    }
+}

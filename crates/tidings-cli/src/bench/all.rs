@@ -5,8 +5,9 @@ use std::fmt;
 use serde::Serialize;
 
 use super::{
-    ConsumerBench, ConsumerCost, Latencies, LatencyBench, ProducerBench, ProducerTax, RelayBench,
-    RelayScaling, SteadyBench, SteadyState, consumer, latency, producer, relays, steady,
+    ConsumerBench, ConsumerCost, Latencies, LatencyBench, PeerBench, PeerComparison, ProducerBench,
+    ProducerTax, RelayBench, RelayScaling, SteadyBench, SteadyState, consumer, latency, peer, producer,
+    relays, steady,
 };
 
 /// What `tidings bench all` runs.
@@ -55,6 +56,9 @@ pub(crate) struct AllFigures {
     pub(crate) producer: ProducerTax,
     /// The transport scenarios, the database log first.
     pub(crate) transports: Vec<TransportFigures>,
+    /// `pg-transactional-outbox` side by side, over the first RabbitMQ
+    /// given (not in a quick run).
+    pub(crate) peer: Option<PeerComparison>,
 }
 
 /// Runs every scenario, reporting progress on stderr.
@@ -117,7 +121,29 @@ pub(crate) async fn all(bench: AllBench) -> anyhow::Result<AllFigures> {
             consumer,
         });
     }
-    let figures = AllFigures { producer, transports };
+    let rabbitmq = bench.broker.iter().find(|b| b.starts_with("amqp"));
+    let peer = match rabbitmq {
+        Some(broker) if !quick => {
+            eprintln!("bench: pg-transactional-outbox side by side");
+            Some(
+                peer(PeerBench {
+                    database: database.clone(),
+                    broker: broker.clone(),
+                    events: 2000,
+                    rate: 500,
+                    seconds: 10.0,
+                    peer_dir: super::peer::default_dir(),
+                })
+                .await?,
+            )
+        }
+        _ => None,
+    };
+    let figures = AllFigures {
+        producer,
+        transports,
+        peer,
+    };
     if let Some(path) = &bench.plot {
         let runs: Vec<_> = figures.transports.iter().map(|t| &t.latency).collect();
         std::fs::write(path, super::plot::latency_svg(&runs))?;
@@ -142,6 +168,9 @@ impl fmt::Display for AllFigures {
             writeln!(f, "{}", t.steady)?;
             writeln!(f, "{}", t.latency)?;
             writeln!(f, "{}", t.consumer)?;
+        }
+        if let Some(peer) = &self.peer {
+            writeln!(f, "{peer}")?;
         }
         Ok(())
     }

@@ -7,6 +7,7 @@
 mod all;
 mod consumer;
 mod latency;
+mod peer;
 mod plot;
 mod producer;
 mod raw;
@@ -16,6 +17,7 @@ mod steady;
 pub(crate) use all::{AllBench, all};
 pub(crate) use consumer::{ConsumerBench, ConsumerCost, consumer};
 pub(crate) use latency::{Latencies, LatencyBench, latency};
+pub(crate) use peer::{PeerBench, PeerComparison, peer};
 pub(crate) use producer::{ProducerBench, ProducerTax, producer};
 pub(crate) use relays::{RelayBench, RelayChild, RelayScaling, relays};
 pub(crate) use steady::{SteadyBench, SteadyState, steady};
