@@ -87,3 +87,11 @@ ensure_rabbitmq() {
   fi
   log "RabbitMQ ready on 127.0.0.1:5672"
 }
+
+# Node.js and npm, for the benchmark's side-by-side peer (`tidings bench peer`).
+ensure_node() {
+  if ! command -v node >/dev/null || ! command -v npm >/dev/null; then
+    log "installing Node.js and npm"
+    apt_install nodejs npm
+  fi
+}
