@@ -7,13 +7,13 @@ use std::time::{Duration, Instant};
 
 use serde::Serialize;
 use tidings_consumer::{Consumer, Context, Handler, HandlerError};
-use tidings_core::{Envelope, Outbox, OutgoingMessage};
+use tidings_core::{Outbox, OutgoingMessage};
 use tidings_relay::{Relay, RelayConfig};
 use tidings_store_postgres::PgStore;
 use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 
-use super::{BenchEvent, Schema, open_transport, short_id};
+use super::{Schema, event, open_transport, short_id};
 
 /// What the latency scenario runs.
 #[derive(Debug, Clone, clap::Args)]
@@ -269,19 +269,10 @@ async fn latency_run(
         ticks.tick().await;
         let (store, committed, topic) = (store.clone(), committed.clone(), topic.clone());
         producers.spawn(async move {
-            let envelope = Envelope::new(
-                "bench",
-                &BenchEvent {
-                    key: format!("key-{}", seq % 1000),
-                    seq: seq as u64,
-                    note: "latency probe".into(),
-                },
-            )?;
-            let id = envelope.id;
+            let message = OutgoingMessage { topic, ..event(seq) };
+            let id = message.envelope.id;
             let mut tx = store.pool().begin().await?;
-            store
-                .enqueue(&mut tx, &OutgoingMessage { topic, envelope })
-                .await?;
+            store.enqueue(&mut tx, &message).await?;
             tx.commit().await?;
             committed
                 .lock()
