@@ -1,6 +1,7 @@
 //! `tidings`: the operator's command.
 
 mod bench;
+mod dlq;
 
 use std::io::IsTerminal;
 use std::process::ExitCode;
@@ -33,6 +34,13 @@ enum Command {
     /// Measure what Tidings costs, beside the raw limits measured in the same run.
     #[command(subcommand)]
     Bench(Bench),
+    /// Dead letters: list them grouped by cause, show one, redrive or skip them.
+    Dlq {
+        #[command(flatten)]
+        database: DatabaseArg,
+        #[command(subcommand)]
+        command: dlq::Dlq,
+    },
     /// Outbox backlog, consumer lag, dead letters, and keys held behind them.
     Lag {
         #[command(flatten)]
@@ -46,7 +54,7 @@ enum Command {
 #[derive(Debug, Args)]
 struct DatabaseArg {
     /// `postgres://user@host/db`, or `sqlite://path` (the embedded default).
-    #[arg(long, env = "TIDINGS_DATABASE_URL", default_value = DEFAULT_DATABASE)]
+    #[arg(long, global = true, env = "TIDINGS_DATABASE_URL", default_value = DEFAULT_DATABASE)]
     database: String,
 }
 
@@ -321,6 +329,13 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Bench(Bench::Consumer { bench, json }) => {
             bench.check()?;
             print_figures(json, &bench::consumer(bench).await?)
+        }
+        Command::Dlq { database, command } => {
+            match open(&database.database).await? {
+                Store::Pg(s) => dlq::run(&s, command).await?,
+                Store::Sqlite(s) => dlq::run(&s, command).await?,
+            }
+            Ok(ExitCode::SUCCESS)
         }
         Command::Migrate(db) => {
             match open(&db.database).await? {

@@ -38,6 +38,7 @@
 #![warn(missing_docs, missing_debug_implementations, unreachable_pub)]
 
 pub mod backoff;
+pub mod cause;
 pub mod cloudevents;
 pub mod envelope;
 pub mod error;

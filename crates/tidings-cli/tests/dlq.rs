@@ -1,0 +1,156 @@
+//! `tidings dlq` on the dead letters of a real demo run (SQLite file): the
+//! poisoned orders show as one cause with a count, one shows in full, a dry
+//! run changes nothing, a redrive by cause is recorded on each, a skip
+//! settles one.
+
+use std::path::PathBuf;
+use std::process::Command;
+
+use serde_json::Value;
+
+fn tidings(database: &str, args: &[&str]) -> (bool, String, String) {
+    let out = Command::new(env!("CARGO_BIN_EXE_tidings"))
+        .env("RUST_LOG", "error")
+        .args(args)
+        .args(["--database", database])
+        .output()
+        .expect("running tidings");
+    (
+        out.status.success(),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+fn json(database: &str, args: &[&str]) -> Value {
+    let (ok, stdout, stderr) = tidings(database, args);
+    assert!(ok, "tidings {args:?} failed: {stderr}");
+    serde_json::from_str(stdout.trim()).unwrap_or_else(|e| panic!("not JSON ({e}): {stdout}"))
+}
+
+fn database() -> (PathBuf, String) {
+    let dir = std::env::temp_dir().join(format!("tidings-dlq-{}", uuid::Uuid::new_v4().simple()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let url = format!("sqlite://{}", dir.join("dlq.db").display());
+    (dir, url)
+}
+
+#[test]
+fn dead_letters_group_by_cause_show_redrive_and_skip() {
+    let (dir, db) = database();
+    let summary = json(
+        &db,
+        &[
+            "demo",
+            "checkout",
+            "--json",
+            "--orders",
+            "300",
+            "--poison-rate",
+            "0.05",
+        ],
+    );
+    let poisoned = summary["dead_lettered"]["inventory"]
+        .as_i64()
+        .expect("poisoned orders");
+    assert!(poisoned >= 3, "{summary:#}");
+
+    // One bug, one line.
+    let groups = json(&db, &["dlq", "list", "--json"]);
+    let groups = groups.as_array().unwrap();
+    assert_eq!(groups.len(), 1, "{groups:#?}");
+    let group = &groups[0];
+    assert_eq!(group["count"], poisoned);
+    assert_eq!(group["cause"]["consumer"], "inventory");
+    assert_eq!(group["cause"]["message_type"], "OrderPlaced");
+    assert_eq!(group["cause"]["shape"], "warehouse rejected sku POISON-<n>");
+    let fingerprint = group["fingerprint"].as_str().unwrap().to_owned();
+    let (ok, text, _) = tidings(&db, &["dlq", "list"]);
+    assert!(
+        ok && text.contains(&fingerprint) && text.contains("1 cause(s)"),
+        "{text}"
+    );
+
+    // One in full.
+    let id = group["ids"][0].as_str().unwrap().to_owned();
+    let letter = json(&db, &["dlq", "show", &id, "--json"]);
+    assert_eq!(letter["state"], "pending");
+    assert!(letter["errors"].as_array().unwrap().len() >= 2, "{letter:#}");
+    assert!(
+        letter["body"]["data"]["order_id"].is_string(),
+        "the body as JSON: {letter:#}"
+    );
+    let (ok, text, _) = tidings(&db, &["dlq", "show", &id]);
+    assert!(ok && text.contains("warehouse rejected sku POISON-"), "{text}");
+
+    // A dry run changes nothing.
+    let (ok, text, _) = tidings(&db, &["dlq", "redrive", "--consumer", "inventory", "--dry-run"]);
+    assert!(ok, "{text}");
+    assert!(
+        text.contains(&format!(
+            "{poisoned} dead letter(s) would be redriven; nothing changed"
+        )),
+        "{text}"
+    );
+    assert_eq!(json(&db, &["dlq", "list", "--json"])[0]["count"], poisoned);
+
+    // Redriving needs to be told which.
+    let (ok, _, stderr) = tidings(&db, &["dlq", "redrive"]);
+    assert!(!ok && stderr.contains("say which dead letters"), "{stderr}");
+
+    // Skip one, redrive the rest of the cause: each is recorded.
+    let (ok, text, _) = tidings(&db, &["dlq", "skip", &id]);
+    assert!(ok && text.contains(&format!("skipped {id}")), "{text}");
+    let (ok, text, stderr) = tidings(
+        &db,
+        &["dlq", "redrive", "--cause", &fingerprint, "--rate", "1000"],
+    );
+    assert!(ok, "{stderr}");
+    assert!(
+        text.contains(&format!("{0} of {0} dead letter(s) redriven", poisoned - 1)),
+        "{text}"
+    );
+    assert!(
+        json(&db, &["dlq", "list", "--json"])
+            .as_array()
+            .unwrap()
+            .is_empty()
+    );
+    let all = json(&db, &["dlq", "list", "--each", "--include-settled", "--json"]);
+    let states: Vec<(&str, i64)> = all
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|l| (l["state"].as_str().unwrap(), l["redrives"].as_i64().unwrap()))
+        .collect();
+    assert_eq!(states.len() as i64, poisoned);
+    assert_eq!(
+        states.iter().filter(|s| *s == &("skipped", 0)).count(),
+        1,
+        "{all:#}"
+    );
+    assert_eq!(
+        states.iter().filter(|s| *s == &("redriven", 1)).count() as i64,
+        poisoned - 1,
+        "{all:#}"
+    );
+    let lag = json(&db, &["lag", "--json"]);
+    assert_eq!(
+        lag["outbox_pending"],
+        poisoned - 1,
+        "redriven messages wait in the outbox: {lag:#}"
+    );
+    std::fs::remove_dir_all(dir).unwrap();
+}
+
+#[test]
+fn an_unknown_dead_letter_is_one_clear_error() {
+    let (dir, db) = database();
+    let (ok, _, stderr) = tidings(&db, &["migrate"]);
+    assert!(ok, "{stderr}");
+    let id = uuid::Uuid::now_v7().to_string();
+    let (ok, _, stderr) = tidings(&db, &["dlq", "show", &id]);
+    assert!(!ok);
+    assert_eq!(stderr.trim(), format!("error: no dead letter has id {id}"));
+    std::fs::remove_dir_all(dir).unwrap();
+}
