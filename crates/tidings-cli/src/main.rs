@@ -153,6 +153,10 @@ enum Demo {
         /// Fraction of orders the inventory service cannot handle (0 to 1).
         #[arg(long, default_value_t = 0.0, value_parser = fraction)]
         poison_rate: f64,
+        /// The inventory service's fix has shipped: poisoned orders go through
+        /// (redrive their dead letters with `tidings dlq redrive`, then run this).
+        #[arg(long)]
+        warehouse_fixed: bool,
         /// Members of each consumer group, sharing its partitions (as if run in that many processes).
         #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=64))]
         members: u32,
@@ -258,6 +262,7 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             broker,
             duplicate_rate,
             poison_rate,
+            warehouse_fixed,
             members,
             relays,
             partitions,
@@ -271,6 +276,7 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
                 broker,
                 duplicate_rate,
                 poison_rate,
+                warehouse_fixed,
                 progress: match (json, std::io::stderr().is_terminal()) {
                     (true, _) => Progress::Off,
                     (false, true) => Progress::Bar,

@@ -140,6 +140,26 @@ fn dead_letters_group_by_cause_show_redrive_and_skip() {
         poisoned - 1,
         "redriven messages wait in the outbox: {lag:#}"
     );
+
+    // The fix ships: the redriven orders are handled, once; the skipped one never.
+    let after = json(
+        &db,
+        &["demo", "checkout", "--json", "--orders", "0", "--warehouse-fixed"],
+    );
+    let events = after["events_committed"].as_i64().unwrap();
+    assert_eq!(after["handled"]["inventory"], events - 1, "{after:#}");
+    assert_eq!(after["lost"], 0, "{after:#}");
+    assert_eq!(after["duplicated_effects"], 0, "{after:#}");
+    assert!(
+        after["state_mismatches"].as_array().unwrap().is_empty(),
+        "{after:#}"
+    );
+    assert!(
+        json(&db, &["lag", "--json"])["parked"]
+            .as_array()
+            .unwrap()
+            .is_empty()
+    );
     std::fs::remove_dir_all(dir).unwrap();
 }
 

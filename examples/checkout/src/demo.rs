@@ -63,6 +63,9 @@ pub struct DemoOptions {
     pub duplicate_rate: f64,
     /// Fraction of orders the inventory service cannot handle.
     pub poison_rate: f64,
+    /// The inventory service's fix has shipped: it handles poisoned orders
+    /// (redrive their dead letters, then run with this set).
+    pub warehouse_fixed: bool,
     /// How to show progress on stderr.
     pub progress: Progress,
     /// Give up waiting for the system to drain after this long.
@@ -86,6 +89,7 @@ impl Default for DemoOptions {
             broker: None,
             duplicate_rate: 0.0,
             poison_rate: 0.0,
+            warehouse_fixed: false,
             progress: Progress::Off,
             drain_timeout: Duration::from_secs(300),
             producers: 8,
@@ -393,7 +397,13 @@ where
         }};
     }
     spawn_consumer!(COMMAND_CONSUMER, COMMANDS, Checkout);
-    spawn_consumer!("inventory", ORDERS, Inventory);
+    spawn_consumer!(
+        "inventory",
+        ORDERS,
+        Inventory {
+            warehouse_fixed: options.warehouse_fixed
+        }
+    );
     spawn_consumer!(
         "email",
         ORDERS,

@@ -13,9 +13,13 @@ use crate::messages::*;
 pub struct Checkout;
 
 /// Reserves stock when an order is placed, releases it on cancellation.
-/// Orders whose SKU starts with `POISON` make the warehouse fail, forever.
-#[derive(Debug, Clone, Copy)]
-pub struct Inventory;
+/// Orders whose SKU starts with `POISON` make the warehouse fail, forever,
+/// until the fix ships (`warehouse_fixed`).
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Inventory {
+    /// The warehouse takes `POISON` SKUs like any other.
+    pub warehouse_fixed: bool,
+}
 
 /// Sends the confirmation and shipping emails through the effects ledger.
 #[derive(Debug, Clone)]
@@ -229,7 +233,7 @@ for_both_databases! {
             match message_type.as_str() {
                 "OrderPlaced" => {
                     let e: OrderPlaced = ctx.decode()?;
-                    if e.sku.starts_with("POISON") {
+                    if e.sku.starts_with("POISON") && !self.warehouse_fixed {
                         // Looks transient, never heals: retried, then dead-lettered.
                         return Err(HandlerError::transient(format!("warehouse rejected sku {}", e.sku)));
                     }

@@ -192,7 +192,7 @@ async fn inventory_is_idempotent_and_dead_letters_the_poisoned_order() {
     // A redelivered poisoned event is not processed, so it fails and is
     // dead-lettered again: one dead letter in the store all the same (the
     // state compares them).
-    let report = check("inventory", |_| Inventory, ORDERS, events()).await;
+    let report = check("inventory", |_| Inventory::default(), ORDERS, events()).await;
     assert_eq!(report.scenarios[0].dead_lettered, 1, "{report}");
     assert!(report.scenarios.iter().all(|s| s.dead_lettered >= 1), "{report}");
 }
