@@ -52,6 +52,18 @@ pub(crate) enum Dlq {
         #[arg(long, default_value_t = 100.0)]
         rate: f64,
     },
+    /// Deletes settled dead letters (redriven or skipped) the selection
+    /// matches, after asking; pending ones stay (skip them first).
+    Purge {
+        #[command(flatten)]
+        select: Select,
+        /// Every settled dead letter the selection matches.
+        #[arg(long)]
+        all: bool,
+        /// Do not ask.
+        #[arg(long)]
+        yes: bool,
+    },
     /// Gives one dead letter up for good, releasing its key if it holds one.
     Skip {
         /// The dead letter's id.
@@ -299,6 +311,46 @@ pub(crate) async fn run<S: FailureStore>(store: &S, command: Dlq) -> anyhow::Res
                 }
             }
             println!("{redriven} of {} dead letter(s) redriven", letters.len());
+            Ok(())
+        }
+        Dlq::Purge { select, all, yes } => {
+            anyhow::ensure!(
+                all || !select.is_empty(),
+                "say which dead letters: a selection (--consumer, --type, --cause, --error, --since, --until), or --all"
+            );
+            let select = Select {
+                include_settled: true,
+                ..select
+            };
+            let ids: Vec<Uuid> = select
+                .letters(store)
+                .await?
+                .into_iter()
+                .filter(|l| state(l) != "pending")
+                .map(|l| l.id)
+                .collect();
+            if ids.is_empty() {
+                println!("no settled dead letter matches; nothing purged");
+                return Ok(());
+            }
+            if !yes {
+                use std::io::{BufRead, IsTerminal, Write};
+                anyhow::ensure!(
+                    std::io::stdin().is_terminal(),
+                    "purging {} dead letter(s) deletes them for good: pass --yes to do it without a prompt",
+                    ids.len()
+                );
+                print!("delete {} settled dead letter(s) for good? type yes: ", ids.len());
+                std::io::stdout().flush()?;
+                let mut answer = String::new();
+                std::io::stdin().lock().read_line(&mut answer)?;
+                if answer.trim() != "yes" {
+                    println!("nothing purged");
+                    return Ok(());
+                }
+            }
+            let purged = store.purge(&ids).await?;
+            println!("purged {purged} dead letter(s)");
             Ok(())
         }
         Dlq::Skip { id } => {

@@ -160,6 +160,18 @@ fn dead_letters_group_by_cause_show_redrive_and_skip() {
             .unwrap()
             .is_empty()
     );
+
+    // Settled dead letters can go, but only when asked plainly.
+    let (ok, _, stderr) = tidings(&db, &["dlq", "purge", "--consumer", "inventory"]);
+    assert!(!ok && stderr.contains("pass --yes"), "{stderr}");
+    let (ok, text, stderr) = tidings(&db, &["dlq", "purge", "--consumer", "inventory", "--yes"]);
+    assert!(ok, "{stderr}");
+    assert!(
+        text.contains(&format!("purged {poisoned} dead letter(s)")),
+        "{text}"
+    );
+    let left = json(&db, &["dlq", "list", "--each", "--include-settled", "--json"]);
+    assert!(left.as_array().unwrap().is_empty(), "{left:#}");
     std::fs::remove_dir_all(dir).unwrap();
 }
 

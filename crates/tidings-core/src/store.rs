@@ -348,6 +348,11 @@ pub trait FailureStore: Send + Sync + 'static {
     /// released, so that the consumer handles the messages parked behind it
     /// without it. A later failure of the same message makes it pending again.
     async fn skip(&self, id: Uuid) -> Result<Skip>;
+
+    /// Deletes the dead letters of `ids` that are settled (redriven or
+    /// skipped) and returns how many went. Pending ones stay: skip them
+    /// first, which releases the key they may hold.
+    async fn purge(&self, ids: &[Uuid]) -> Result<u64>;
 }
 
 /// A key a consumer holds back because one of its messages was dead-lettered.

@@ -152,4 +152,16 @@ impl FailureStore for PgStore {
     async fn skip(&self, id: Uuid) -> Result<Skip> {
         self.skip_dead_letter(id).await
     }
+
+    async fn purge(&self, ids: &[Uuid]) -> Result<u64> {
+        let done = sqlx::query(
+            "DELETE FROM tidings_dead_letters
+             WHERE id = ANY($1) AND (redriven_at IS NOT NULL OR skipped_at IS NOT NULL)",
+        )
+        .bind(ids)
+        .execute(&self.inner.pool)
+        .await
+        .map_err(Error::db("purging dead letters"))?;
+        Ok(done.rows_affected())
+    }
 }

@@ -170,4 +170,26 @@ impl FailureStore for SqliteStore {
     async fn skip(&self, id: Uuid) -> Result<Skip> {
         self.skip_dead_letter(id).await
     }
+
+    async fn purge(&self, ids: &[Uuid]) -> Result<u64> {
+        let mut tx = self
+            .pool()
+            .begin()
+            .await
+            .map_err(Error::db("purging dead letters"))?;
+        let mut purged = 0;
+        for id in ids {
+            let done = sqlx::query(
+                "DELETE FROM tidings_dead_letters
+                 WHERE id = $1 AND (redriven_at IS NOT NULL OR skipped_at IS NOT NULL)",
+            )
+            .bind(id)
+            .execute(&mut *tx)
+            .await
+            .map_err(Error::db("purging dead letters"))?;
+            purged += done.rows_affected();
+        }
+        tx.commit().await.map_err(Error::db("purging dead letters"))?;
+        Ok(purged)
+    }
 }

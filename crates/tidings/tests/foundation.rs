@@ -835,6 +835,11 @@ where
         .await
         .unwrap()
         .remove(0);
+    assert_eq!(
+        store.purge(&[letter.id]).await.unwrap(),
+        0,
+        "a pending dead letter is not purged"
+    );
     // The fix ships, but bad:1 is given up for good.
     recorder.healed.store(true, Ordering::SeqCst);
     assert_eq!(
@@ -867,6 +872,18 @@ where
         .unwrap();
     assert!(all[0].skipped_at.is_some());
     assert!(store.lag().await.unwrap().parked.is_empty());
+    assert_eq!(
+        store.purge(&[all[0].id, uuid::Uuid::now_v7()]).await.unwrap(),
+        1,
+        "a settled dead letter is purged, an unknown id ignored"
+    );
+    assert!(
+        store
+            .dead_letters(&DeadLetterFilter::default().include_redriven())
+            .await
+            .unwrap()
+            .is_empty()
+    );
 }
 
 async fn a_consumer_may_continue_past_a_dead_letter<S: TestStore>(store: S)
