@@ -8,29 +8,29 @@ use serde_json::Value;
 use tidings_testkit::nats::nats_url;
 use tidings_testkit::services::postgres_url;
 
-fn bench_relays(broker: Option<&str>) -> Value {
-    let mut command = Command::new(env!("CARGO_BIN_EXE_tidings"));
-    command.env("RUST_LOG", "error").args([
-        "bench",
-        "relays",
-        "--database",
-        &postgres_url(),
-        "--events",
-        "1500",
-        "--instances",
-        "1,2",
-        "--json",
-    ]);
-    if let Some(broker) = broker {
-        command.args(["--broker", broker]);
-    }
-    let out = command.output().expect("running tidings bench");
+/// Runs `tidings bench <scenario> --json --database <PostgreSQL> <args>`
+/// and returns its figures; the run must succeed.
+fn bench(scenario: &str, args: &[&str]) -> Value {
+    let out = Command::new(env!("CARGO_BIN_EXE_tidings"))
+        .env("RUST_LOG", "error")
+        .args(["bench", scenario, "--json", "--database", &postgres_url()])
+        .args(args)
+        .output()
+        .expect("running tidings bench");
     assert!(
         out.status.success(),
-        "bench failed: {}",
+        "bench {scenario} failed: {}",
         String::from_utf8_lossy(&out.stderr)
     );
     serde_json::from_slice(&out.stdout).expect("the figures as JSON")
+}
+
+fn bench_relays(broker: Option<&str>) -> Value {
+    let mut args = vec!["--events", "1500", "--instances", "1,2"];
+    if let Some(broker) = broker {
+        args.extend(["--broker", broker]);
+    }
+    bench("relays", &args)
 }
 
 fn assert_figures(v: &Value) {
@@ -84,14 +84,7 @@ fn relay_bench_runs_over_nats() {
 
 #[test]
 fn producer_bench_reports_the_three_ways_of_writing() {
-    let out = Command::new(env!("CARGO_BIN_EXE_tidings"))
-        .env("RUST_LOG", "error")
-        .args(["bench", "producer", "--database", &postgres_url()])
-        .args(["--connections", "2", "--seconds", "0.6", "--json"])
-        .output()
-        .expect("running tidings bench producer");
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
-    let v: Value = serde_json::from_slice(&out.stdout).expect("the figures as JSON");
+    let v = bench("producer", &["--connections", "2", "--seconds", "0.6"]);
     assert_eq!(v["connections"], 2);
     for variant in ["business_only", "raw_outbox", "tidings"] {
         assert!(
@@ -107,14 +100,7 @@ fn producer_bench_reports_the_three_ways_of_writing() {
 
 #[test]
 fn steady_bench_reports_producers_relays_and_the_drain() {
-    let out = Command::new(env!("CARGO_BIN_EXE_tidings"))
-        .env("RUST_LOG", "error")
-        .args(["bench", "steady", "--database", &postgres_url()])
-        .args(["--connections", "2", "--seconds", "1", "--json"])
-        .output()
-        .expect("running tidings bench steady");
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
-    let v: Value = serde_json::from_slice(&out.stdout).expect("the figures as JSON");
+    let v = bench("steady", &["--connections", "2", "--seconds", "1"]);
     assert_eq!(v["transport"], "the database log");
     for figure in ["producers_alone", "producers_with_relays", "published_per_second"] {
         assert!(v[figure].as_f64().unwrap() > 0.0, "{figure}: {v:#}");
@@ -125,14 +111,7 @@ fn steady_bench_reports_producers_relays_and_the_drain() {
 
 #[test]
 fn latency_bench_reports_percentiles_in_both_modes() {
-    let out = Command::new(env!("CARGO_BIN_EXE_tidings"))
-        .env("RUST_LOG", "error")
-        .args(["bench", "latency", "--database", &postgres_url()])
-        .args(["--rates", "50", "--seconds", "1", "--poll-ms", "50", "--json"])
-        .output()
-        .expect("running tidings bench latency");
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
-    let v: Value = serde_json::from_slice(&out.stdout).expect("the figures as JSON");
+    let v = bench("latency", &["--rates", "50", "--seconds", "1", "--poll-ms", "50"]);
     let runs = v["runs"].as_array().unwrap();
     assert_eq!(
         runs.iter()
@@ -157,14 +136,7 @@ fn latency_bench_reports_percentiles_in_both_modes() {
 
 #[test]
 fn consumer_bench_reports_both_variants_per_transaction_and_batched() {
-    let out = Command::new(env!("CARGO_BIN_EXE_tidings"))
-        .env("RUST_LOG", "error")
-        .args(["bench", "consumer", "--database", &postgres_url()])
-        .args(["--events", "600", "--lanes", "4", "--batch", "16", "--json"])
-        .output()
-        .expect("running tidings bench consumer");
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
-    let v: Value = serde_json::from_slice(&out.stdout).expect("the figures as JSON");
+    let v = bench("consumer", &["--events", "600", "--lanes", "4", "--batch", "16"]);
     let runs = v["runs"].as_array().unwrap();
     let shape: Vec<(&str, u64)> = runs
         .iter()
@@ -253,15 +225,20 @@ fn bench_all_runs_every_scenario_and_plots_the_latencies() {
 
 #[test]
 fn peer_bench_runs_pg_transactional_outbox_beside_tidings() {
-    let out = Command::new(env!("CARGO_BIN_EXE_tidings"))
-        .env("RUST_LOG", "error")
-        .args(["bench", "peer", "--json", "--database", &postgres_url()])
-        .args(["--broker", &tidings_testkit::rabbitmq::amqp_url()])
-        .args(["--events", "100", "--rate", "50", "--seconds", "1"])
-        .output()
-        .expect("running tidings bench peer");
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
-    let v: Value = serde_json::from_slice(&out.stdout).expect("the figures as JSON");
+    let amqp = tidings_testkit::rabbitmq::amqp_url();
+    let v = bench(
+        "peer",
+        &[
+            "--broker",
+            &amqp,
+            "--events",
+            "100",
+            "--rate",
+            "50",
+            "--seconds",
+            "1",
+        ],
+    );
     assert!(
         v["peer"]
             .as_str()
