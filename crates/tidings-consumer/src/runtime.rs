@@ -13,6 +13,7 @@ use async_trait::async_trait;
 use chrono::Utc;
 use futures::StreamExt;
 use futures::stream::select_all;
+use sqlx::Transaction;
 use tidings_core::lease::{self, Held, Lease, Membership, Scope, sleep_unless};
 use tidings_core::{
     AckKind, Acker, Backoff, ConsumerStore, DeadLetter, DecodeError, Delivery, Envelope, ErrorClass, Failure,
@@ -763,46 +764,67 @@ impl<S: ConsumerStore + ParkingStore + LeaseStore + Clone> Worker<S> {
             if !run {
                 continue;
             }
-            let mut ctx = Context {
-                envelope,
-                tx: &mut tx,
-                consumer: &self.name,
-                source: &self.source,
-                attempt: 1,
-                store: &self.store,
-                emitted: false,
-            };
-            let result = self.run_handler(&mut ctx).await;
-            emitted |= ctx.emitted;
-            if let Err(e) = result {
-                if let Err(rollback) = tx.rollback().await {
-                    tracing::debug!(consumer = %self.name, error = %rollback, "rollback of a failed batch failed");
+            match self.run_handler(&mut tx, envelope, 1).await {
+                Ok(emits) => emitted |= emits,
+                Err(e) => {
+                    self.roll_back(tx).await;
+                    return Err(AttemptError::Handler(e));
                 }
-                return Err(AttemptError::Handler(e));
             }
         }
-        tx.commit().await.map_err(|e| {
-            AttemptError::Store(tidings_core::Error::Database {
-                operation: "committing a batch of handlers",
-                source: e,
-            })
-        })?;
-        bump(&self.stats.transactions);
-        if emitted {
-            self.store.wake();
-        }
+        self.commit(tx, emitted, "committing a batch of handlers").await?;
         Ok(handled)
     }
 
-    /// The handler, within [`ConsumerConfig::handler_timeout`].
-    async fn run_handler(&self, ctx: &mut Context<'_, S::Database>) -> Result<(), HandlerError> {
+    /// The handler on `tx`, within [`ConsumerConfig::handler_timeout`];
+    /// whether it emitted messages through the outbox.
+    async fn run_handler(
+        &self,
+        tx: &mut Transaction<'static, S::Database>,
+        envelope: &Envelope,
+        attempt: u32,
+    ) -> Result<bool, HandlerError> {
+        let mut ctx = Context {
+            envelope,
+            tx,
+            consumer: &self.name,
+            source: &self.source,
+            attempt,
+            store: &self.store,
+            emitted: false,
+        };
         let timeout = self.config.handler_timeout;
-        match tokio::time::timeout(timeout, self.handler.handle(ctx)).await {
-            Ok(result) => result,
+        match tokio::time::timeout(timeout, self.handler.handle(&mut ctx)).await {
+            Ok(result) => result.map(|()| ctx.emitted),
             Err(_) => Err(HandlerError::transient(format!(
                 "handler timed out after {timeout:?}"
             ))),
         }
+    }
+
+    /// Rolls a failed attempt back now rather than on drop: on SQLite the
+    /// open transaction holds the database's only write lock.
+    async fn roll_back(&self, tx: Transaction<'static, S::Database>) {
+        if let Err(e) = tx.rollback().await {
+            tracing::debug!(consumer = %self.name, error = %e, "rollback after a failed attempt failed");
+        }
+    }
+
+    /// Commits handler work, then wakes the relays if it emitted messages.
+    async fn commit(
+        &self,
+        tx: Transaction<'static, S::Database>,
+        emitted: bool,
+        operation: &'static str,
+    ) -> Result<(), AttemptError> {
+        tx.commit()
+            .await
+            .map_err(|source| AttemptError::Store(tidings_core::Error::Database { operation, source }))?;
+        bump(&self.stats.transactions);
+        if emitted {
+            self.store.wake();
+        }
+        Ok(())
     }
 
     /// Applies the key's hold, if any ([`OnDeadLetter::HoldKey`]), then the stack.
@@ -1105,34 +1127,12 @@ impl<S: ConsumerStore + ParkingStore + LeaseStore + Clone> Worker<S> {
                 return Err(AttemptError::LeaseLost);
             }
         }
-        let mut ctx = Context {
-            envelope,
-            tx: &mut tx,
-            consumer: &self.name,
-            source: &self.source,
-            attempt,
-            store: &self.store,
-            emitted: false,
-        };
-        let result = self.run_handler(&mut ctx).await;
-        let emitted = ctx.emitted;
-        if let Err(e) = result {
-            // Roll back now rather than on drop: on SQLite the open
-            // transaction holds the database's only write lock.
-            if let Err(rollback) = tx.rollback().await {
-                tracing::debug!(consumer = %self.name, error = %rollback, "rollback after a failed attempt failed");
+        match self.run_handler(&mut tx, envelope, attempt).await {
+            Ok(emitted) => self.commit(tx, emitted, "committing a handler").await?,
+            Err(e) => {
+                self.roll_back(tx).await;
+                return Err(AttemptError::Handler(e));
             }
-            return Err(AttemptError::Handler(e));
-        }
-        tx.commit().await.map_err(|e| {
-            AttemptError::Store(tidings_core::Error::Database {
-                operation: "committing a handler",
-                source: e,
-            })
-        })?;
-        bump(&self.stats.transactions);
-        if emitted {
-            self.store.wake();
         }
         Ok(Outcome::Handled)
     }
