@@ -129,6 +129,16 @@ impl Select {
     }
 }
 
+/// The dead letter `id`, pending or (with `settled`) any. The failure store
+/// has no lookup by id: this reads the list.
+async fn find<S: FailureStore>(store: &S, id: Uuid, settled: bool) -> anyhow::Result<Option<DeadLetter>> {
+    let select = Select {
+        include_settled: settled,
+        ..Select::default()
+    };
+    Ok(select.letters(store).await?.into_iter().find(|l| l.id == id))
+}
+
 /// The dead letters of one cause.
 #[derive(Debug, Serialize)]
 struct Group {
@@ -230,15 +240,8 @@ pub(crate) async fn run<S: FailureStore>(store: &S, command: Dlq) -> anyhow::Res
             Ok(())
         }
         Dlq::Show { id, json } => {
-            let select = Select {
-                include_settled: true,
-                ..Select::default()
-            };
-            let letter = select
-                .letters(store)
+            let letter = find(store, id, true)
                 .await?
-                .into_iter()
-                .find(|l| l.id == id)
                 .ok_or_else(|| anyhow::anyhow!("no dead letter has id {id}"))?;
             if json {
                 println!("{}", serde_json::to_string(&LetterView::of(&letter))?);
@@ -257,11 +260,8 @@ pub(crate) async fn run<S: FailureStore>(store: &S, command: Dlq) -> anyhow::Res
             anyhow::ensure!(rate > 0.0, "--rate must be positive");
             let letters = match id {
                 Some(id) => {
-                    let letter = Select::default()
-                        .letters(store)
+                    let letter = find(store, id, false)
                         .await?
-                        .into_iter()
-                        .find(|l| l.id == id)
                         .ok_or_else(|| anyhow::anyhow!("no pending dead letter has id {id}"))?;
                     vec![letter]
                 }
