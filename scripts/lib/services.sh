@@ -89,6 +89,13 @@ ensure_rabbitmq() {
 }
 
 # Node.js and npm, for the benchmark's side-by-side peer (`tidings bench peer`).
+ensure_promtool() {
+  if ! command -v promtool >/dev/null; then
+    log "installing promtool (Debian's prometheus package), to check and test the alert rules"
+    apt_install prometheus
+  fi
+}
+
 ensure_node() {
   if ! command -v node >/dev/null || ! command -v npm >/dev/null; then
     log "installing Node.js and npm"

@@ -1,6 +1,8 @@
 //! `tidings`: the operator's command.
 
 mod bench;
+mod config;
+mod daemon;
 mod dlq;
 
 use std::io::IsTerminal;
@@ -26,6 +28,17 @@ struct Cli {
 
 #[derive(Debug, Subcommand)]
 enum Command {
+    /// Run the relay daemon: the relay, the database log's housekeeping,
+    /// lag sampling and the Prometheus endpoint, until SIGTERM or Ctrl-C.
+    Run {
+        /// The configuration file (every key: docs/tidings.toml); without
+        /// one, every default, with overrides from TIDINGS_SECTION__KEY variables.
+        #[arg(long, env = "TIDINGS_CONFIG")]
+        config: Option<std::path::PathBuf>,
+        /// Check the configuration and exit.
+        #[arg(long)]
+        check: bool,
+    },
     /// Run a reference system in one process.
     #[command(subcommand)]
     Demo(Demo),
@@ -177,6 +190,10 @@ enum Demo {
         /// prints `ready` once its groups exist), `producer` places the orders and exits.
         #[arg(long, value_enum, default_value_t = RoleArg::All)]
         role: RoleArg,
+        /// Serve Prometheus metrics at http://ADDR/metrics while running
+        /// (this process's relays and consumers, and lag measured every second).
+        #[arg(long, value_name = "ADDR")]
+        metrics: Option<std::net::SocketAddr>,
     },
 }
 
@@ -214,6 +231,20 @@ fn shutdown_on_signal() -> anyhow::Result<CancellationToken> {
     Ok(token)
 }
 
+/// Installs the Prometheus recorder and serves it on `addr` for the rest of the process.
+async fn serve_metrics(addr: std::net::SocketAddr) -> anyhow::Result<()> {
+    let listener = tokio::net::TcpListener::bind(addr)
+        .await
+        .with_context(|| format!("--metrics: cannot listen on {addr}"))?;
+    let handle = tidings_prometheus::install()?;
+    tokio::spawn(tidings_prometheus::serve(
+        listener,
+        handle,
+        CancellationToken::new(),
+    ));
+    Ok(())
+}
+
 /// Prints a bench's figures, as text or as one JSON object.
 fn print_figures(
     json: bool,
@@ -238,14 +269,19 @@ fn fraction(s: &str) -> Result<f64, String> {
 
 #[tokio::main]
 async fn main() -> ExitCode {
+    let cli = Cli::parse();
+    // The daemon says what it does; one-shot commands only warn.
+    let default_filter = match cli.command {
+        Command::Run { .. } => "info,sqlx=warn,lapin::returned_messages=error",
+        _ => "warn,sqlx=error,lapin::returned_messages=error",
+    };
     tracing_subscriber::fmt()
         .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_default_env()
-                .unwrap_or_else(|_| "warn,sqlx=error,lapin::returned_messages=error".into()),
+            tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| default_filter.into()),
         )
         .with_writer(std::io::stderr)
         .init();
-    match run(Cli::parse()).await {
+    match run(cli).await {
         Ok(code) => code,
         Err(e) => {
             eprintln!("error: {e:#}");
@@ -256,6 +292,23 @@ async fn main() -> ExitCode {
 
 async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
     match cli.command {
+        Command::Run { config, check } => {
+            let loaded = config::Loaded::from_file(config.as_deref(), std::env::vars())?;
+            if check {
+                println!(
+                    "configuration ok: database {}, broker {}, relay {}, metrics {}",
+                    tidings_core::secret::redact_url(loaded.database_url.expose()),
+                    tidings_core::secret::redact_url(loaded.broker_url.expose()),
+                    if loaded.config.relay.enabled { "on" } else { "off" },
+                    loaded
+                        .metrics_listen
+                        .map_or("off".to_owned(), |a| format!("on {a}")),
+                );
+                return Ok(ExitCode::SUCCESS);
+            }
+            daemon::run(loaded, shutdown_on_signal()?).await?;
+            Ok(ExitCode::SUCCESS)
+        }
         Command::Demo(Demo::Checkout {
             orders,
             database,
@@ -269,7 +322,11 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             timeout,
             json,
             role,
+            metrics,
         }) => {
+            if let Some(addr) = metrics {
+                serve_metrics(addr).await?;
+            }
             let options = DemoOptions {
                 orders,
                 database: Some(database),
@@ -286,6 +343,7 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
                 members: members as usize,
                 relays: relays as usize,
                 partitions,
+                sample_lag: metrics.map(|_| Duration::from_secs(1)),
                 ..DemoOptions::default()
             };
             if !matches!(role, RoleArg::All) {
@@ -369,7 +427,16 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
                         .oldest_unsent_age
                         .map_or("-".to_owned(), |d| format!("{:.1} s", d.as_secs_f64()))
                 );
-                println!("dead letters        {}", report.dead_letters);
+                println!("dead letters        {}", report.dead_letters_pending());
+                for d in &report.dead_letters {
+                    println!(
+                        "consumer {:<20} dead letters {} · oldest {}",
+                        d.consumer,
+                        d.pending,
+                        d.oldest_age
+                            .map_or("-".to_owned(), |a| format!("{:.1} s", a.as_secs_f64()))
+                    );
+                }
                 for c in &report.consumers {
                     println!(
                         "consumer {:<20} topic {:<20} pending {}",

@@ -5,9 +5,9 @@ use std::collections::HashMap;
 use std::collections::hash_map::DefaultHasher;
 use std::fmt;
 use std::hash::{Hash, Hasher};
-use std::sync::atomic::{AtomicU64, Ordering};
+
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
 use chrono::Utc;
@@ -15,6 +15,7 @@ use futures::StreamExt;
 use futures::stream::select_all;
 use sqlx::Transaction;
 use tidings_core::lease::{self, Held, Lease, Membership, Scope, sleep_unless};
+use tidings_core::metrics::{self as m, Count};
 use tidings_core::{
     AckKind, Acker, Backoff, ConsumerStore, DeadLetter, DecodeError, Delivery, Envelope, ErrorClass, Failure,
     Fence, Handling, LeaseStore, ParkedMessage, ParkingStore, Partition, RawMessage, Subscriber,
@@ -184,17 +185,41 @@ impl ConsumerConfig {
     }
 }
 
-/// Counters of a running consumer.
-#[derive(Debug, Default)]
+/// Counters of a running consumer, also recorded as metrics labelled with
+/// the consumer's name ([`tidings_core::metrics`]: `tidings_consumer_*`).
+#[derive(Debug)]
 pub struct ConsumerStats {
-    received: AtomicU64,
-    handled: AtomicU64,
-    duplicates: AtomicU64,
-    retries: AtomicU64,
-    dead_lettered: AtomicU64,
-    parked: AtomicU64,
-    transactions: AtomicU64,
-    store_errors: AtomicU64,
+    received: Count,
+    handled: Count,
+    failed: Count,
+    duplicates: Count,
+    retries: Count,
+    dead_lettered: Count,
+    parked: Count,
+    transactions: Count,
+    store_errors: Count,
+    handler_duration: metrics::Histogram,
+}
+
+impl ConsumerStats {
+    /// The counters of the consumer named `consumer`, taking their metric
+    /// handles from the recorder installed now.
+    pub fn new(consumer: &str) -> Self {
+        let count =
+            |name: &'static str| Count::new(metrics::counter!(name, "consumer" => consumer.to_owned()));
+        ConsumerStats {
+            received: count(m::CONSUMER_RECEIVED),
+            handled: count(m::CONSUMER_HANDLED),
+            failed: count(m::CONSUMER_FAILED),
+            duplicates: count(m::CONSUMER_DUPLICATES),
+            retries: count(m::CONSUMER_RETRIED),
+            dead_lettered: count(m::CONSUMER_DEAD_LETTERED),
+            parked: count(m::CONSUMER_PARKED),
+            transactions: Count::local(),
+            store_errors: count(m::CONSUMER_STORE_ERRORS),
+            handler_duration: metrics::histogram!(m::CONSUMER_HANDLER_DURATION, "consumer" => consumer.to_owned()),
+        }
+    }
 }
 
 macro_rules! counters {
@@ -203,7 +228,7 @@ macro_rules! counters {
             $(
                 #[doc = $doc]
                 pub fn $name(&self) -> u64 {
-                    self.$name.load(Ordering::Relaxed)
+                    self.$name.get()
                 }
             )*
         }
@@ -213,6 +238,7 @@ macro_rules! counters {
 counters! {
     received: "Deliveries received (duplicates included).",
     handled: "Messages handled and committed.",
+    failed: "Handler attempts that failed (then retried or dead-lettered).",
     duplicates: "Deliveries recognised as already processed and skipped.",
     retries: "Attempts that failed and were retried.",
     dead_lettered: "Messages given up on and stored as dead letters.",
@@ -221,8 +247,8 @@ counters! {
     store_errors: "Failures of Tidings' own database calls (retried without counting as attempts).",
 }
 
-fn bump(c: &AtomicU64) {
-    c.fetch_add(1, Ordering::Relaxed);
+fn bump(c: &Count) {
+    c.bump();
 }
 
 /// A named consumer (group) running one handler over one or more topics.
@@ -318,13 +344,14 @@ impl<S: ConsumerStore + ParkingStore + LeaseStore + Clone> Consumer<S> {
     /// A consumer named `name` (its group name on the transport, and its key
     /// in the idempotency and effects records: keep it stable).
     pub fn new(name: impl Into<String>, store: S, handler: impl Handler<S::Database>) -> Self {
+        let name = name.into();
         Consumer {
-            name: name.into(),
+            stats: Arc::new(ConsumerStats::new(&name)),
+            name,
             topics: Vec::new(),
             store,
             handler: Arc::new(handler),
             config: ConsumerConfig::default(),
-            stats: Arc::default(),
         }
     }
 
@@ -794,7 +821,12 @@ impl<S: ConsumerStore + ParkingStore + LeaseStore + Clone> Worker<S> {
             emitted: false,
         };
         let timeout = self.config.handler_timeout;
-        match tokio::time::timeout(timeout, self.handler.handle(&mut ctx)).await {
+        let started = Instant::now();
+        let ran = tokio::time::timeout(timeout, self.handler.handle(&mut ctx)).await;
+        self.stats
+            .handler_duration
+            .record(started.elapsed().as_secs_f64());
+        match ran {
             Ok(result) => result.map(|()| ctx.emitted),
             Err(_) => Err(HandlerError::transient(format!(
                 "handler timed out after {timeout:?}"
@@ -1076,7 +1108,10 @@ impl<S: ConsumerStore + ParkingStore + LeaseStore + Clone> Worker<S> {
                     }
                     continue;
                 }
-                Err(AttemptError::Handler(e)) => (e.class(), e.to_string()),
+                Err(AttemptError::Handler(e)) => {
+                    bump(&self.stats.failed);
+                    (e.class(), e.to_string())
+                }
             };
             let (class, message) = error;
             failures.push(failure(attempt, class, &message));

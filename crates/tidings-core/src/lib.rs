@@ -45,9 +45,11 @@ pub mod error;
 pub mod lease;
 pub mod log;
 pub mod message;
+pub mod metrics;
 pub mod migrate;
 pub mod parking;
 pub mod partition;
+pub mod secret;
 pub mod sql;
 pub mod store;
 pub mod transport;
@@ -59,9 +61,9 @@ pub use lease::{Lease, LeaseStore};
 pub use message::Message;
 pub use partition::Partition;
 pub use store::{
-    ClaimedBatch, ConsumerLag, ConsumerStore, DeadLetter, DeadLetterFilter, Failure, FailureStore, Fence,
-    Handling, HeldKey, LagReport, LagSource, Outbox, OutboxPartitions, ParkedLag, ParkedMessage,
-    ParkingStore, REDRIVE_HEADER, Redrive, RelayStore, Skip, redrive_envelope,
+    ClaimedBatch, ConsumerLag, ConsumerStore, DeadLetter, DeadLetterFilter, DeadLetterLag, Failure,
+    FailureStore, Fence, Handling, HeldKey, LagReport, LagSource, Outbox, OutboxPartitions, ParkedLag,
+    ParkedMessage, ParkingStore, REDRIVE_HEADER, Redrive, RelayStore, Skip, redrive_envelope,
 };
 pub use transport::{
     AckKind, Acker, Delivery, OutgoingMessage, Publisher, RawMessage, Subscriber, Subscription,

@@ -81,6 +81,12 @@ pub trait LogBackend: Send + Sync + 'static {
         at: LogPosition,
     ) -> Result<()>;
 
+    /// Housekeeping: deletes up to `limit` entries older than `older_than`
+    /// that every group reading their topic and partition has committed
+    /// past (an entry a group has not read yet stays, however old); returns
+    /// how many. Groups that never read a topic do not hold its entries.
+    async fn trim(&self, older_than: Duration, limit: usize) -> Result<u64>;
+
     /// A signal that changes whenever something may have been appended
     /// (in this process, or in another one where the database can tell).
     /// Readers keep their receiver, so an append between a read and the

@@ -462,11 +462,29 @@ pub struct LagReport {
     pub oldest_unsent_age: Option<Duration>,
     /// Per consumer group and topic (database-log transport).
     pub consumers: Vec<ConsumerLag>,
-    /// Dead letters stored.
-    pub dead_letters: u64,
+    /// Dead letters waiting for a decision (neither redriven nor skipped), per consumer.
+    pub dead_letters: Vec<DeadLetterLag>,
     /// Keys held after a dead letter, and the messages parked behind them,
     /// per consumer and topic (every transport).
     pub parked: Vec<ParkedLag>,
+}
+
+impl LagReport {
+    /// Dead letters waiting for a decision, over every consumer.
+    pub fn dead_letters_pending(&self) -> u64 {
+        self.dead_letters.iter().map(|d| d.pending).sum()
+    }
+}
+
+/// One consumer's dead letters waiting for a decision.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct DeadLetterLag {
+    /// The consumer group.
+    pub consumer: String,
+    /// Dead letters neither redriven nor skipped.
+    pub pending: u64,
+    /// Age of the oldest of them.
+    pub oldest_age: Option<Duration>,
 }
 
 /// Keys one consumer holds on one topic, and what waits behind them.

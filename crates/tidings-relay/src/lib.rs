@@ -43,11 +43,11 @@
 #![warn(missing_docs, missing_debug_implementations, unreachable_pub)]
 
 use std::fmt;
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use tidings_core::lease::{self, Membership, Scope, sleep_unless};
+use tidings_core::metrics::{self as m, Count};
 use tidings_core::{
     Backoff, ClaimedBatch, Lease, LeaseStore, OutboxPartitions, Publisher, RelayStore, Result,
 };
@@ -143,34 +143,50 @@ impl RelayConfig {
     }
 }
 
-/// Counters of a running relay.
-#[derive(Debug, Default)]
+/// Counters of a running relay, also recorded as metrics
+/// ([`tidings_core::metrics`]: `tidings_relay_*`).
+#[derive(Debug)]
 pub struct RelayStats {
-    published: AtomicU64,
-    batches: AtomicU64,
-    publish_failures: AtomicU64,
-    claim_failures: AtomicU64,
+    published: Count,
+    batches: Count,
+    publish_failures: Count,
+    claim_failures: Count,
+    batch_size: metrics::Histogram,
+    publish_duration: metrics::Histogram,
+}
+
+impl Default for RelayStats {
+    fn default() -> Self {
+        RelayStats {
+            published: Count::new(metrics::counter!(m::RELAY_PUBLISHED)),
+            batches: Count::new(metrics::counter!(m::RELAY_BATCHES)),
+            publish_failures: Count::new(metrics::counter!(m::RELAY_PUBLISH_ERRORS)),
+            claim_failures: Count::new(metrics::counter!(m::RELAY_CLAIM_ERRORS)),
+            batch_size: metrics::histogram!(m::RELAY_BATCH_SIZE),
+            publish_duration: metrics::histogram!(m::RELAY_PUBLISH_DURATION),
+        }
+    }
 }
 
 impl RelayStats {
     /// Records published and confirmed.
     pub fn published(&self) -> u64 {
-        self.published.load(Ordering::Relaxed)
+        self.published.get()
     }
 
     /// Batches completed.
     pub fn batches(&self) -> u64 {
-        self.batches.load(Ordering::Relaxed)
+        self.batches.get()
     }
 
     /// Publishes that failed and were retried.
     pub fn publish_failures(&self) -> u64 {
-        self.publish_failures.load(Ordering::Relaxed)
+        self.publish_failures.get()
     }
 
     /// Claims that failed (database errors).
     pub fn claim_failures(&self) -> u64 {
-        self.claim_failures.load(Ordering::Relaxed)
+        self.claim_failures.get()
     }
 }
 
@@ -280,9 +296,7 @@ impl<S: RelayStore + LeaseStore + Clone, P: Publisher> Relay<S, P> {
             .store
             .claim(self.config.batch_size, &partitions)
             .await
-            .inspect_err(|_| {
-                self.stats.claim_failures.fetch_add(1, Ordering::Relaxed);
-            })?;
+            .inspect_err(|_| self.stats.claim_failures.bump())?;
         let n = batch.messages().len();
         if n == 0 {
             batch.release().await?;
@@ -302,8 +316,9 @@ impl<S: RelayStore + LeaseStore + Clone, P: Publisher> Relay<S, P> {
                 retryable: true,
             }),
         };
+        let publish_time = started.elapsed();
         if let Err(e) = published {
-            self.stats.publish_failures.fetch_add(1, Ordering::Relaxed);
+            self.stats.publish_failures.bump();
             // Give the records back at once so that another relay (or the
             // next round) can take them; a failed release only delays that
             // until the database notices the transaction is gone.
@@ -315,10 +330,13 @@ impl<S: RelayStore + LeaseStore + Clone, P: Publisher> Relay<S, P> {
         // If completing fails, the records stay unsent and are published
         // again: a duplicate, which consumers absorb, rather than a loss.
         batch.complete().await?;
-        self.stats.published.fetch_add(n as u64, Ordering::Relaxed);
-        self.stats.batches.fetch_add(1, Ordering::Relaxed);
+        self.stats.published.add(n as u64);
+        self.stats.batches.bump();
+        self.stats.batch_size.record(n as f64);
+        self.stats.publish_duration.record(publish_time.as_secs_f64());
         tracing::debug!(
             records = n,
+            publish_ms = publish_time.as_millis() as u64,
             elapsed_ms = started.elapsed().as_millis() as u64,
             "relay batch published"
         );

@@ -3,7 +3,7 @@
 use std::time::Duration;
 
 use async_trait::async_trait;
-use tidings_core::{ConsumerLag, Error, LagReport, LagSource, ParkedLag, Result};
+use tidings_core::{ConsumerLag, DeadLetterLag, Error, LagReport, LagSource, ParkedLag, Result};
 
 use crate::PgStore;
 
@@ -29,10 +29,14 @@ impl LagSource for PgStore {
         .fetch_all(pool)
         .await
         .map_err(Error::db("measuring consumer lag"))?;
-        let dead: i64 = sqlx::query_scalar("SELECT count(*) FROM tidings_dead_letters")
-            .fetch_one(pool)
-            .await
-            .map_err(Error::db("counting dead letters"))?;
+        let dead: Vec<(String, i64, Option<f64>)> = sqlx::query_as(
+            "SELECT consumer, count(*), EXTRACT(EPOCH FROM now() - min(created_at))::float8
+             FROM tidings_dead_letters WHERE redriven_at IS NULL AND skipped_at IS NULL
+             GROUP BY consumer ORDER BY consumer",
+        )
+        .fetch_all(pool)
+        .await
+        .map_err(Error::db("counting dead letters"))?;
         let parked: Vec<(String, String, i64, i64)> = sqlx::query_as(tidings_core::parking::PARKED_LAG)
             .fetch_all(pool)
             .await
@@ -48,7 +52,14 @@ impl LagSource for PgStore {
                     pending: pending.max(0) as u64,
                 })
                 .collect(),
-            dead_letters: dead.max(0) as u64,
+            dead_letters: dead
+                .into_iter()
+                .map(|(consumer, pending, oldest)| DeadLetterLag {
+                    consumer,
+                    pending: pending.max(0) as u64,
+                    oldest_age: oldest.map(|s| Duration::from_secs_f64(s.max(0.0))),
+                })
+                .collect(),
             parked: parked.into_iter().map(ParkedLag::from).collect(),
         })
     }

@@ -1,5 +1,7 @@
 //! The database-log transport on PostgreSQL.
 
+use std::time::Duration;
+
 use async_trait::async_trait;
 use sqlx::Row;
 use tidings_core::log::{LogBackend, LogEntry, LogPosition};
@@ -125,6 +127,26 @@ impl LogBackend for PgStore {
         .await
         .map_err(Error::db("storing a log offset"))?;
         Ok(())
+    }
+
+    async fn trim(&self, older_than: Duration, limit: usize) -> Result<u64> {
+        let deleted = sqlx::query(
+            "DELETE FROM tidings_log WHERE seq IN (
+               SELECT l.seq FROM tidings_log l
+               WHERE l.created_at < now() - make_interval(secs => $1)
+                 AND NOT EXISTS (
+                   SELECT 1 FROM tidings_log_offsets o
+                   WHERE o.topic = l.topic AND (o.txid, o.seq) < (l.txid, l.seq)
+                     AND (o.partition_count = 1
+                          OR COALESCE(l.key_hash, 0) % o.partition_count = o.partition_index))
+               ORDER BY l.seq LIMIT $2)",
+        )
+        .bind(older_than.as_secs_f64())
+        .bind(limit.min(i64::MAX as usize) as i64)
+        .execute(&self.inner.pool)
+        .await
+        .map_err(Error::db("deleting log entries past retention"))?;
+        Ok(deleted.rows_affected())
     }
 
     fn append_signal(&self) -> watch::Receiver<u64> {

@@ -3,7 +3,7 @@
 use std::time::Duration;
 
 use async_trait::async_trait;
-use tidings_core::{ConsumerLag, Error, LagReport, LagSource, ParkedLag, Result};
+use tidings_core::{ConsumerLag, DeadLetterLag, Error, LagReport, LagSource, ParkedLag, Result};
 
 use crate::{SqliteStore, now_millis};
 
@@ -27,10 +27,14 @@ impl LagSource for SqliteStore {
         .fetch_all(pool)
         .await
         .map_err(Error::db("measuring consumer lag"))?;
-        let dead: i64 = sqlx::query_scalar("SELECT count(*) FROM tidings_dead_letters")
-            .fetch_one(pool)
-            .await
-            .map_err(Error::db("counting dead letters"))?;
+        let dead: Vec<(String, i64, Option<i64>)> = sqlx::query_as(
+            "SELECT consumer, count(*), min(created_at)
+             FROM tidings_dead_letters WHERE redriven_at IS NULL AND skipped_at IS NULL
+             GROUP BY consumer ORDER BY consumer",
+        )
+        .fetch_all(pool)
+        .await
+        .map_err(Error::db("counting dead letters"))?;
         let now = now_millis();
         let parked: Vec<(String, String, i64, i64)> = sqlx::query_as(tidings_core::parking::PARKED_LAG)
             .fetch_all(pool)
@@ -47,7 +51,14 @@ impl LagSource for SqliteStore {
                     pending: pending.max(0) as u64,
                 })
                 .collect(),
-            dead_letters: dead.max(0) as u64,
+            dead_letters: dead
+                .into_iter()
+                .map(|(consumer, pending, oldest)| DeadLetterLag {
+                    consumer,
+                    pending: pending.max(0) as u64,
+                    oldest_age: oldest.map(|t| Duration::from_millis((now - t).max(0) as u64)),
+                })
+                .collect(),
             parked: parked.into_iter().map(ParkedLag::from).collect(),
         })
     }

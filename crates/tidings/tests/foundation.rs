@@ -16,7 +16,9 @@ use futures::StreamExt;
 use tidings::consumer::{Consumer, ConsumerConfig, Handler, IdempotencyKey};
 use tidings::log::{LogPublisher, LogReaderConfig, LogSubscriber};
 use tidings::relay::{Relay, RelayConfig};
-use tidings::{AckKind, Backoff, DeadLetterFilter, Envelope, Kind, Subscriber, cloudevents};
+use tidings::{
+    AckKind, Backoff, DeadLetterFilter, Envelope, Kind, Partition, Publisher, Subscriber, cloudevents,
+};
 use tidings_testkit::faults::{Duplicating, Switchable};
 use tokio_util::sync::CancellationToken;
 
@@ -82,6 +84,7 @@ on_both_databases!(
     effects_ledger_reuses_one_key_and_skips_recorded_effects,
     a_handler_past_its_timeout_is_rolled_back_and_retried,
     retention_keeps_sent_rows_until_cleanup,
+    log_retention_keeps_what_a_group_has_not_read,
 );
 
 async fn outbox_is_atomic_with_the_business_transaction<S: TestStore>(store: S) {
@@ -305,7 +308,7 @@ where
     );
     let envelope = cloudevents::from_json(&letter.body).expect("the dead letter keeps the original body");
     assert_eq!(Some(envelope.id), letter.message_id);
-    assert_eq!(store.lag().await.unwrap().dead_letters, 1);
+    assert_eq!(store.lag().await.unwrap().dead_letters_pending(), 1);
 }
 
 async fn log_readers_never_skip_late_commits<S: TestStore>(store: S) {
@@ -552,6 +555,89 @@ async fn retention_keeps_sent_rows_until_cleanup<S: TestStore>(store: S) {
             .await,
         0
     );
+}
+
+async fn log_retention_keeps_what_a_group_has_not_read<S: TestStore>(store: S) {
+    let publisher = LogPublisher::new(std::sync::Arc::new(store.clone()));
+    // Two keys in different partitions of two.
+    let other = (0..)
+        .map(|i| format!("k{i}"))
+        .find(|k| Partition::of(k, 2) != Partition::of("a", 2))
+        .unwrap();
+    let batch: Vec<_> = (1..=6)
+        .map(|seq| message(if seq % 2 == 0 { "a" } else { &other }, seq))
+        .collect();
+    publisher.publish(&batch).await.unwrap();
+    let unread = tidings::OutgoingMessage {
+        topic: "nobody-reads".into(),
+        ..message("c", 7)
+    };
+    publisher.publish(std::slice::from_ref(&unread)).await.unwrap();
+    let entries = store
+        .read(TOPIC, Partition::WHOLE, Default::default(), 100)
+        .await
+        .unwrap();
+    assert_eq!(entries.len(), 6);
+    // One group has read the first three (one offset over the whole topic);
+    // another reads in two partitions and has read nothing of its partition 1.
+    store
+        .commit_offset("reader", TOPIC, Partition::WHOLE, entries[2].at)
+        .await
+        .unwrap();
+    let total = || store.count("SELECT CAST(count(*) AS BIGINT) FROM tidings_log");
+    assert_eq!(total().await, 7);
+    assert_eq!(
+        store.trim(Duration::from_secs(3600), 100).await.unwrap(),
+        0,
+        "nothing is older than the retention"
+    );
+    tokio::time::sleep(Duration::from_millis(20)).await;
+    assert_eq!(
+        store.trim(Duration::from_millis(10), 2).await.unwrap(),
+        2,
+        "at most the limit"
+    );
+    assert_eq!(store.trim(Duration::from_millis(10), 100).await.unwrap(), 2);
+    assert_eq!(total().await, 3, "the entries the group has not read stay");
+    let left = store
+        .read(TOPIC, Partition::WHOLE, Default::default(), 100)
+        .await
+        .unwrap();
+    assert_eq!(
+        left.iter().map(|e| e.at).collect::<Vec<_>>(),
+        entries[3..].iter().map(|e| e.at).collect::<Vec<_>>()
+    );
+    // A group in two partitions holds the entries of the partition it has not read past.
+    let p0 = Partition::new(0, 2);
+    let mine: Vec<_> = left
+        .iter()
+        .filter(|e| p0.contains(e.message.key.as_deref().unwrap_or("")))
+        .collect();
+    store
+        .commit_offset("split", TOPIC, p0, mine.last().map_or(entries[2].at, |e| e.at))
+        .await
+        .unwrap();
+    store
+        .commit_offset("split", TOPIC, Partition::new(1, 2), entries[0].at)
+        .await
+        .unwrap();
+    store
+        .commit_offset("reader", TOPIC, Partition::WHOLE, entries[5].at)
+        .await
+        .unwrap();
+    tokio::time::sleep(Duration::from_millis(20)).await;
+    store.trim(Duration::from_millis(10), 100).await.unwrap();
+    let kept = store
+        .read(TOPIC, Partition::WHOLE, Default::default(), 100)
+        .await
+        .unwrap();
+    let expected: Vec<_> = left
+        .iter()
+        .filter(|e| !p0.contains(e.message.key.as_deref().unwrap_or("")))
+        .map(|e| e.at)
+        .collect();
+    assert!(!expected.is_empty());
+    assert_eq!(kept.iter().map(|e| e.at).collect::<Vec<_>>(), expected);
 }
 
 #[test]

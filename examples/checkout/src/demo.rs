@@ -15,6 +15,7 @@ use tidings_broker_nats::{NatsOptions, NatsTransport};
 use tidings_broker_rabbitmq::{RabbitOptions, RabbitTransport};
 use tidings_consumer::{Consumer, ConsumerConfig, ConsumerStats, Handler};
 use tidings_core::log::{LogBackend, LogPublisher, LogReaderConfig, LogSubscriber};
+use tidings_core::secret::redact_url as redact;
 use tidings_core::{Backoff, Envelope, Message, OutgoingMessage, Publisher, Subscriber};
 use tidings_relay::{Relay, RelayConfig};
 use tidings_store_postgres::PgStore;
@@ -79,6 +80,9 @@ pub struct DemoOptions {
     /// Partitions of every topic. Keep it from one run to the next: a new
     /// count gives each group new partitions to read from the start.
     pub partitions: u32,
+    /// Measure lag this often into the metrics gauges
+    /// ([`tidings_core::metrics::sample_lag`]); `None`: not at all.
+    pub sample_lag: Option<Duration>,
 }
 
 impl Default for DemoOptions {
@@ -96,6 +100,7 @@ impl Default for DemoOptions {
             members: 1,
             relays: 1,
             partitions: 4,
+            sample_lag: None,
         }
     }
 }
@@ -306,18 +311,6 @@ async fn open_and_run(
     }
 }
 
-/// `postgres://user:secret@host/db` -> `postgres://user@host/db`.
-fn redact(url: &str) -> String {
-    match (url.find("://"), url.rfind('@')) {
-        (Some(scheme), Some(at)) if at > scheme => {
-            let userinfo = &url[scheme + 3..at];
-            let user = userinfo.split(':').next().unwrap_or("");
-            format!("{}{}{}", &url[..scheme + 3], user, &url[at..])
-        }
-        _ => url.to_owned(),
-    }
-}
-
 async fn run_on<S>(
     store: S,
     provider: EmailProvider,
@@ -369,6 +362,14 @@ where
         );
         relay_stats.push(relay.stats());
         tasks.spawn(relay.run(shutdown.clone()));
+    }
+
+    if let Some(every) = options.sample_lag {
+        let sampler = tidings_core::metrics::sample_lag(store.clone(), every, shutdown.clone());
+        tasks.spawn(async move {
+            sampler.await;
+            Ok(())
+        });
     }
 
     let duplicating = Duplicating::new(transport.subscriber.clone(), options.duplicate_rate);

@@ -1,0 +1,635 @@
+//! `tidings.toml`: the daemon's configuration.
+//!
+//! Every key, its default and its meaning are in `docs/tidings.toml`, the
+//! reference file (a test keeps it parsing to the defaults). A key can be
+//! overridden by an environment variable named after its path:
+//! `TIDINGS_` + section + `__` + key, upper case (`TIDINGS_RELAY__BATCH_SIZE=1000`).
+//! Credentials come only from the environment or from files: a database or
+//! broker URL with a password in the file itself is refused.
+//!
+//! Loading refuses, with the key's path and why: an unknown key, a value of
+//! the wrong type, a value out of range, and a malformed file.
+
+use std::collections::BTreeSet;
+use std::fmt;
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use serde::Deserialize;
+use serde::de::{self, Deserializer};
+use tidings_core::secret::{Secret, has_password, redact_url};
+
+/// The prefix of environment overrides.
+pub(crate) const ENV_PREFIX: &str = "TIDINGS_";
+
+/// Why a configuration was refused: where, and why.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct ConfigError {
+    /// The file (or `environment`).
+    pub(crate) source: String,
+    /// The key's path (`relay.batch_size`), empty for the file as a whole.
+    pub(crate) path: String,
+    /// What is wrong.
+    pub(crate) reason: String,
+}
+
+impl fmt::Display for ConfigError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if self.path.is_empty() {
+            write!(f, "{}: {}", self.source, self.reason)
+        } else {
+            write!(f, "{}: {}: {}", self.source, self.path, self.reason)
+        }
+    }
+}
+
+impl std::error::Error for ConfigError {}
+
+/// The whole file.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub(crate) struct Config {
+    /// Where Tidings' tables are.
+    pub(crate) database: DatabaseConfig,
+    /// Where the relay publishes.
+    pub(crate) broker: BrokerConfig,
+    /// The relay.
+    pub(crate) relay: RelayConfig,
+    /// The database-log transport's housekeeping.
+    pub(crate) log: LogConfig,
+    /// The metrics endpoint and lag sampling.
+    pub(crate) metrics: MetricsConfig,
+}
+
+/// `[database]`
+#[derive(Debug, Clone, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub(crate) struct DatabaseConfig {
+    /// `postgres://user@host/db` or `sqlite://path`.
+    pub(crate) url: Option<Secret>,
+    /// A file holding the URL (a mounted secret), instead of `url`.
+    pub(crate) url_file: Option<PathBuf>,
+    /// Connections in the pool.
+    pub(crate) max_connections: u32,
+    /// Create or upgrade Tidings' tables at start.
+    pub(crate) migrate: bool,
+    /// Keep sent outbox records this long (0: delete them once sent).
+    pub(crate) outbox_retention: Dur,
+}
+
+impl Default for DatabaseConfig {
+    fn default() -> Self {
+        DatabaseConfig {
+            url: None,
+            url_file: None,
+            max_connections: 8,
+            migrate: true,
+            outbox_retention: Dur(Duration::ZERO),
+        }
+    }
+}
+
+/// `[broker]`
+#[derive(Debug, Clone, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub(crate) struct BrokerConfig {
+    /// `log` (the database log, the default), `nats://host:4222`, `amqp://user@host:5672/%2f`.
+    pub(crate) url: Option<Secret>,
+    /// A file holding the URL, instead of `url`.
+    pub(crate) url_file: Option<PathBuf>,
+    /// The prefix of the broker's streams (NATS) or exchanges (RabbitMQ):
+    /// the consumers must use the same.
+    pub(crate) prefix: Option<String>,
+    /// Partitions of every topic on the broker: the consumers must use the same.
+    pub(crate) partitions: u32,
+}
+
+impl Default for BrokerConfig {
+    fn default() -> Self {
+        BrokerConfig {
+            url: None,
+            url_file: None,
+            prefix: None,
+            partitions: 1,
+        }
+    }
+}
+
+/// `[relay]`
+#[derive(Debug, Clone, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub(crate) struct RelayConfig {
+    /// Run the relay in this process.
+    pub(crate) enabled: bool,
+    /// Records claimed and published at once.
+    pub(crate) batch_size: usize,
+    /// How long to sleep when idle if no wake-up arrives.
+    pub(crate) poll_interval: Dur,
+    /// How long a publish may wait for the transport's confirmation.
+    pub(crate) publish_timeout: Dur,
+    /// Outbox partitions (every relay of a database must use the same).
+    pub(crate) partitions: u32,
+    /// How long a relay's partition leases last without renewal.
+    pub(crate) lease_ttl: Dur,
+    /// How often to delete sent outbox records past their retention.
+    pub(crate) cleanup_interval: Dur,
+    /// This relay's id among the relays (default: host, process and run).
+    pub(crate) member: Option<String>,
+}
+
+impl Default for RelayConfig {
+    fn default() -> Self {
+        RelayConfig {
+            enabled: true,
+            batch_size: 500,
+            poll_interval: Dur(Duration::from_millis(500)),
+            publish_timeout: Dur(Duration::from_secs(30)),
+            partitions: 1,
+            lease_ttl: Dur(Duration::from_secs(10)),
+            cleanup_interval: Dur(Duration::from_secs(60)),
+            member: None,
+        }
+    }
+}
+
+/// `[log]`
+#[derive(Debug, Clone, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub(crate) struct LogConfig {
+    /// Delete database-log entries older than this once every group has
+    /// read past them (0: keep them forever). Replay reaches back this far.
+    pub(crate) retention: Dur,
+    /// How often to look for entries to delete.
+    pub(crate) cleanup_interval: Dur,
+}
+
+impl Default for LogConfig {
+    fn default() -> Self {
+        LogConfig {
+            retention: Dur(Duration::from_secs(7 * 86_400)),
+            cleanup_interval: Dur(Duration::from_secs(300)),
+        }
+    }
+}
+
+/// `[metrics]`
+#[derive(Debug, Clone, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub(crate) struct MetricsConfig {
+    /// Serve `GET /metrics` here (empty: no endpoint).
+    pub(crate) listen: String,
+    /// How often to measure lag (outbox, consumers, dead letters).
+    pub(crate) lag_interval: Dur,
+}
+
+impl Default for MetricsConfig {
+    fn default() -> Self {
+        MetricsConfig {
+            listen: "127.0.0.1:9464".into(),
+            lag_interval: Dur(Duration::from_secs(5)),
+        }
+    }
+}
+
+/// A duration written `500ms`, `30s`, `5m`, `2h` or `7d` (`0` for none).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Dur(pub(crate) Duration);
+
+impl<'de> Deserialize<'de> for Dur {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let text = String::deserialize(d)?;
+        parse_duration(&text).map(Dur).map_err(de::Error::custom)
+    }
+}
+
+impl fmt::Display for Dur {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let ms = self.0.as_millis();
+        let (n, unit) = [(86_400_000, "d"), (3_600_000, "h"), (60_000, "m"), (1000, "s")]
+            .into_iter()
+            .find(|(u, _)| ms >= *u && ms.is_multiple_of(*u))
+            .map_or((ms, "ms"), |(u, s)| (ms / u, s));
+        write!(f, "{n}{unit}")
+    }
+}
+
+/// Parses `500ms`, `30s`, `5m`, `2h`, `7d` or `0`.
+pub(crate) fn parse_duration(text: &str) -> Result<Duration, String> {
+    let t = text.trim();
+    if t == "0" {
+        return Ok(Duration::ZERO);
+    }
+    let split = t.find(|c: char| !c.is_ascii_digit()).unwrap_or(t.len());
+    let (digits, unit) = t.split_at(split);
+    let n: u64 = digits
+        .parse()
+        .map_err(|_| format!("{text:?} is not a duration (write 500ms, 30s, 5m, 2h or 7d)"))?;
+    let ms = match unit {
+        "ms" => 1,
+        "s" => 1000,
+        "m" => 60_000,
+        "h" => 3_600_000,
+        "d" => 86_400_000,
+        _ => {
+            return Err(format!(
+                "{text:?} is not a duration (write 500ms, 30s, 5m, 2h or 7d)"
+            ));
+        }
+    };
+    Ok(Duration::from_millis(n.saturating_mul(ms)))
+}
+
+/// A configuration as loaded, and which keys the environment set.
+#[derive(Debug, Clone)]
+pub(crate) struct Loaded {
+    /// The configuration.
+    pub(crate) config: Config,
+    /// The database URL, read from wherever it was given.
+    pub(crate) database_url: Secret,
+    /// The broker URL, read from wherever it was given.
+    pub(crate) broker_url: Secret,
+    /// Where the metrics endpoint listens, if anywhere.
+    pub(crate) metrics_listen: Option<SocketAddr>,
+}
+
+impl Loaded {
+    /// Reads `path` (no file: every default), applies the overrides in
+    /// `env` (`TIDINGS_SECTION__KEY=value`), and checks the result.
+    pub(crate) fn from_file(
+        path: Option<&Path>,
+        env: impl IntoIterator<Item = (String, String)>,
+    ) -> Result<Loaded, ConfigError> {
+        let source = path.map_or("configuration".to_owned(), |p| p.display().to_string());
+        let refuse = |path: &str, reason: String| ConfigError {
+            source: source.clone(),
+            path: path.to_owned(),
+            reason,
+        };
+        let text = match path {
+            Some(p) => std::fs::read_to_string(p).map_err(|e| refuse("", format!("cannot read it: {e}")))?,
+            None => String::new(),
+        };
+        let mut table: toml::Table = toml::from_str(&text).map_err(|e| refuse("", one_line(&text, &e)))?;
+        let from_env = apply_env(&mut table, env).map_err(|(var, reason)| ConfigError {
+            source: "environment".into(),
+            path: var,
+            reason,
+        })?;
+        let config: Config = serde_path_to_error::deserialize(toml::Value::Table(table)).map_err(|e| {
+            let key = e.path().to_string();
+            let var = env_name(&key);
+            let source = if from_env.contains(&key) {
+                format!("environment ({var})")
+            } else {
+                source.clone()
+            };
+            ConfigError {
+                source,
+                path: key,
+                reason: e.into_inner().message().trim().to_owned(),
+            }
+        })?;
+        let database_url = secret_url(
+            &config.database.url,
+            &config.database.url_file,
+            "database",
+            &from_env,
+        )
+        .map_err(|(path, reason)| refuse(&path, reason))?
+        .ok_or_else(|| {
+            refuse(
+                "database.url",
+                "no database: set TIDINGS_DATABASE__URL, database.url or database.url_file".into(),
+            )
+        })?;
+        let broker_url = secret_url(&config.broker.url, &config.broker.url_file, "broker", &from_env)
+            .map_err(|(path, reason)| refuse(&path, reason))?
+            .unwrap_or_else(|| Secret::new("log"));
+        let metrics_listen = match config.metrics.listen.trim() {
+            "" => None,
+            addr => Some(addr.parse().map_err(|_| {
+                refuse(
+                    "metrics.listen",
+                    format!("{addr:?} is not an address (write 127.0.0.1:9464, or \"\" for no endpoint)"),
+                )
+            })?),
+        };
+        let loaded = Loaded {
+            config,
+            database_url,
+            broker_url,
+            metrics_listen,
+        };
+        loaded.check().map_err(|(path, reason)| refuse(path, reason))?;
+        Ok(loaded)
+    }
+
+    /// Ranges and the URLs' schemes.
+    fn check(&self) -> Result<(), (&'static str, String)> {
+        let c = &self.config;
+        let range = |path: &'static str, v: u64, lo: u64, hi: u64| {
+            if (lo..=hi).contains(&v) {
+                Ok(())
+            } else {
+                Err((path, format!("{v} is out of range ({lo} to {hi})")))
+            }
+        };
+        let positive = |path: &'static str, d: Dur| {
+            if d.0.is_zero() {
+                Err((path, "must be more than 0".to_owned()))
+            } else {
+                Ok(())
+            }
+        };
+        range(
+            "database.max_connections",
+            c.database.max_connections.into(),
+            1,
+            1000,
+        )?;
+        range("relay.batch_size", c.relay.batch_size as u64, 1, 100_000)?;
+        range("relay.partitions", c.relay.partitions.into(), 1, 1024)?;
+        range("broker.partitions", c.broker.partitions.into(), 1, 1024)?;
+        positive("relay.poll_interval", c.relay.poll_interval)?;
+        positive("relay.publish_timeout", c.relay.publish_timeout)?;
+        positive("relay.cleanup_interval", c.relay.cleanup_interval)?;
+        positive("log.cleanup_interval", c.log.cleanup_interval)?;
+        positive("metrics.lag_interval", c.metrics.lag_interval)?;
+        if c.relay.lease_ttl.0 < Duration::from_millis(300) {
+            return Err(("relay.lease_ttl", "must be at least 300ms".into()));
+        }
+        let db = self.database_url.expose();
+        if !["postgres://", "postgresql://", "sqlite:"]
+            .iter()
+            .any(|s| db.starts_with(s))
+        {
+            return Err((
+                "database.url",
+                format!(
+                    "{:?} is not a database URL (postgres://user@host/db or sqlite://path)",
+                    redact_url(db)
+                ),
+            ));
+        }
+        let broker = self.broker_url.expose();
+        if broker != "log"
+            && !["nats://", "tls://", "amqp://", "amqps://"]
+                .iter()
+                .any(|s| broker.starts_with(s))
+        {
+            return Err((
+                "broker.url",
+                format!(
+                    "{:?} is not a broker (log, nats://host:4222 or amqp://user@host:5672/%2f)",
+                    redact_url(broker)
+                ),
+            ));
+        }
+        Ok(())
+    }
+}
+
+/// A URL from `url` or `url_file`; refused if the file's own text holds a password.
+fn secret_url(
+    url: &Option<Secret>,
+    file: &Option<PathBuf>,
+    section: &str,
+    from_env: &BTreeSet<String>,
+) -> Result<Option<Secret>, (String, String)> {
+    let key = format!("{section}.url");
+    match (url, file) {
+        (Some(url), None) => {
+            if has_password(url.expose()) && !from_env.contains(&key) {
+                return Err((
+                    key.clone(),
+                    format!(
+                        "holds a password: give it through {} or {section}.url_file, not in the file",
+                        env_name(&key)
+                    ),
+                ));
+            }
+            Ok(Some(url.clone()))
+        }
+        (Some(_), Some(_)) => Err((key, format!("give {section}.url or {section}.url_file, not both"))),
+        (None, Some(path)) => {
+            let text = std::fs::read_to_string(path).map_err(|e| {
+                (
+                    format!("{section}.url_file"),
+                    format!("cannot read {}: {e}", path.display()),
+                )
+            })?;
+            Ok(Some(Secret::new(text.trim())))
+        }
+        (None, None) => Ok(None),
+    }
+}
+
+/// `relay.batch_size` -> `TIDINGS_RELAY__BATCH_SIZE`.
+pub(crate) fn env_name(path: &str) -> String {
+    format!("{ENV_PREFIX}{}", path.replace('.', "__").to_uppercase())
+}
+
+/// Applies `TIDINGS_SECTION__KEY=value` overrides; returns the paths set.
+/// A value reads as TOML (`1000`, `true`, `"text"`), or else as a string.
+fn apply_env(
+    table: &mut toml::Table,
+    env: impl IntoIterator<Item = (String, String)>,
+) -> Result<BTreeSet<String>, (String, String)> {
+    let mut set = BTreeSet::new();
+    for (var, raw) in env {
+        let Some(rest) = var.strip_prefix(ENV_PREFIX) else {
+            continue;
+        };
+        if !rest.contains("__") {
+            continue;
+        }
+        let parts: Vec<String> = rest.split("__").map(str::to_lowercase).collect();
+        if parts.len() != 2 || parts.iter().any(String::is_empty) {
+            return Err((var, "write TIDINGS_SECTION__KEY (one section, one key)".into()));
+        }
+        let value = toml::from_str::<toml::Table>(&format!("v = {raw}"))
+            .ok()
+            .and_then(|mut t| t.remove("v"))
+            .unwrap_or_else(|| toml::Value::String(raw.clone()));
+        let section = table
+            .entry(parts[0].clone())
+            .or_insert_with(|| toml::Value::Table(toml::Table::new()));
+        let Some(section) = section.as_table_mut() else {
+            return Err((var, format!("{} is not a section", parts[0])));
+        };
+        section.insert(parts[1].clone(), value);
+        set.insert(parts.join("."));
+    }
+    Ok(set)
+}
+
+/// A TOML syntax error on one line: `line L, column C: message`.
+fn one_line(text: &str, e: &toml::de::Error) -> String {
+    let message = e.message().trim().replace('\n', " ");
+    match e.span() {
+        Some(span) => {
+            let before = &text[..span.start.min(text.len())];
+            let line = before.matches('\n').count() + 1;
+            let column = before.len() - before.rfind('\n').map_or(0, |i| i + 1) + 1;
+            format!("line {line}, column {column}: {message}")
+        }
+        None => message,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn load(text: &str, env: &[(&str, &str)]) -> Result<Loaded, ConfigError> {
+        let path =
+            std::env::temp_dir().join(format!("tidings-config-{}.toml", uuid::Uuid::new_v4().simple()));
+        std::fs::write(&path, text).unwrap();
+        let loaded = Loaded::from_file(
+            Some(&path),
+            env.iter().map(|(k, v)| (k.to_string(), v.to_string())),
+        )
+        .map_err(|e| ConfigError {
+            source: "file".into(),
+            ..e
+        });
+        std::fs::remove_file(&path).unwrap();
+        loaded
+    }
+
+    fn refused(text: &str, env: &[(&str, &str)]) -> (String, String) {
+        let e = load(text, env).expect_err("refused");
+        (e.path, e.reason)
+    }
+
+    #[test]
+    fn the_reference_file_is_the_defaults() {
+        let reference = include_str!("../../../docs/tidings.toml");
+        let loaded = load(reference, &[("TIDINGS_DATABASE__URL", "sqlite://x.db")]).unwrap();
+        let defaults = load("", &[("TIDINGS_DATABASE__URL", "sqlite://x.db")]).unwrap();
+        assert_eq!(format!("{:?}", loaded.config), format!("{:?}", defaults.config));
+        // Every key of the configuration appears in the reference file.
+        for key in [
+            "url",
+            "url_file",
+            "max_connections",
+            "migrate",
+            "outbox_retention",
+            "prefix",
+            "partitions",
+            "enabled",
+            "batch_size",
+            "poll_interval",
+            "publish_timeout",
+            "lease_ttl",
+            "cleanup_interval",
+            "member",
+            "retention",
+            "listen",
+            "lag_interval",
+        ] {
+            assert!(
+                reference.contains(&format!("\n{key} =")) || reference.contains(&format!("\n# {key} =")),
+                "{key}"
+            );
+        }
+    }
+
+    #[test]
+    fn environment_overrides_the_file() {
+        let loaded = load(
+            "[relay]\nbatch_size = 100\n[database]\nurl = \"sqlite://a.db\"\n",
+            &[
+                ("TIDINGS_RELAY__BATCH_SIZE", "1000"),
+                ("TIDINGS_METRICS__LISTEN", ""),
+            ],
+        )
+        .unwrap();
+        assert_eq!(loaded.config.relay.batch_size, 1000);
+        assert_eq!(loaded.metrics_listen, None);
+        assert_eq!(loaded.database_url.expose(), "sqlite://a.db");
+        assert_eq!(loaded.config.relay.poll_interval, Dur(Duration::from_millis(500)));
+    }
+
+    #[test]
+    fn bad_keys_and_values_are_refused_with_their_path() {
+        let db = "[database]\nurl = \"sqlite://a.db\"\n";
+        let (path, reason) = refused(&format!("{db}[relay]\nbatchsize = 10\n"), &[]);
+        assert_eq!(path, "relay.batchsize");
+        assert!(
+            reason.contains("unknown field") && reason.contains("batch_size"),
+            "{reason}"
+        );
+        let (path, reason) = refused(&format!("{db}[relay]\nbatch_size = \"many\"\n"), &[]);
+        assert_eq!(path, "relay.batch_size");
+        assert!(reason.contains("invalid type"), "{reason}");
+        let (path, reason) = refused(&format!("{db}[relay]\nbatch_size = 0\n"), &[]);
+        assert_eq!(
+            (path.as_str(), reason.as_str()),
+            ("relay.batch_size", "0 is out of range (1 to 100000)")
+        );
+        let (path, reason) = refused(&format!("{db}[relay]\npoll_interval = \"soon\"\n"), &[]);
+        assert_eq!(path, "relay.poll_interval");
+        assert!(reason.contains("not a duration"), "{reason}");
+        let (path, _) = refused(&format!("{db}[metrics]\nlisten = \"everywhere\"\n"), &[]);
+        assert_eq!(path, "metrics.listen");
+        let (path, _) = refused(&format!("{db}[broker]\nurl = \"kafka://k:9092\"\n"), &[]);
+        assert_eq!(path, "broker.url");
+        let (path, reason) = refused("[relay\n", &[]);
+        assert_eq!(path, "");
+        assert!(reason.starts_with("line 1, column"), "{reason}");
+        let e = load(db, &[("TIDINGS_RELAY__PARTITIONS", "lots")]).unwrap_err();
+        assert_eq!(e.path, "relay.partitions");
+        let (path, _) = refused(db, &[("TIDINGS_RELAY__NOPE", "1")]);
+        assert_eq!(path, "relay.nope");
+        let (path, reason) = refused("", &[]);
+        assert_eq!(path, "database.url");
+        assert!(reason.contains("TIDINGS_DATABASE__URL"), "{reason}");
+    }
+
+    #[test]
+    fn passwords_come_from_the_environment_or_a_file_only() {
+        let (path, reason) = refused("[database]\nurl = \"postgres://app:hunter2@db/shop\"\n", &[]);
+        assert_eq!(path, "database.url");
+        assert!(
+            !reason.contains("hunter2") && reason.contains("TIDINGS_DATABASE__URL"),
+            "{reason}"
+        );
+        let (path, _) = refused(
+            "[database]\nurl = \"sqlite://a.db\"\n[broker]\nurl = \"amqp://guest:guest@mq:5672/%2f\"\n",
+            &[],
+        );
+        assert_eq!(path, "broker.url");
+        let loaded = load("", &[("TIDINGS_DATABASE__URL", "postgres://app:hunter2@db/shop")]).unwrap();
+        assert!(!format!("{loaded:?}").contains("hunter2"));
+        let file = std::env::temp_dir().join(format!("tidings-url-{}", uuid::Uuid::new_v4().simple()));
+        std::fs::write(&file, "postgres://app:hunter2@db/shop\n").unwrap();
+        let loaded = load(
+            &format!("[database]\nurl_file = {:?}\n", file.display().to_string()),
+            &[],
+        )
+        .unwrap();
+        std::fs::remove_file(&file).unwrap();
+        assert_eq!(loaded.database_url.expose(), "postgres://app:hunter2@db/shop");
+    }
+
+    #[test]
+    fn durations_read_and_print_back() {
+        for (text, d) in [
+            ("500ms", Duration::from_millis(500)),
+            ("30s", Duration::from_secs(30)),
+            ("5m", Duration::from_secs(300)),
+            ("2h", Duration::from_secs(7200)),
+            ("7d", Duration::from_secs(7 * 86_400)),
+            ("0", Duration::ZERO),
+        ] {
+            assert_eq!(parse_duration(text), Ok(d));
+            if !d.is_zero() {
+                assert_eq!(Dur(d).to_string(), text);
+            }
+        }
+        assert!(parse_duration("5 minutes").is_err());
+        assert!(parse_duration("s").is_err());
+    }
+}

@@ -1,0 +1,230 @@
+//! `tidings run`: the relay daemon.
+//!
+//! One process next to the database: the relay (publishing the outbox to
+//! the configured transport), the database log's housekeeping (retention),
+//! lag sampling into gauges, and the Prometheus endpoint. SIGTERM or Ctrl-C
+//! stops it gracefully: the batch being published is finished or released,
+//! the partition leases are handed back.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::Context as _;
+use sqlx::Connection;
+use sqlx::postgres::{PgConnectOptions, PgConnection, PgPoolOptions};
+use tidings_broker_nats::{NatsOptions, NatsTransport};
+use tidings_broker_rabbitmq::{RabbitOptions, RabbitTransport};
+use tidings_core::lease::sleep_unless;
+use tidings_core::log::{LogBackend, LogPublisher};
+use tidings_core::secret::redact_url;
+use tidings_core::{LagSource, LeaseStore, Publisher, RelayStore};
+use tidings_relay::{Relay, RelayConfig};
+use tidings_store_postgres::{PgStore, PgStoreOptions};
+use tidings_store_sqlite::{SqliteStore, SqliteStoreOptions};
+use tokio::net::TcpListener;
+use tokio::task::JoinSet;
+use tokio_util::sync::CancellationToken;
+
+use crate::config::{Config, Loaded};
+
+/// Log entries deleted per statement by the housekeeping.
+const TRIM_BATCH: usize = 5000;
+
+/// Runs the daemon until `shutdown`; returns early with the error of a part that failed.
+pub(crate) async fn run(loaded: Loaded, shutdown: CancellationToken) -> anyhow::Result<()> {
+    // The endpoint first: a taken port is refused before anything starts.
+    let metrics = match loaded.metrics_listen {
+        Some(addr) => {
+            let listener = TcpListener::bind(addr)
+                .await
+                .with_context(|| format!("metrics.listen: cannot listen on {addr}"))?;
+            let handle = tidings_prometheus::install()?;
+            Some((listener, handle))
+        }
+        None => None,
+    };
+    let url = loaded.database_url.expose();
+    let config = &loaded.config;
+    let retention = Some(config.database.outbox_retention.0).filter(|d| !d.is_zero());
+    if url.starts_with("postgres") {
+        // One connection first: an unreachable server is reported as what it
+        // is, at once, rather than as a pool timing out.
+        let options: PgConnectOptions = url
+            .parse()
+            .with_context(|| format!("database.url: {:?} is not a PostgreSQL URL", redact_url(url)))?;
+        let probe = tokio::time::timeout(Duration::from_secs(10), PgConnection::connect_with(&options))
+            .await
+            .map_err(|_| anyhow::anyhow!("no answer within 10 s"))
+            // sqlx's message already holds its cause: one line, not the cause twice.
+            .and_then(|c| c.map_err(|e| anyhow::anyhow!("{e}")))
+            .with_context(|| format!("connecting to PostgreSQL at {}", redact_url(url)))?;
+        probe.close().await.ok();
+        let pool = PgPoolOptions::new()
+            .max_connections(config.database.max_connections)
+            .acquire_timeout(Duration::from_secs(30))
+            .connect_with(options)
+            .await
+            .with_context(|| format!("connecting to PostgreSQL at {}", redact_url(url)))?;
+        let options = retention.map_or_else(PgStoreOptions::default, |r| {
+            PgStoreOptions::default().retention(r)
+        });
+        let store = PgStore::with_options(pool, options);
+        if config.database.migrate {
+            store.migrate().await.context("migrating Tidings' tables")?;
+        }
+        run_on(store, &loaded, metrics, shutdown).await
+    } else {
+        let path = url
+            .strip_prefix("sqlite://")
+            .or_else(|| url.strip_prefix("sqlite:"))
+            .unwrap_or(url);
+        let opened = SqliteStore::connect(path)
+            .await
+            .with_context(|| format!("opening SQLite database {path}"))?;
+        let options = retention.map_or_else(SqliteStoreOptions::default, |r| {
+            SqliteStoreOptions::default().retention(r)
+        });
+        let store = SqliteStore::with_options(opened.pool().clone(), options);
+        if config.database.migrate {
+            store.migrate().await.context("migrating Tidings' tables")?;
+        }
+        run_on(store, &loaded, metrics, shutdown).await
+    }
+}
+
+async fn run_on<S>(
+    store: S,
+    loaded: &Loaded,
+    metrics: Option<(TcpListener, tidings_prometheus::PrometheusHandle)>,
+    shutdown: CancellationToken,
+) -> anyhow::Result<()>
+where
+    S: RelayStore + LeaseStore + LagSource + LogBackend + Clone,
+{
+    let config = &loaded.config;
+    let mut tasks: JoinSet<anyhow::Result<()>> = JoinSet::new();
+    let mut parts = Vec::new();
+    if let Some((listener, handle)) = metrics {
+        parts.push(format!("metrics on http://{}/metrics", listener.local_addr()?));
+        let stop = shutdown.clone();
+        tasks.spawn(async move {
+            tidings_prometheus::serve(listener, handle, stop)
+                .await
+                .context("serving metrics")
+        });
+    }
+    if config.relay.enabled {
+        let (publisher, label) = open_publisher(&store, loaded).await?;
+        parts.push(format!("relay to {label}"));
+        let mut relay_config = RelayConfig::default()
+            .batch_size(config.relay.batch_size)
+            .poll_interval(config.relay.poll_interval.0)
+            .publish_timeout(config.relay.publish_timeout.0)
+            .partitions(config.relay.partitions)
+            .lease_ttl(config.relay.lease_ttl.0)
+            .cleanup_interval(config.relay.cleanup_interval.0);
+        if let Some(member) = &config.relay.member {
+            relay_config = relay_config.member(member);
+        }
+        let relay = Relay::new(store.clone(), publisher).config(relay_config);
+        let stop = shutdown.clone();
+        tasks.spawn(async move { relay.run(stop).await.context("the relay stopped") });
+    }
+    if !config.log.retention.0.is_zero() {
+        parts.push(format!("log retention {}", config.log.retention));
+        tasks.spawn(trim_log(store.clone(), config.clone(), shutdown.clone()));
+    }
+    let sampler =
+        tidings_core::metrics::sample_lag(store.clone(), config.metrics.lag_interval.0, shutdown.clone());
+    tasks.spawn(async move {
+        sampler.await;
+        Ok(())
+    });
+    tracing::info!(database = %redact_url(loaded.database_url.expose()), "tidings running: {}", parts.join(", "));
+
+    let ended = tokio::select! {
+        _ = shutdown.cancelled() => None,
+        ended = tasks.join_next() => ended,
+    };
+    shutdown.cancel();
+    let mut first_error = match ended {
+        Some(Ok(Err(e))) => Some(e),
+        Some(Err(panic)) => Some(anyhow::anyhow!("a part of the daemon panicked: {panic}")),
+        _ => None,
+    };
+    while let Some(joined) = tasks.join_next().await {
+        if let Ok(Err(e)) = joined {
+            first_error.get_or_insert(e);
+        }
+    }
+    match first_error {
+        Some(e) => Err(e),
+        None => {
+            tracing::info!("tidings stopped");
+            Ok(())
+        }
+    }
+}
+
+/// The relay's publisher: the database log of `store`, or a broker.
+async fn open_publisher<S: LogBackend + Clone>(
+    store: &S,
+    loaded: &Loaded,
+) -> anyhow::Result<(Arc<dyn Publisher>, String)> {
+    let url = loaded.broker_url.expose();
+    let broker = &loaded.config.broker;
+    if url == "log" {
+        return Ok((
+            Arc::new(LogPublisher::new(Arc::new(store.clone()))),
+            "the database log".into(),
+        ));
+    }
+    if url.starts_with("nats://") || url.starts_with("tls://") {
+        let mut options = NatsOptions::default().partitions(broker.partitions);
+        if let Some(prefix) = &broker.prefix {
+            options = options.stream_prefix(prefix);
+        }
+        let nats = NatsTransport::connect_with(url, options)
+            .await
+            .with_context(|| format!("connecting to NATS at {}", redact_url(url)))?;
+        return Ok((Arc::new(nats), format!("NATS JetStream at {}", redact_url(url))));
+    }
+    let mut options = RabbitOptions::default().partitions(broker.partitions);
+    if let Some(prefix) = &broker.prefix {
+        options = options.prefix(prefix);
+    }
+    let rabbit = RabbitTransport::connect_with(url, options)
+        .await
+        .with_context(|| format!("connecting to RabbitMQ at {}", redact_url(url)))?;
+    Ok((Arc::new(rabbit), format!("RabbitMQ at {}", redact_url(url))))
+}
+
+/// Deletes database-log entries past retention that every group has read, now and then.
+async fn trim_log<S: LogBackend>(
+    store: S,
+    config: Config,
+    shutdown: CancellationToken,
+) -> anyhow::Result<()> {
+    while !shutdown.is_cancelled() {
+        let mut deleted = 0;
+        loop {
+            match store.trim(config.log.retention.0, TRIM_BATCH).await {
+                Ok(n) => {
+                    deleted += n;
+                    if (n as usize) < TRIM_BATCH || shutdown.is_cancelled() {
+                        break;
+                    }
+                }
+                Err(e) => {
+                    tracing::warn!(error = %e, "log retention cleanup failed; trying again later");
+                    break;
+                }
+            }
+        }
+        if deleted > 0 {
+            tracing::info!(deleted, "deleted database-log entries past retention");
+        }
+        sleep_unless(&shutdown, config.log.cleanup_interval.0).await;
+    }
+    Ok(())
+}

@@ -1,0 +1,397 @@
+//! `tidings run` against the checkout system on PostgreSQL: the daemon
+//! relays what the demo's producer commits, its `/metrics` and the
+//! consumers' show the figures moving and settling on what the database
+//! holds, SIGTERM stops it cleanly; and a bad configuration or an
+//! unreachable database is one clear line and a non-zero exit.
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::TcpStream;
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use tidings_testkit::services::PgTestDb;
+
+fn tidings() -> Command {
+    let mut command = Command::new(env!("CARGO_BIN_EXE_tidings"));
+    // Only what the test sets: no override from the machine's environment.
+    for (var, _) in std::env::vars().filter(|(v, _)| v.starts_with("TIDINGS_")) {
+        command.env_remove(var);
+    }
+    command
+}
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+/// A child process killed when dropped, its stderr in a file.
+struct Process {
+    child: Child,
+    log: PathBuf,
+}
+
+impl Process {
+    fn start(mut command: Command, name: &str) -> Process {
+        let log = std::env::temp_dir().join(format!("tidings-{name}-{}.log", uuid::Uuid::new_v4().simple()));
+        let child = command
+            .stdout(Stdio::piped())
+            .stderr(std::fs::File::create(&log).unwrap())
+            .spawn()
+            .expect("starting tidings");
+        Process { child, log }
+    }
+
+    fn stderr(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+
+    /// SIGTERM, then the exit status (within 20 s).
+    fn terminate(&mut self) -> std::process::ExitStatus {
+        let pid = self.child.id().to_string();
+        assert!(
+            Command::new("kill")
+                .args(["-TERM", &pid])
+                .status()
+                .unwrap()
+                .success()
+        );
+        let deadline = Instant::now() + Duration::from_secs(20);
+        loop {
+            if let Some(status) = self.child.try_wait().unwrap() {
+                return status;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "no exit 20 s after SIGTERM:\n{}",
+                self.stderr()
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+}
+
+impl Drop for Process {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        let _ = std::fs::remove_file(&self.log);
+    }
+}
+
+fn scrape(port: u16) -> Option<String> {
+    let mut stream = TcpStream::connect(("127.0.0.1", port)).ok()?;
+    stream
+        .write_all(b"GET /metrics HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n")
+        .ok()?;
+    let mut response = String::new();
+    stream.read_to_string(&mut response).ok()?;
+    response.starts_with("HTTP/1.1 200").then_some(response)
+}
+
+/// The value of `series` (name and labels as rendered); 0 if absent.
+fn sample(text: &str, series: &str) -> f64 {
+    text.lines()
+        .find_map(|l| l.strip_prefix(series)?.strip_prefix(' ')?.trim().parse().ok())
+        .unwrap_or(0.0)
+}
+
+/// The sum of every series of `name`.
+fn total(text: &str, name: &str) -> f64 {
+    text.lines()
+        .filter(|l| l.starts_with(&format!("{name}{{")) || l.starts_with(&format!("{name} ")))
+        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+        .sum()
+}
+
+fn wait_for_endpoint(port: u16, process: &mut Process) -> String {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        if let Some(text) = scrape(port) {
+            return text;
+        }
+        if let Some(status) = process.child.try_wait().unwrap() {
+            panic!(
+                "tidings exited ({status}) before serving metrics:\n{}",
+                process.stderr()
+            );
+        }
+        assert!(
+            Instant::now() < deadline,
+            "no metrics endpoint on {port}:\n{}",
+            process.stderr()
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+async fn count(db: &PgTestDb, sql: &str) -> f64 {
+    sqlx::query_scalar::<_, i64>(sqlx::AssertSqlSafe(sql.to_owned()))
+        .fetch_one(db.store.pool())
+        .await
+        .unwrap() as f64
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn the_daemon_relays_the_checkout_system_and_its_metrics_move() {
+    let db = PgTestDb::new().await;
+    let (daemon_port, consumers_port) = (free_port(), free_port());
+    let mut daemon = tidings();
+    daemon
+        .arg("run")
+        .env("TIDINGS_DATABASE__URL", &db.url)
+        .env("TIDINGS_METRICS__LISTEN", format!("127.0.0.1:{daemon_port}"))
+        .env("TIDINGS_METRICS__LAG_INTERVAL", "200ms")
+        .env("TIDINGS_RELAY__PARTITIONS", "4")
+        .env("TIDINGS_RELAY__POLL_INTERVAL", "100ms");
+    let mut daemon = Process::start(daemon, "daemon");
+    let before = wait_for_endpoint(daemon_port, &mut daemon);
+    assert_eq!(sample(&before, "tidings_relay_published_total"), 0.0);
+
+    let mut consumers = tidings();
+    consumers.args([
+        "demo",
+        "checkout",
+        "--role",
+        "consumers",
+        "--database",
+        &db.url,
+        "--metrics",
+        &format!("127.0.0.1:{consumers_port}"),
+    ]);
+    let mut consumers = Process::start(consumers, "consumers");
+    let mut ready = String::new();
+    BufReader::new(consumers.child.stdout.take().unwrap())
+        .read_line(&mut ready)
+        .unwrap();
+    assert_eq!(ready.trim(), "ready", "{}", consumers.stderr());
+    let idle = wait_for_endpoint(consumers_port, &mut consumers);
+    assert_eq!(total(&idle, "tidings_consumer_handled_total"), 0.0);
+
+    let produced = tidings()
+        .args(["demo", "checkout", "--role", "producer", "--orders", "200"])
+        .args(["--poison-rate", "0.05", "--database", &db.url])
+        .output()
+        .unwrap();
+    assert!(
+        produced.status.success(),
+        "{}",
+        String::from_utf8_lossy(&produced.stderr)
+    );
+
+    // Scrape both until the system has drained: everything relayed, every group caught up.
+    let deadline = Instant::now() + Duration::from_secs(120);
+    let mut published_seen = Vec::new();
+    let (relayed, handled) = loop {
+        let relayed = scrape(daemon_port).expect("the daemon still serves");
+        let handled = scrape(consumers_port).expect("the consumers still serve");
+        published_seen.push(sample(&relayed, "tidings_relay_published_total"));
+        let outbox = count(&db, "SELECT count(*) FROM tidings_outbox").await;
+        let logged = count(&db, "SELECT count(*) FROM tidings_log").await;
+        let groups_seen = relayed.matches("tidings_consumer_lag_messages{").count();
+        if outbox == 0.0
+            && sample(&relayed, "tidings_relay_published_total") == logged
+            && sample(&relayed, "tidings_outbox_pending") == 0.0
+            && groups_seen >= 5
+            && total(&relayed, "tidings_consumer_lag_messages") == 0.0
+            && total(&handled, "tidings_consumer_handled_total") > 0.0
+        {
+            break (relayed, handled);
+        }
+        assert!(
+            Instant::now() < deadline,
+            "not drained after 120 s:\n{relayed}\n{}\n{}",
+            daemon.stderr(),
+            consumers.stderr()
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    };
+    // Let the consumers' last counts and the last lag sample land.
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let handled = scrape(consumers_port).unwrap_or(handled);
+    let relayed = scrape(daemon_port).unwrap_or(relayed);
+
+    // The relay's figures: every record the producer committed, in batches.
+    let logged = count(&db, "SELECT count(*) FROM tidings_log").await;
+    assert!(
+        logged >= 600.0,
+        "200 orders make at least 600 records, got {logged}"
+    );
+    assert_eq!(sample(&relayed, "tidings_relay_published_total"), logged);
+    let batches = sample(&relayed, "tidings_relay_batches_total");
+    assert!(batches >= 1.0);
+    assert_eq!(sample(&relayed, "tidings_relay_batch_size_count"), batches);
+    assert_eq!(sample(&relayed, "tidings_relay_batch_size_sum"), logged);
+    assert_eq!(
+        sample(&relayed, "tidings_relay_publish_duration_seconds_count"),
+        batches
+    );
+    assert_eq!(sample(&relayed, "tidings_relay_publish_errors_total"), 0.0);
+    assert_eq!(sample(&relayed, "tidings_outbox_pending"), 0.0);
+    assert_eq!(sample(&relayed, "tidings_outbox_oldest_unsent_age_seconds"), 0.0);
+    assert!(
+        published_seen.windows(2).all(|w| w[0] <= w[1]),
+        "a counter went down: {published_seen:?}"
+    );
+    // Dead letters: the poisoned orders, as the database has them.
+    let dead = count(
+        &db,
+        "SELECT count(*) FROM tidings_dead_letters WHERE consumer = 'inventory'",
+    )
+    .await;
+    assert!(dead >= 1.0, "5% of 200 orders poisoned, none dead-lettered");
+    assert_eq!(
+        sample(&relayed, "tidings_dead_letters{consumer=\"inventory\"}"),
+        dead
+    );
+    assert!(
+        sample(
+            &relayed,
+            "tidings_dead_letter_oldest_age_seconds{consumer=\"inventory\"}"
+        ) > 0.0
+    );
+
+    // The consumers' figures, against the processed markers they wrote.
+    for consumer in ["checkout", "inventory", "email", "analytics", "loyalty"] {
+        let processed = count(
+            &db,
+            &format!("SELECT count(*) FROM tidings_processed WHERE consumer = '{consumer}'"),
+        )
+        .await;
+        let label = format!("{{consumer=\"{consumer}\"}}");
+        assert_eq!(
+            sample(&handled, &format!("tidings_consumer_handled_total{label}")),
+            processed,
+            "{consumer}"
+        );
+        assert!(
+            sample(
+                &handled,
+                &format!("tidings_consumer_handler_duration_seconds_count{label}")
+            ) >= processed,
+            "{consumer}"
+        );
+    }
+    assert_eq!(
+        sample(
+            &handled,
+            "tidings_consumer_dead_lettered_total{consumer=\"inventory\"}"
+        ),
+        dead
+    );
+    assert!(sample(&handled, "tidings_consumer_failed_total{consumer=\"inventory\"}") >= dead);
+    assert!(sample(&handled, "tidings_consumer_retried_total{consumer=\"inventory\"}") > 0.0);
+
+    // Every metric the shipped alert rules use is served by a real deployment.
+    for name in tidings_prometheus::metrics_named_in(tidings_prometheus::ALERT_RULES) {
+        assert!(
+            relayed.contains(&format!("\n{name}")) || handled.contains(&format!("\n{name}")),
+            "the alert rules use {name}, which neither endpoint serves"
+        );
+    }
+
+    // SIGTERM: both stop cleanly.
+    let status = daemon.terminate();
+    assert!(status.success(), "daemon exited {status}:\n{}", daemon.stderr());
+    assert!(daemon.stderr().contains("tidings stopped"), "{}", daemon.stderr());
+    let status = consumers.terminate();
+    assert!(
+        status.success(),
+        "consumers exited {status}:\n{}",
+        consumers.stderr()
+    );
+    db.drop_schema().await;
+}
+
+/// Runs `tidings run` with `config` as its file (if any) and `env`, expecting a refusal;
+/// returns its one line of stderr.
+fn refused(config: Option<&str>, env: &[(&str, &str)]) -> String {
+    let file = std::env::temp_dir().join(format!("tidings-bad-{}.toml", uuid::Uuid::new_v4().simple()));
+    let mut command = tidings();
+    command.arg("run").env("TIDINGS_METRICS__LISTEN", "");
+    if let Some(text) = config {
+        std::fs::write(&file, text).unwrap();
+        command.args(["--config", file.to_str().unwrap()]);
+    }
+    command.envs(env.iter().copied());
+    let started = Instant::now();
+    let out = command.output().unwrap();
+    let _ = std::fs::remove_file(&file);
+    let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+    assert!(!out.status.success(), "accepted: {stderr}");
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    assert!(
+        started.elapsed() < Duration::from_secs(20),
+        "slow to refuse: {stderr}"
+    );
+    let lines: Vec<&str> = stderr.lines().collect();
+    assert_eq!(lines.len(), 1, "one line, not:\n{stderr}");
+    assert!(lines[0].starts_with("error: "), "{stderr}");
+    lines[0].to_owned()
+}
+
+#[test]
+fn a_bad_config_and_an_unreachable_database_are_one_line_errors() {
+    let db = [("TIDINGS_DATABASE__URL", "sqlite://unused.db")];
+    let line = refused(Some("[relay]\nbatch_size = 0\n"), &db);
+    assert!(
+        line.contains("relay.batch_size: 0 is out of range (1 to 100000)"),
+        "{line}"
+    );
+    let line = refused(Some("[relay]\nbatchsize = 100\n"), &db);
+    assert!(line.contains("relay.batchsize: unknown field"), "{line}");
+    let line = refused(Some("[relay]\npoll_interval = 5\n"), &db);
+    assert!(line.contains("relay.poll_interval: invalid type"), "{line}");
+    let line = refused(Some("[relay\nbatch_size = 1\n"), &db);
+    assert!(line.contains("line 1, column"), "{line}");
+    let line = refused(None, &[("TIDINGS_RELAY__PARTITIONS", "0"), db[0]]);
+    assert!(line.contains("relay.partitions: 0 is out of range"), "{line}");
+    let line = refused(
+        Some("[database]\nurl = \"postgres://app:hunter2@127.0.0.1/shop\"\n"),
+        &[],
+    );
+    assert!(
+        line.contains("database.url: holds a password") && !line.contains("hunter2"),
+        "{line}"
+    );
+    let line = refused(None, &[]);
+    assert!(line.contains("database.url: no database"), "{line}");
+    let line = refused(
+        None,
+        &[(
+            "TIDINGS_DATABASE__URL",
+            "postgres://tidings:hunter2@127.0.0.1:1/shop",
+        )],
+    );
+    assert!(
+        line.contains("connecting to PostgreSQL at postgres://tidings@127.0.0.1:1/shop")
+            && !line.contains("hunter2"),
+        "{line}"
+    );
+    let file = std::env::temp_dir().join(format!("tidings-missing-{}.toml", uuid::Uuid::new_v4().simple()));
+    let line = refused(None, &[("TIDINGS_CONFIG", file.to_str().unwrap())]);
+    assert!(line.contains("cannot read it"), "{line}");
+
+    // A good file passes the check, and says what it would run.
+    let good = std::env::temp_dir().join(format!("tidings-good-{}.toml", uuid::Uuid::new_v4().simple()));
+    std::fs::write(&good, include_str!("../../../docs/tidings.toml")).unwrap();
+    let out = tidings()
+        .args(["run", "--check", "--config", good.to_str().unwrap()])
+        .env(
+            "TIDINGS_DATABASE__URL",
+            "postgres://tidings:hunter2@127.0.0.1/shop",
+        )
+        .output()
+        .unwrap();
+    let _ = std::fs::remove_file(&good);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert_eq!(
+        stdout.trim(),
+        "configuration ok: database postgres://tidings@127.0.0.1/shop, broker log, relay on, metrics on 127.0.0.1:9464"
+    );
+}
