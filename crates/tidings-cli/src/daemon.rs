@@ -142,15 +142,18 @@ where
     });
     tracing::info!(database = %redact_url(loaded.database_url.expose()), "tidings running: {}", parts.join(", "));
 
+    // Biased: every part ends once shut down, and that is not a part failing.
     let ended = tokio::select! {
+        biased;
         _ = shutdown.cancelled() => None,
         ended = tasks.join_next() => ended,
     };
     shutdown.cancel();
     let mut first_error = match ended {
         Some(Ok(Err(e))) => Some(e),
+        Some(Ok(Ok(()))) => Some(anyhow::anyhow!("a part of the daemon stopped on its own")),
         Some(Err(panic)) => Some(anyhow::anyhow!("a part of the daemon panicked: {panic}")),
-        _ => None,
+        None => None,
     };
     while let Some(joined) = tasks.join_next().await {
         if let Ok(Err(e)) = joined {

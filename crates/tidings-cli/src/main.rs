@@ -4,6 +4,8 @@ mod bench;
 mod config;
 mod daemon;
 mod dlq;
+mod doctor;
+mod outbox;
 
 use std::io::IsTerminal;
 use std::process::ExitCode;
@@ -53,6 +55,21 @@ enum Command {
         database: DatabaseArg,
         #[command(subcommand)]
         command: dlq::Dlq,
+    },
+    /// The outbox: pending records per partition, rates, and the relays holding them.
+    Outbox {
+        #[command(flatten)]
+        database: DatabaseArg,
+        #[command(subcommand)]
+        command: outbox::OutboxCommand,
+    },
+    /// Checks a live deployment against the production checklist: each item
+    /// pass, warn or fail with its evidence; exit code 1 if one fails.
+    Doctor {
+        #[command(flatten)]
+        database: DatabaseArg,
+        #[command(flatten)]
+        args: doctor::DoctorArgs,
     },
     /// Outbox backlog, consumer lag, dead letters, and keys held behind them.
     Lag {
@@ -400,6 +417,24 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
                 Store::Sqlite(s) => dlq::run(&s, command).await?,
             }
             Ok(ExitCode::SUCCESS)
+        }
+        Command::Outbox { database, command } => {
+            match open(&database.database).await? {
+                Store::Pg(s) => outbox::run(&s, command).await?,
+                Store::Sqlite(s) => outbox::run(&s, command).await?,
+            }
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::Doctor { database, args } => {
+            let healthy = match open(&database.database).await? {
+                Store::Pg(s) => doctor::run(&s, args).await?,
+                Store::Sqlite(s) => doctor::run(&s, args).await?,
+            };
+            Ok(if healthy {
+                ExitCode::SUCCESS
+            } else {
+                ExitCode::FAILURE
+            })
         }
         Command::Migrate(db) => {
             match open(&db.database).await? {

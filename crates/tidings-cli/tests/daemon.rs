@@ -4,130 +4,14 @@
 //! holds, SIGTERM stops it cleanly; and a bad configuration or an
 //! unreachable database is one clear line and a non-zero exit.
 
-use std::io::{BufRead, BufReader, Read, Write};
-use std::net::TcpStream;
-use std::path::PathBuf;
-use std::process::{Child, Command, Stdio};
+mod common;
+
 use std::time::{Duration, Instant};
 
+use common::{
+    free_port, produce, sample, scrape, start_consumers, start_daemon, tidings, total, wait_for_endpoint,
+};
 use tidings_testkit::services::PgTestDb;
-
-fn tidings() -> Command {
-    let mut command = Command::new(env!("CARGO_BIN_EXE_tidings"));
-    // Only what the test sets: no override from the machine's environment.
-    for (var, _) in std::env::vars().filter(|(v, _)| v.starts_with("TIDINGS_")) {
-        command.env_remove(var);
-    }
-    command
-}
-
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
-
-/// A child process killed when dropped, its stderr in a file.
-struct Process {
-    child: Child,
-    log: PathBuf,
-}
-
-impl Process {
-    fn start(mut command: Command, name: &str) -> Process {
-        let log = std::env::temp_dir().join(format!("tidings-{name}-{}.log", uuid::Uuid::new_v4().simple()));
-        let child = command
-            .stdout(Stdio::piped())
-            .stderr(std::fs::File::create(&log).unwrap())
-            .spawn()
-            .expect("starting tidings");
-        Process { child, log }
-    }
-
-    fn stderr(&self) -> String {
-        std::fs::read_to_string(&self.log).unwrap_or_default()
-    }
-
-    /// SIGTERM, then the exit status (within 20 s).
-    fn terminate(&mut self) -> std::process::ExitStatus {
-        let pid = self.child.id().to_string();
-        assert!(
-            Command::new("kill")
-                .args(["-TERM", &pid])
-                .status()
-                .unwrap()
-                .success()
-        );
-        let deadline = Instant::now() + Duration::from_secs(20);
-        loop {
-            if let Some(status) = self.child.try_wait().unwrap() {
-                return status;
-            }
-            assert!(
-                Instant::now() < deadline,
-                "no exit 20 s after SIGTERM:\n{}",
-                self.stderr()
-            );
-            std::thread::sleep(Duration::from_millis(50));
-        }
-    }
-}
-
-impl Drop for Process {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-        let _ = std::fs::remove_file(&self.log);
-    }
-}
-
-fn scrape(port: u16) -> Option<String> {
-    let mut stream = TcpStream::connect(("127.0.0.1", port)).ok()?;
-    stream
-        .write_all(b"GET /metrics HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n")
-        .ok()?;
-    let mut response = String::new();
-    stream.read_to_string(&mut response).ok()?;
-    response.starts_with("HTTP/1.1 200").then_some(response)
-}
-
-/// The value of `series` (name and labels as rendered); 0 if absent.
-fn sample(text: &str, series: &str) -> f64 {
-    text.lines()
-        .find_map(|l| l.strip_prefix(series)?.strip_prefix(' ')?.trim().parse().ok())
-        .unwrap_or(0.0)
-}
-
-/// The sum of every series of `name`.
-fn total(text: &str, name: &str) -> f64 {
-    text.lines()
-        .filter(|l| l.starts_with(&format!("{name}{{")) || l.starts_with(&format!("{name} ")))
-        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
-        .sum()
-}
-
-fn wait_for_endpoint(port: u16, process: &mut Process) -> String {
-    let deadline = Instant::now() + Duration::from_secs(30);
-    loop {
-        if let Some(text) = scrape(port) {
-            return text;
-        }
-        if let Some(status) = process.child.try_wait().unwrap() {
-            panic!(
-                "tidings exited ({status}) before serving metrics:\n{}",
-                process.stderr()
-            );
-        }
-        assert!(
-            Instant::now() < deadline,
-            "no metrics endpoint on {port}:\n{}",
-            process.stderr()
-        );
-        std::thread::sleep(Duration::from_millis(100));
-    }
-}
 
 async fn count(db: &PgTestDb, sql: &str) -> f64 {
     sqlx::query_scalar::<_, i64>(sqlx::AssertSqlSafe(sql.to_owned()))
@@ -140,48 +24,19 @@ async fn count(db: &PgTestDb, sql: &str) -> f64 {
 async fn the_daemon_relays_the_checkout_system_and_its_metrics_move() {
     let db = PgTestDb::new().await;
     let (daemon_port, consumers_port) = (free_port(), free_port());
-    let mut daemon = tidings();
-    daemon
-        .arg("run")
-        .env("TIDINGS_DATABASE__URL", &db.url)
-        .env("TIDINGS_METRICS__LISTEN", format!("127.0.0.1:{daemon_port}"))
-        .env("TIDINGS_METRICS__LAG_INTERVAL", "200ms")
-        .env("TIDINGS_RELAY__PARTITIONS", "4")
-        .env("TIDINGS_RELAY__POLL_INTERVAL", "100ms");
-    let mut daemon = Process::start(daemon, "daemon");
+    let mut daemon = start_daemon(
+        &db.url,
+        &[("TIDINGS_METRICS__LISTEN", format!("127.0.0.1:{daemon_port}"))],
+    );
     let before = wait_for_endpoint(daemon_port, &mut daemon);
     assert_eq!(sample(&before, "tidings_relay_published_total"), 0.0);
 
-    let mut consumers = tidings();
-    consumers.args([
-        "demo",
-        "checkout",
-        "--role",
-        "consumers",
-        "--database",
-        &db.url,
-        "--metrics",
-        &format!("127.0.0.1:{consumers_port}"),
-    ]);
-    let mut consumers = Process::start(consumers, "consumers");
-    let mut ready = String::new();
-    BufReader::new(consumers.child.stdout.take().unwrap())
-        .read_line(&mut ready)
-        .unwrap();
-    assert_eq!(ready.trim(), "ready", "{}", consumers.stderr());
+    let metrics = format!("127.0.0.1:{consumers_port}");
+    let mut consumers = start_consumers(&db.url, &["--metrics", &metrics]);
     let idle = wait_for_endpoint(consumers_port, &mut consumers);
     assert_eq!(total(&idle, "tidings_consumer_handled_total"), 0.0);
 
-    let produced = tidings()
-        .args(["demo", "checkout", "--role", "producer", "--orders", "200"])
-        .args(["--poison-rate", "0.05", "--database", &db.url])
-        .output()
-        .unwrap();
-    assert!(
-        produced.status.success(),
-        "{}",
-        String::from_utf8_lossy(&produced.stderr)
-    );
+    produce(&db.url, 200, 0.05);
 
     // Scrape both until the system has drained: everything relayed, every group caught up.
     let deadline = Instant::now() + Duration::from_secs(120);

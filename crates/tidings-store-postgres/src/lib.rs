@@ -25,6 +25,7 @@
 
 mod consumer;
 mod failures;
+mod inspect;
 mod lag;
 mod lease;
 mod log;

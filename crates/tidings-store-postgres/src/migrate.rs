@@ -42,3 +42,8 @@ const PLAN: MigrationPlan = MigrationPlan {
 pub(crate) async fn run(pool: &PgPool) -> Result<()> {
     tidings_core::migrate::run(pool, &PLAN).await
 }
+
+/// The latest migration this build ships.
+pub(crate) fn latest() -> i64 {
+    PLAN.migrations.last().map_or(0, |m| m.version)
+}

@@ -573,10 +573,18 @@ async fn log_retention_keeps_what_a_group_has_not_read<S: TestStore>(store: S) {
         ..message("c", 7)
     };
     publisher.publish(std::slice::from_ref(&unread)).await.unwrap();
-    let entries = store
-        .read(TOPIC, Partition::WHOLE, Default::default(), 100)
-        .await
-        .unwrap();
+    // Readable once no earlier transaction (of any test) can still commit before them.
+    let deadline = std::time::Instant::now() + WAIT;
+    let entries = loop {
+        let entries = store
+            .read(TOPIC, Partition::WHOLE, Default::default(), 100)
+            .await
+            .unwrap();
+        if entries.len() == 6 || std::time::Instant::now() > deadline {
+            break entries;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    };
     assert_eq!(entries.len(), 6);
     // One group has read the first three (one offset over the whole topic);
     // another reads in two partitions and has read nothing of its partition 1.

@@ -420,7 +420,9 @@ where
             tasks.spawn(report_stats(store.clone(), stats.clone(), shutdown.clone()));
             println!("ready");
         }
+        // Biased: tasks end when shut down too, and that is not them stopping on their own.
         let stopped = tokio::select! {
+            biased;
             _ = shutdown.cancelled() => None,
             done = tasks.join_next() => done,
         };

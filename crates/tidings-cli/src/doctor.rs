@@ -1,0 +1,458 @@
+//! `tidings doctor`: a live deployment against the production checklist,
+//! each item pass, warn or fail with its evidence.
+
+use std::collections::BTreeSet;
+use std::fmt;
+use std::io::{Read, Write};
+use std::path::PathBuf;
+use std::time::Duration;
+
+use clap::Args;
+use serde::Serialize;
+use tidings_core::inspect::Inspect;
+use tidings_core::{DeadLetterFilter, FailureStore, LagReport};
+
+use crate::config::parse_duration;
+use crate::outbox::age;
+
+#[derive(Debug, Args)]
+pub(crate) struct DoctorArgs {
+    /// The oldest unsent outbox record may be this old.
+    #[arg(long, default_value = "1m", value_parser = parse_duration)]
+    max_oldest_unsent: Duration,
+    /// A consumer group may be this many messages behind (database-log transport).
+    #[arg(long, default_value_t = 10_000)]
+    max_consumer_lag: u64,
+    /// A dead letter may wait this long for a decision (redrive or skip).
+    #[arg(long, default_value = "1h", value_parser = parse_duration)]
+    max_dead_letter_age: Duration,
+    /// An inactive replication slot may hold this many MiB of write-ahead log.
+    #[arg(long, default_value_t = 1024)]
+    max_retained_wal_mib: u64,
+    /// Where Prometheus answers (`http://host:9090`): checks that it has
+    /// loaded Tidings' alert rules.
+    #[arg(long, value_name = "URL")]
+    prometheus: Option<String>,
+    /// The schema registry directory: checks that it holds schemas.
+    #[arg(long, value_name = "DIR")]
+    schemas: Option<PathBuf>,
+    /// Print as JSON on stdout.
+    #[arg(long)]
+    json: bool,
+}
+
+/// An item's outcome.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub(crate) enum Verdict {
+    Pass,
+    Warn,
+    Fail,
+}
+
+/// One item of the checklist.
+#[derive(Debug, Serialize)]
+pub(crate) struct Check {
+    item: &'static str,
+    verdict: Verdict,
+    evidence: String,
+}
+
+fn check(item: &'static str, verdict: Verdict, evidence: impl Into<String>) -> Check {
+    Check {
+        item,
+        verdict,
+        evidence: evidence.into(),
+    }
+}
+
+impl fmt::Display for Check {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let verdict = match self.verdict {
+            Verdict::Pass => "pass",
+            Verdict::Warn => "warn",
+            Verdict::Fail => "FAIL",
+        };
+        write!(f, "{verdict}  {:<18} {}", self.item, self.evidence)
+    }
+}
+
+/// Runs the checklist; `Ok(true)` if nothing failed.
+pub(crate) async fn run<S: Inspect + FailureStore>(store: &S, args: DoctorArgs) -> anyhow::Result<bool> {
+    let checks = checks(store, &args).await?;
+    if args.json {
+        println!("{}", serde_json::to_string(&checks)?);
+    } else {
+        for c in &checks {
+            println!("{c}");
+        }
+        let failed = checks.iter().filter(|c| c.verdict == Verdict::Fail).count();
+        let warned = checks.iter().filter(|c| c.verdict == Verdict::Warn).count();
+        println!("{failed} failed, {warned} warnings, {} checks", checks.len());
+    }
+    Ok(checks.iter().all(|c| c.verdict != Verdict::Fail))
+}
+
+async fn checks<S: Inspect + FailureStore>(store: &S, args: &DoctorArgs) -> anyhow::Result<Vec<Check>> {
+    let version = store.schema_version().await?;
+    if version.applied < version.latest {
+        let evidence = if version.applied == 0 {
+            "no Tidings tables here: run `tidings migrate`".to_owned()
+        } else {
+            format!(
+                "migration {} of {} applied: run `tidings migrate`",
+                version.applied, version.latest
+            )
+        };
+        return Ok(vec![check("tables", Verdict::Fail, evidence)]);
+    }
+    let mut checks = vec![check(
+        "tables",
+        Verdict::Pass,
+        format!("migrations 1 to {} applied", version.applied),
+    )];
+    let lag = store.lag().await?;
+    let members = store.members().await?;
+    checks.push(relay(&lag, &members));
+    checks.push(outbox_age(&lag, args));
+    checks.push(consumer_lag(&lag, args));
+    checks.push(dead_letters(&lag, args));
+    let consumers = known_consumers(&lag, &members);
+    checks.push(dead_letter_path(store, &consumers).await?);
+    checks.push(idempotency(store, &consumers).await?);
+    checks.push(schemas(args));
+    checks.push(alert_rules(args));
+    checks.push(replication_slots(store, args).await?);
+    Ok(checks)
+}
+
+fn relay(lag: &LagReport, members: &[tidings_core::inspect::MemberStatus]) -> Check {
+    let relays: Vec<_> = members
+        .iter()
+        .filter(|m| m.scope == tidings_relay::SCOPE)
+        .collect();
+    let publishing = relays.iter().filter(|r| !r.leases.is_empty()).count();
+    match (publishing, lag.outbox_pending) {
+        (0, 0) => check(
+            "relay",
+            Verdict::Warn,
+            "no relay is running (nothing waits in the outbox)",
+        ),
+        (0, pending) => check(
+            "relay",
+            Verdict::Fail,
+            format!(
+                "no relay is running and {pending} records wait in the outbox (oldest {}): start `tidings run`",
+                age(lag.oldest_unsent_age)
+            ),
+        ),
+        (n, _) => {
+            let held: usize = relays.iter().map(|r| r.leases.len()).sum();
+            check(
+                "relay",
+                Verdict::Pass,
+                format!(
+                    "{n} relay(s) publishing, holding {held} partition(s); {} standing by",
+                    relays.len() - n
+                ),
+            )
+        }
+    }
+}
+
+fn outbox_age(lag: &LagReport, args: &DoctorArgs) -> Check {
+    let oldest = lag.oldest_unsent_age.unwrap_or_default();
+    let evidence = format!(
+        "{} pending, oldest unsent {} (threshold {:.0} s)",
+        lag.outbox_pending,
+        age(lag.oldest_unsent_age),
+        args.max_oldest_unsent.as_secs_f64()
+    );
+    let verdict = if oldest > args.max_oldest_unsent {
+        Verdict::Fail
+    } else {
+        Verdict::Pass
+    };
+    check("outbox lag", verdict, evidence)
+}
+
+fn consumer_lag(lag: &LagReport, args: &DoctorArgs) -> Check {
+    if lag.consumers.is_empty() {
+        return check(
+            "consumer lag",
+            Verdict::Pass,
+            "no group reads the database log (a broker's own lag is read from the broker)",
+        );
+    }
+    let behind: Vec<String> = lag
+        .consumers
+        .iter()
+        .filter(|c| c.pending > args.max_consumer_lag)
+        .map(|c| format!("{} on {}: {} behind", c.consumer, c.topic, c.pending))
+        .collect();
+    if behind.is_empty() {
+        let worst = lag.consumers.iter().map(|c| c.pending).max().unwrap_or(0);
+        check(
+            "consumer lag",
+            Verdict::Pass,
+            format!(
+                "{} group(s) on the log, at most {worst} behind (threshold {})",
+                lag.consumers.len(),
+                args.max_consumer_lag
+            ),
+        )
+    } else {
+        check(
+            "consumer lag",
+            Verdict::Fail,
+            format!("{} (threshold {})", behind.join("; "), args.max_consumer_lag),
+        )
+    }
+}
+
+fn dead_letters(lag: &LagReport, args: &DoctorArgs) -> Check {
+    let waiting: Vec<_> = lag.dead_letters.iter().filter(|d| d.pending > 0).collect();
+    if waiting.is_empty() {
+        return check("dead letters", Verdict::Pass, "none waiting for a decision");
+    }
+    let describe = |d: &&tidings_core::DeadLetterLag| {
+        format!(
+            "{}: {} waiting, oldest {}",
+            d.consumer,
+            d.pending,
+            age(d.oldest_age)
+        )
+    };
+    let old: Vec<String> = waiting
+        .iter()
+        .filter(|d| d.oldest_age.unwrap_or_default() > args.max_dead_letter_age)
+        .map(describe)
+        .collect();
+    let threshold = format!("threshold {:.0} s", args.max_dead_letter_age.as_secs_f64());
+    if old.is_empty() {
+        let all: Vec<String> = waiting.iter().map(describe).collect();
+        check(
+            "dead letters",
+            Verdict::Warn,
+            format!("{} ({threshold}): `tidings dlq list`", all.join("; ")),
+        )
+    } else {
+        check(
+            "dead letters",
+            Verdict::Fail,
+            format!("{} ({threshold}): `tidings dlq list`", old.join("; ")),
+        )
+    }
+}
+
+/// Consumers the database knows of: live group members, log readers, dead letters.
+fn known_consumers(lag: &LagReport, members: &[tidings_core::inspect::MemberStatus]) -> BTreeSet<String> {
+    members
+        .iter()
+        .filter_map(|m| m.scope.split_once('@').map(|(group, _)| group.to_owned()))
+        .chain(lag.consumers.iter().map(|c| c.consumer.clone()))
+        .chain(lag.dead_letters.iter().map(|d| d.consumer.clone()))
+        .collect()
+}
+
+async fn dead_letter_path<S: FailureStore>(store: &S, consumers: &BTreeSet<String>) -> anyhow::Result<Check> {
+    if consumers.is_empty() {
+        return Ok(check(
+            "dead-letter path",
+            Verdict::Warn,
+            "no consumer seen (none running, none reading the log, no dead letters)",
+        ));
+    }
+    // The failure store answers: every consumer of Tidings' runtime dead-letters there.
+    store
+        .dead_letters(&DeadLetterFilter::default().include_redriven())
+        .await?;
+    Ok(check(
+        "dead-letter path",
+        Verdict::Pass,
+        format!(
+            "the failure store answers for {} consumer(s): {}",
+            consumers.len(),
+            consumers.iter().cloned().collect::<Vec<_>>().join(", ")
+        ),
+    ))
+}
+
+async fn idempotency<S: Inspect>(store: &S, consumers: &BTreeSet<String>) -> anyhow::Result<Check> {
+    let mut without = Vec::new();
+    for consumer in consumers {
+        if !store.has_processed(consumer).await? {
+            without.push(consumer.clone());
+        }
+    }
+    Ok(if consumers.is_empty() {
+        check("idempotency", Verdict::Warn, "no consumer seen")
+    } else if without.is_empty() {
+        check(
+            "idempotency",
+            Verdict::Pass,
+            format!(
+                "processed markers recorded by all {} consumer(s)",
+                consumers.len()
+            ),
+        )
+    } else {
+        check(
+            "idempotency",
+            Verdict::Warn,
+            format!(
+                "no processed marker yet for {} (new, or handling outside Tidings' runtime)",
+                without.join(", ")
+            ),
+        )
+    })
+}
+
+fn schemas(args: &DoctorArgs) -> Check {
+    let Some(dir) = &args.schemas else {
+        return check(
+            "schemas",
+            Verdict::Warn,
+            "not checked: give the schema registry's directory with --schemas DIR",
+        );
+    };
+    let count = std::fs::read_dir(dir)
+        .map(|entries| {
+            entries
+                .filter_map(|e| e.ok())
+                .filter(|e| e.path().extension().is_some_and(|x| x == "json"))
+                .count()
+        })
+        .unwrap_or(0);
+    if count == 0 {
+        check(
+            "schemas",
+            Verdict::Fail,
+            format!("no JSON schema in {}", dir.display()),
+        )
+    } else {
+        check(
+            "schemas",
+            Verdict::Pass,
+            format!("{count} schema(s) in {}", dir.display()),
+        )
+    }
+}
+
+fn alert_rules(args: &DoctorArgs) -> Check {
+    let Some(url) = &args.prometheus else {
+        return check(
+            "alert rules",
+            Verdict::Warn,
+            "not checked: give Prometheus' address with --prometheus URL",
+        );
+    };
+    let loaded = match loaded_alerts(url) {
+        Ok(loaded) => loaded,
+        Err(e) => {
+            return check(
+                "alert rules",
+                Verdict::Fail,
+                format!("asking Prometheus at {url}: {e}"),
+            );
+        }
+    };
+    let shipped = tidings_prometheus::alert_names(tidings_prometheus::ALERT_RULES);
+    let missing: Vec<&str> = shipped.iter().copied().filter(|a| !loaded.contains(*a)).collect();
+    if missing.is_empty() {
+        check(
+            "alert rules",
+            Verdict::Pass,
+            format!(
+                "Prometheus at {url} has all {} Tidings alerts loaded",
+                shipped.len()
+            ),
+        )
+    } else {
+        check(
+            "alert rules",
+            Verdict::Fail,
+            format!(
+                "Prometheus at {url} lacks {} (load deploy/prometheus/tidings-alerts.yml)",
+                missing.join(", ")
+            ),
+        )
+    }
+}
+
+/// The alerting rule names Prometheus has loaded (`GET /api/v1/rules`).
+fn loaded_alerts(url: &str) -> anyhow::Result<BTreeSet<String>> {
+    let rest = url
+        .strip_prefix("http://")
+        .ok_or_else(|| anyhow::anyhow!("only http:// addresses are supported"))?;
+    let (authority, base) = rest.split_once('/').map_or((rest, ""), |(a, p)| (a, p));
+    let mut stream = std::net::TcpStream::connect(authority)?;
+    stream.set_read_timeout(Some(Duration::from_secs(10)))?;
+    let path = format!(
+        "/{}api/v1/rules?type=alert",
+        if base.is_empty() {
+            String::new()
+        } else {
+            format!("{}/", base.trim_end_matches('/'))
+        }
+    );
+    write!(stream, "GET {path} HTTP/1.0\r\nHost: {authority}\r\n\r\n")?;
+    let mut response = String::new();
+    stream.read_to_string(&mut response)?;
+    let (head, body) = response
+        .split_once("\r\n\r\n")
+        .ok_or_else(|| anyhow::anyhow!("not an HTTP response"))?;
+    if !head.starts_with("HTTP/1.1 200") && !head.starts_with("HTTP/1.0 200") {
+        anyhow::bail!("{}", head.lines().next().unwrap_or("no status"));
+    }
+    let json: serde_json::Value = serde_json::from_str(body)?;
+    Ok(json["data"]["groups"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .flat_map(|g| g["rules"].as_array().into_iter().flatten())
+        .filter(|r| r["type"] == "alerting")
+        .filter_map(|r| r["name"].as_str().map(str::to_owned))
+        .collect())
+}
+
+async fn replication_slots<S: Inspect>(store: &S, args: &DoctorArgs) -> anyhow::Result<Check> {
+    let slots = store.replication_slots().await?;
+    if slots.is_empty() {
+        return Ok(check(
+            "replication slots",
+            Verdict::Pass,
+            "none (nothing retains write-ahead log)",
+        ));
+    }
+    let limit = args.max_retained_wal_mib * 1024 * 1024;
+    let stuck: Vec<String> = slots
+        .iter()
+        .filter(|s| !s.active && s.retained_bytes > limit)
+        .map(|s| {
+            format!(
+                "{} retains {} MiB with no reader",
+                s.name,
+                s.retained_bytes / (1024 * 1024)
+            )
+        })
+        .collect();
+    Ok(if stuck.is_empty() {
+        check(
+            "replication slots",
+            Verdict::Pass,
+            format!(
+                "{} slot(s), {} with a reader; none retains over {} MiB unread",
+                slots.len(),
+                slots.iter().filter(|s| s.active).count(),
+                args.max_retained_wal_mib
+            ),
+        )
+    } else {
+        check(
+            "replication slots",
+            Verdict::Fail,
+            format!("{} (drop the slot or start its reader)", stuck.join("; ")),
+        )
+    })
+}

@@ -1,0 +1,172 @@
+//! Helpers of the tests that run `tidings` processes.
+#![allow(dead_code, unreachable_pub)]
+
+use std::io::{Read, Write};
+use std::net::TcpStream;
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+/// The `tidings` binary, with none of the machine's `TIDINGS_*` variables.
+pub fn tidings() -> Command {
+    let mut command = Command::new(env!("CARGO_BIN_EXE_tidings"));
+    // Only what the test sets: no override from the machine's environment.
+    for (var, _) in std::env::vars().filter(|(v, _)| v.starts_with("TIDINGS_")) {
+        command.env_remove(var);
+    }
+    command
+}
+
+pub fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+/// A child process killed when dropped, its stderr in a file.
+pub struct Process {
+    pub child: Child,
+    log: PathBuf,
+}
+
+impl Process {
+    pub fn start(mut command: Command, name: &str) -> Process {
+        let log = std::env::temp_dir().join(format!("tidings-{name}-{}.log", uuid::Uuid::new_v4().simple()));
+        let child = command
+            .stdout(Stdio::piped())
+            .stderr(std::fs::File::create(&log).unwrap())
+            .spawn()
+            .expect("starting tidings");
+        Process { child, log }
+    }
+
+    pub fn stderr(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+
+    /// SIGTERM, then the exit status (within 20 s).
+    pub fn terminate(&mut self) -> std::process::ExitStatus {
+        let pid = self.child.id().to_string();
+        assert!(
+            Command::new("kill")
+                .args(["-TERM", &pid])
+                .status()
+                .unwrap()
+                .success()
+        );
+        let deadline = Instant::now() + Duration::from_secs(20);
+        loop {
+            if let Some(status) = self.child.try_wait().unwrap() {
+                return status;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "no exit 20 s after SIGTERM:\n{}",
+                self.stderr()
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+}
+
+impl Drop for Process {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        let _ = std::fs::remove_file(&self.log);
+    }
+}
+
+pub fn scrape(port: u16) -> Option<String> {
+    let mut stream = TcpStream::connect(("127.0.0.1", port)).ok()?;
+    stream
+        .write_all(b"GET /metrics HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n")
+        .ok()?;
+    let mut response = String::new();
+    stream.read_to_string(&mut response).ok()?;
+    response.starts_with("HTTP/1.1 200").then_some(response)
+}
+
+/// The value of `series` (name and labels as rendered); 0 if absent.
+pub fn sample(text: &str, series: &str) -> f64 {
+    text.lines()
+        .find_map(|l| l.strip_prefix(series)?.strip_prefix(' ')?.trim().parse().ok())
+        .unwrap_or(0.0)
+}
+
+/// The sum of every series of `name`.
+pub fn total(text: &str, name: &str) -> f64 {
+    text.lines()
+        .filter(|l| l.starts_with(&format!("{name}{{")) || l.starts_with(&format!("{name} ")))
+        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+        .sum()
+}
+
+pub fn wait_for_endpoint(port: u16, process: &mut Process) -> String {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        if let Some(text) = scrape(port) {
+            return text;
+        }
+        if let Some(status) = process.child.try_wait().unwrap() {
+            panic!(
+                "tidings exited ({status}) before serving metrics:\n{}",
+                process.stderr()
+            );
+        }
+        assert!(
+            Instant::now() < deadline,
+            "no metrics endpoint on {port}:\n{}",
+            process.stderr()
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+/// `tidings run` on `database`, with `env` (`TIDINGS_SECTION__KEY` overrides).
+pub fn start_daemon(database: &str, env: &[(&str, String)]) -> Process {
+    let mut daemon = tidings();
+    daemon
+        .arg("run")
+        .env("TIDINGS_DATABASE__URL", database)
+        .env("TIDINGS_RELAY__PARTITIONS", "4")
+        .env("TIDINGS_RELAY__POLL_INTERVAL", "100ms")
+        .env("TIDINGS_METRICS__LAG_INTERVAL", "200ms")
+        .envs(env.iter().map(|(k, v)| (*k, v.as_str())));
+    Process::start(daemon, "daemon")
+}
+
+/// The checkout demo's consumers on `database`, once they say `ready`.
+pub fn start_consumers(database: &str, extra: &[&str]) -> Process {
+    use std::io::BufRead;
+    let mut consumers = tidings();
+    consumers
+        .args(["demo", "checkout", "--role", "consumers", "--database", database])
+        .args(extra);
+    let mut consumers = Process::start(consumers, "consumers");
+    let mut ready = String::new();
+    std::io::BufReader::new(consumers.child.stdout.take().unwrap())
+        .read_line(&mut ready)
+        .unwrap();
+    assert_eq!(ready.trim(), "ready", "{}", consumers.stderr());
+    consumers
+}
+
+/// Places `orders` checkout orders on `database` (a fraction `poison` poisoned) and waits.
+pub fn produce(database: &str, orders: u32, poison: f64) {
+    let out = tidings()
+        .args([
+            "demo",
+            "checkout",
+            "--role",
+            "producer",
+            "--orders",
+            &orders.to_string(),
+        ])
+        .args(["--poison-rate", &poison.to_string(), "--database", database])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+}

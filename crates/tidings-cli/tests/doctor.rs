@@ -1,0 +1,236 @@
+//! `tidings doctor` and `tidings outbox status` on the checkout system on
+//! PostgreSQL, with a real Prometheus: the doctor passes a healthy
+//! deployment, and fails naming the item when the alert rules are not
+//! loaded, when a dead letter has waited past the threshold, and when the
+//! relay is stopped with a backlog.
+
+mod common;
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use common::{Process, free_port, produce, start_consumers, start_daemon, tidings};
+use serde_json::Value;
+use tidings_testkit::services::PgTestDb;
+
+/// A Prometheus server of its own on a free port, with `rules` loaded (or none).
+fn start_prometheus(rules: Option<&Path>) -> (Process, String) {
+    let dir = std::env::temp_dir().join(format!("tidings-prometheus-{}", uuid::Uuid::new_v4().simple()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let mut config = "global:\n  evaluation_interval: 1s\n".to_owned();
+    if let Some(rules) = rules {
+        config.push_str(&format!("rule_files:\n  - {}\n", rules.display()));
+    }
+    std::fs::write(dir.join("prometheus.yml"), config).unwrap();
+    let port = free_port();
+    let mut command = Command::new("prometheus");
+    command.args([
+        &format!("--config.file={}", dir.join("prometheus.yml").display()),
+        &format!("--web.listen-address=127.0.0.1:{port}"),
+        &format!("--storage.tsdb.path={}", dir.join("data").display()),
+    ]);
+    let mut process = Process::start(command, "prometheus");
+    let url = format!("http://127.0.0.1:{port}");
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
+        if let Some(status) = process.child.try_wait().unwrap() {
+            panic!(
+                "prometheus exited ({status}); it comes with Debian's prometheus package (scripts/test installs it):\n{}",
+                process.stderr()
+            );
+        }
+        assert!(
+            Instant::now() < deadline,
+            "Prometheus did not listen on {port}:\n{}",
+            process.stderr()
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    (process, url)
+}
+
+fn rules_file() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../deploy/prometheus/tidings-alerts.yml")
+}
+
+/// `tidings doctor --json ...`: (exit code, checks by item).
+fn doctor(database: &str, args: &[&str]) -> (i32, Vec<Value>) {
+    let out = tidings()
+        .args(["doctor", "--json", "--database", database])
+        .args(args)
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let checks: Vec<Value> = serde_json::from_str(stdout.trim())
+        .unwrap_or_else(|e| panic!("not JSON ({e}): {stdout}{}", String::from_utf8_lossy(&out.stderr)));
+    (out.status.code().unwrap(), checks)
+}
+
+fn item<'a>(checks: &'a [Value], name: &str) -> &'a Value {
+    checks
+        .iter()
+        .find(|c| c["item"] == name)
+        .unwrap_or_else(|| panic!("no {name} in {checks:#?}"))
+}
+
+fn outbox_status(database: &str) -> Value {
+    let out = tidings()
+        .args([
+            "outbox",
+            "status",
+            "--json",
+            "--window",
+            "300ms",
+            "--database",
+            database,
+        ])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    serde_json::from_slice(&out.stdout).unwrap()
+}
+
+/// Waits until the outbox is empty and every group on the log has caught up.
+fn wait_drained(database: &str) {
+    let deadline = Instant::now() + Duration::from_secs(120);
+    loop {
+        let out = tidings()
+            .args(["lag", "--json", "--database", database])
+            .output()
+            .unwrap();
+        let lag: Value = serde_json::from_slice(&out.stdout).unwrap();
+        let groups = lag["consumers"].as_array().unwrap();
+        if lag["outbox_pending"] == 0 && groups.len() >= 5 && groups.iter().all(|g| g["pending"] == 0) {
+            return;
+        }
+        assert!(Instant::now() < deadline, "not drained: {lag:#}");
+        std::thread::sleep(Duration::from_millis(200));
+    }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn doctor_passes_a_healthy_deployment_and_names_what_fails() {
+    let db = PgTestDb::new().await;
+    let (_prometheus, with_rules) = start_prometheus(Some(&rules_file()));
+    let (_bare, without_rules) = start_prometheus(None);
+    let mut daemon = start_daemon(&db.url, &[("TIDINGS_METRICS__LISTEN", String::new())]);
+    let mut consumers = start_consumers(&db.url, &[]);
+    produce(&db.url, 100, 0.0);
+    wait_drained(&db.url);
+
+    // Healthy: nothing fails; only the schema registry is unchecked.
+    let (code, checks) = doctor(&db.url, &["--prometheus", &with_rules]);
+    assert_eq!(code, 0, "{checks:#?}");
+    for c in &checks {
+        let expected = if c["item"] == "schemas" { "warn" } else { "pass" };
+        assert_eq!(c["verdict"], expected, "{c:#}");
+    }
+    assert!(
+        item(&checks, "relay")["evidence"]
+            .as_str()
+            .unwrap()
+            .starts_with("1 relay(s) publishing, holding 4 partition(s)"),
+        "{checks:#?}"
+    );
+    assert!(
+        item(&checks, "dead-letter path")["evidence"]
+            .as_str()
+            .unwrap()
+            .contains("loyalty"),
+        "{checks:#?}"
+    );
+    let text = tidings()
+        .args(["doctor", "--database", &db.url, "--prometheus", &with_rules])
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&text.stdout);
+    assert!(
+        text.contains("pass  relay") && text.contains("0 failed, 1 warnings"),
+        "{text}"
+    );
+
+    // The outbox's status: empty, four partitions, all held by the one relay.
+    let status = outbox_status(&db.url);
+    assert_eq!(status["pending"], 0, "{status:#}");
+    assert_eq!(status["partitions"].as_array().unwrap().len(), 4, "{status:#}");
+    assert!(
+        status["partitions"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .all(|p| p["relay"].is_array()),
+        "{status:#}"
+    );
+    assert_eq!(status["relays"].as_array().unwrap().len(), 1, "{status:#}");
+
+    // Prometheus without Tidings' rules.
+    let (code, checks) = doctor(&db.url, &["--prometheus", &without_rules]);
+    assert_eq!(code, 1);
+    let rules = item(&checks, "alert rules");
+    assert_eq!(rules["verdict"], "fail");
+    assert!(
+        rules["evidence"]
+            .as_str()
+            .unwrap()
+            .contains("TidingsRelayStalled"),
+        "{rules:#}"
+    );
+
+    // Dead letters past the threshold.
+    produce(&db.url, 60, 0.2);
+    wait_drained(&db.url);
+    let (code, checks) = doctor(&db.url, &[]);
+    assert_eq!(code, 0, "young dead letters only warn: {checks:#?}");
+    assert_eq!(item(&checks, "dead letters")["verdict"], "warn");
+    std::thread::sleep(Duration::from_millis(1500));
+    let (code, checks) = doctor(&db.url, &["--max-dead-letter-age", "1s"]);
+    assert_eq!(code, 1);
+    let dead = item(&checks, "dead letters");
+    assert_eq!(dead["verdict"], "fail", "{dead:#}");
+    assert!(
+        dead["evidence"].as_str().unwrap().starts_with("inventory: "),
+        "{dead:#}"
+    );
+
+    // The relay stopped, with a backlog.
+    let status = daemon.terminate();
+    assert!(status.success(), "{}", daemon.stderr());
+    produce(&db.url, 20, 0.0);
+    let (code, checks) = doctor(&db.url, &[]);
+    assert_eq!(code, 1);
+    let relay = item(&checks, "relay");
+    assert_eq!(relay["verdict"], "fail", "{relay:#}");
+    assert!(
+        relay["evidence"]
+            .as_str()
+            .unwrap()
+            .starts_with("no relay is running and "),
+        "{relay:#}"
+    );
+    let status = outbox_status(&db.url);
+    assert!(status["pending"].as_u64().unwrap() >= 20, "{status:#}");
+    assert!(status["relays"].as_array().unwrap().is_empty(), "{status:#}");
+    assert_eq!(status["published_per_second"], 0.0, "{status:#}");
+
+    assert!(consumers.terminate().success(), "{}", consumers.stderr());
+    db.drop_schema().await;
+}
+
+#[tokio::test]
+async fn doctor_fails_on_a_database_without_tidings_tables() {
+    let path = std::env::temp_dir().join(format!("tidings-empty-{}.db", uuid::Uuid::new_v4().simple()));
+    let url = format!("sqlite://{}", path.display());
+    let (code, checks) = doctor(&url, &[]);
+    assert_eq!(code, 1);
+    assert_eq!(checks.len(), 1);
+    assert_eq!(checks[0]["item"], "tables");
+    assert!(
+        checks[0]["evidence"]
+            .as_str()
+            .unwrap()
+            .contains("run `tidings migrate`"),
+        "{checks:#?}"
+    );
+    let _ = std::fs::remove_file(&path);
+}
