@@ -6,6 +6,7 @@ mod daemon;
 mod dlq;
 mod doctor;
 mod outbox;
+mod replay;
 
 use std::io::IsTerminal;
 use std::process::ExitCode;
@@ -70,6 +71,15 @@ enum Command {
         database: DatabaseArg,
         #[command(flatten)]
         args: doctor::DoctorArgs,
+    },
+    /// Re-delivers a time range of retained events to one consumer, at a
+    /// bounded rate: what it processed is suppressed by its processed
+    /// markers, what it missed is handled. A running member carries it out.
+    Replay {
+        #[command(flatten)]
+        database: DatabaseArg,
+        #[command(flatten)]
+        args: replay::ReplayArgs,
     },
     /// Outbox backlog, consumer lag, dead letters, and keys held behind them.
     Lag {
@@ -431,6 +441,17 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
                 Store::Sqlite(s) => doctor::run(&s, args).await?,
             };
             Ok(if healthy {
+                ExitCode::SUCCESS
+            } else {
+                ExitCode::FAILURE
+            })
+        }
+        Command::Replay { database, args } => {
+            let done = match open(&database.database).await? {
+                Store::Pg(s) => replay::run(&s, args).await?,
+                Store::Sqlite(s) => replay::run(&s, args).await?,
+            };
+            Ok(if done {
                 ExitCode::SUCCESS
             } else {
                 ExitCode::FAILURE

@@ -10,7 +10,7 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-use common::{Process, free_port, produce, start_consumers, start_daemon, tidings};
+use common::{Process, free_port, produce, start_consumers, start_daemon, tidings, wait_drained};
 use serde_json::Value;
 use tidings_testkit::services::PgTestDb;
 
@@ -89,24 +89,6 @@ fn outbox_status(database: &str) -> Value {
         .unwrap();
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     serde_json::from_slice(&out.stdout).unwrap()
-}
-
-/// Waits until the outbox is empty and every group on the log has caught up.
-fn wait_drained(database: &str) {
-    let deadline = Instant::now() + Duration::from_secs(120);
-    loop {
-        let out = tidings()
-            .args(["lag", "--json", "--database", database])
-            .output()
-            .unwrap();
-        let lag: Value = serde_json::from_slice(&out.stdout).unwrap();
-        let groups = lag["consumers"].as_array().unwrap();
-        if lag["outbox_pending"] == 0 && groups.len() >= 5 && groups.iter().all(|g| g["pending"] == 0) {
-            return;
-        }
-        assert!(Instant::now() < deadline, "not drained: {lag:#}");
-        std::thread::sleep(Duration::from_millis(200));
-    }
 }
 
 #[tokio::test(flavor = "multi_thread")]

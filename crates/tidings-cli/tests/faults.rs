@@ -381,7 +381,18 @@ impl Report {
         // later events parked behind it, nothing else failed.
         assert!(t.poisoned_orders > 0, "{self}");
         let letters = store.dead_letters(&DeadLetterFilter::default()).await.unwrap();
-        assert_eq!(letters.len() as i64, t.poisoned_orders, "{self}");
+        let causes: std::collections::BTreeMap<String, usize> =
+            letters.iter().fold(Default::default(), |mut by, l| {
+                let last = l.errors.last().map_or("", |e| e.error.as_str());
+                let cause = format!("{} {:?}: {last}", l.consumer, l.message_type);
+                *by.entry(tidings_core::cause::error_shape(&cause)).or_default() += 1;
+                by
+            });
+        assert_eq!(
+            letters.len() as i64,
+            t.poisoned_orders,
+            "{self}\ndead letters by cause: {causes:#?}"
+        );
         for letter in &letters {
             assert_eq!(letter.consumer, "inventory");
             assert_eq!(letter.message_type.as_deref(), Some("OrderPlaced"));

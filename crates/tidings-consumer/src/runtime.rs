@@ -16,6 +16,7 @@ use futures::stream::select_all;
 use sqlx::Transaction;
 use tidings_core::lease::{self, Held, Lease, Membership, Scope, sleep_unless};
 use tidings_core::metrics::{self as m, Count};
+use tidings_core::replay::ReplayStore;
 use tidings_core::{
     AckKind, Acker, Backoff, ConsumerStore, DeadLetter, DecodeError, Delivery, Envelope, ErrorClass, Failure,
     Fence, Handling, LeaseStore, ParkedMessage, ParkingStore, Partition, RawMessage, Subscriber,
@@ -28,6 +29,8 @@ use uuid::Uuid;
 
 use crate::handler::{Context, Handler, HandlerError};
 use crate::membership::{Claim, claims};
+
+mod replay;
 
 /// Tuning of a [`Consumer`].
 #[derive(Debug, Clone)]
@@ -43,6 +46,7 @@ pub struct ConsumerConfig {
     lease_ttl: Duration,
     member: Option<String>,
     on_dead_letter: OnDeadLetter,
+    replay_poll: Duration,
 }
 
 /// What happens to a key's later messages when one of its messages is dead-lettered.
@@ -64,7 +68,7 @@ impl Default for ConsumerConfig {
     /// 5 attempts, at most 10 deliveries, backoff from 100 ms to 10 s, a
     /// 30 s handler timeout, 16 key lanes of 32 queued messages each, one
     /// message per transaction, partition leases of 10 s, keys held after a
-    /// dead letter.
+    /// dead letter, replays looked for every second.
     fn default() -> Self {
         ConsumerConfig {
             max_attempts: 5,
@@ -78,6 +82,7 @@ impl Default for ConsumerConfig {
             lease_ttl: Duration::from_secs(10),
             member: None,
             on_dead_letter: OnDeadLetter::HoldKey,
+            replay_poll: Duration::from_secs(1),
         }
     }
 }
@@ -175,6 +180,13 @@ impl ConsumerConfig {
     /// ```
     pub fn on_dead_letter(mut self, policy: OnDeadLetter) -> Self {
         self.on_dead_letter = policy;
+        self
+    }
+
+    /// How often a running member looks for replays asked of its consumer
+    /// (`tidings replay`, [`tidings_core::ReplayStore::request_replay`]).
+    pub fn replay_poll(mut self, every: Duration) -> Self {
+        self.replay_poll = every.max(Duration::from_millis(10));
         self
     }
 
@@ -420,7 +432,9 @@ impl<S: ConsumerStore + ParkingStore + LeaseStore + Clone> Consumer<S> {
             stop,
         }
     }
+}
 
+impl<S: ConsumerStore + ParkingStore + LeaseStore + ReplayStore + Clone> Consumer<S> {
     /// Runs until `shutdown` is cancelled.
     ///
     /// The consumer joins its group: for each topic it takes the leases of
@@ -459,7 +473,28 @@ impl<S: ConsumerStore + ParkingStore + LeaseStore + Clone> Consumer<S> {
             })
             .collect::<Vec<_>>();
         let membership = Membership::new(self.store.clone(), member.clone(), self.config.lease_ttl, scopes);
-        let worker = self.worker(member, shutdown.clone());
+        let worker = self.worker(member.clone(), shutdown.clone());
+        // Replays stop with the group's reading, whichever way it ends.
+        let replays = shutdown.child_token();
+        let (result, ()) = tokio::join!(
+            async {
+                let result = self.read_group(membership, worker, subscriber, &shutdown).await;
+                replays.cancel();
+                result
+            },
+            self.serve_replays(&member, &replays)
+        );
+        result
+    }
+
+    /// Reads the group's share of the topics until `shutdown`.
+    async fn read_group(
+        &self,
+        membership: Membership<S>,
+        worker: Worker<S>,
+        subscriber: &dyn Subscriber,
+        shutdown: &CancellationToken,
+    ) -> tidings_core::Result<()> {
         let mut held: Held = vec![Vec::new(); membership.scopes().len()];
         let mut failures = 0u32;
         let mut first = true;
@@ -470,13 +505,13 @@ impl<S: ConsumerStore + ParkingStore + LeaseStore + Clone> Consumer<S> {
                     failures += 1;
                     let delay = self.config.backoff.delay(failures);
                     tracing::warn!(consumer = %self.name, error = %e, retry_in_ms = delay.as_millis() as u64, "joining the group failed; retrying");
-                    sleep_unless(&shutdown, delay).await;
+                    sleep_unless(shutdown, delay).await;
                     continue;
                 }
             }
             if held.iter().all(Vec::is_empty) {
                 tracing::debug!(consumer = %self.name, member = %membership.member(), "no partition free; standing by");
-                sleep_unless(&shutdown, membership.tick()).await;
+                sleep_unless(shutdown, membership.tick()).await;
                 continue;
             }
             let stop = shutdown.child_token();
@@ -498,7 +533,7 @@ impl<S: ConsumerStore + ParkingStore + LeaseStore + Clone> Consumer<S> {
                     failures += 1;
                     let delay = self.config.backoff.delay(failures);
                     tracing::warn!(consumer = %self.name, error = %e, retry_in_ms = delay.as_millis() as u64, "subscribing failed; retrying");
-                    sleep_unless(&shutdown, delay).await;
+                    sleep_unless(shutdown, delay).await;
                 }
             }
             first = false;

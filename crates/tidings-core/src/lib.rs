@@ -50,6 +50,7 @@ pub mod metrics;
 pub mod migrate;
 pub mod parking;
 pub mod partition;
+pub mod replay;
 pub mod secret;
 pub mod sql;
 pub mod store;
@@ -62,6 +63,7 @@ pub use inspect::Inspect;
 pub use lease::{Lease, LeaseStore};
 pub use message::Message;
 pub use partition::Partition;
+pub use replay::ReplayStore;
 pub use store::{
     ClaimedBatch, ConsumerLag, ConsumerStore, DeadLetter, DeadLetterFilter, DeadLetterLag, Failure,
     FailureStore, Fence, Handling, HeldKey, LagReport, LagSource, Outbox, OutboxPartitions, ParkedLag,

@@ -31,6 +31,7 @@ mod lease;
 mod log;
 mod migrate;
 pub mod outbox;
+mod replay;
 mod wake;
 
 use std::fmt;

@@ -36,6 +36,11 @@ const PLAN: MigrationPlan = MigrationPlan {
             name: "parking",
             sql: include_str!("../migrations/0005_parking.sql"),
         },
+        Migration {
+            version: 6,
+            name: "replays",
+            sql: include_str!("../migrations/0006_replays.sql"),
+        },
     ],
 };
 

@@ -31,6 +31,7 @@ mod lease;
 mod log;
 mod migrate;
 pub mod outbox;
+mod replay;
 
 use std::fmt;
 use std::str::FromStr;

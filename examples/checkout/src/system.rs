@@ -43,8 +43,10 @@ const TALLY: &str = "SELECT
 
 const PER_CONSUMER: &str =
     "SELECT consumer, CAST(count(*) AS BIGINT) FROM tidings_processed GROUP BY consumer";
-const DEAD_PER_CONSUMER: &str =
-    "SELECT consumer, CAST(count(*) AS BIGINT) FROM tidings_dead_letters GROUP BY consumer";
+/// Redriven dead letters are not counted: their messages are on their way
+/// again, and count once handled (or once dead-lettered anew).
+const DEAD_PER_CONSUMER: &str = "SELECT consumer, CAST(count(*) AS BIGINT) FROM tidings_dead_letters
+     WHERE redriven_at IS NULL GROUP BY consumer";
 const PARKED_PER_CONSUMER: &str =
     "SELECT consumer, CAST(count(*) AS BIGINT) FROM tidings_parked GROUP BY consumer";
 
@@ -75,7 +77,7 @@ pub struct Tally {
     pub retries_reported: i64,
     /// Processed markers per consumer.
     pub processed: Vec<(String, i64)>,
-    /// Dead letters per consumer.
+    /// Dead letters per consumer (redriven ones not counted until they fail again).
     pub dead_letters: Vec<(String, i64)>,
     /// Messages parked behind a dead letter of their key, per consumer.
     pub parked: Vec<(String, i64)>,
@@ -112,6 +114,7 @@ pub trait CheckoutStore:
     + RelayStore
     + LogBackend
     + tidings_core::LagSource
+    + tidings_core::ReplayStore
     + Clone
 {
     /// Runs Tidings' migrations and creates the checkout tables.

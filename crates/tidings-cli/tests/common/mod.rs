@@ -170,3 +170,21 @@ pub fn produce(database: &str, orders: u32, poison: f64) {
         .unwrap();
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
 }
+
+/// Waits until the outbox is empty and every group on the log has caught up.
+pub fn wait_drained(database: &str) {
+    let deadline = Instant::now() + Duration::from_secs(120);
+    loop {
+        let out = tidings()
+            .args(["lag", "--json", "--database", database])
+            .output()
+            .unwrap();
+        let lag: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+        let groups = lag["consumers"].as_array().unwrap();
+        if lag["outbox_pending"] == 0 && groups.len() >= 5 && groups.iter().all(|g| g["pending"] == 0) {
+            return;
+        }
+        assert!(Instant::now() < deadline, "not drained: {lag:#}");
+        std::thread::sleep(Duration::from_millis(200));
+    }
+}

@@ -13,6 +13,7 @@ use rand::Rng;
 use serde::{Deserialize, Serialize};
 use tidings::consumer::{Context, Handler, HandlerError};
 use tidings::log::LogBackend;
+use tidings::replay::ReplayStore;
 use tidings::{
     ConsumerStore, Envelope, Kind, LagSource, LeaseStore, Message, Outbox, OutgoingMessage, ParkingStore,
     RelayStore,
@@ -149,7 +150,16 @@ recorder_for!(sqlx::Sqlite);
 /// Store abilities the tests use, plus a few statements per database.
 #[async_trait]
 pub trait TestStore:
-    ConsumerStore + ParkingStore + LeaseStore + RelayStore + LogBackend + LagSource + Clone + Send + Sync
+    ConsumerStore
+    + ParkingStore
+    + LeaseStore
+    + RelayStore
+    + LogBackend
+    + LagSource
+    + ReplayStore
+    + Clone
+    + Send
+    + Sync
 {
     async fn setup(&self);
     /// The same database, keeping sent outbox rows for `retention`.
