@@ -25,6 +25,7 @@ use tidings_core::{
 use tokio::sync::mpsc;
 use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
+use tracing::Instrument;
 use uuid::Uuid;
 
 use crate::handler::{Context, Handler, HandlerError};
@@ -563,6 +564,26 @@ impl futures::Stream for Leased {
     }
 }
 
+/// The span of handling one message: a child of its `traceparent` where a
+/// tracing backend can link it ([`tidings_core::trace`]).
+fn handle_span(consumer: &str, topic: &str, envelope: &Envelope) -> tracing::Span {
+    let trace = envelope.trace();
+    let span = tracing::info_span!(
+        "tidings.handle",
+        consumer = %consumer,
+        topic = %topic,
+        message_id = %envelope.id,
+        message_type = %envelope.message_type,
+        correlation_id = %envelope.correlation_id,
+        causation_id = %envelope.causation_id.map(|c| c.to_string()).unwrap_or_default(),
+        trace_id = %trace.map(|t| t.trace_id_hex()).unwrap_or_default(),
+    );
+    if let Some(parent) = trace {
+        tidings_core::trace::set_parent(&span, &parent);
+    }
+    span
+}
+
 fn lane_of(key: &str, lanes: usize) -> usize {
     let mut h = DefaultHasher::new();
     key.hash(&mut h);
@@ -1091,6 +1112,14 @@ impl<S: ConsumerStore + ParkingStore + LeaseStore + Clone> Worker<S> {
                 return self.dead_letter(&delivery, None, vec![failure]).await;
             }
         };
+        let span = handle_span(&self.name, &delivery.message.topic, &envelope);
+        self.process_decoded(delivery, envelope, claim)
+            .instrument(span)
+            .await
+    }
+
+    /// [`Worker::process`] once the message decoded, inside its handling span.
+    async fn process_decoded(&self, delivery: Delivery, envelope: Envelope, claim: Option<Claim>) -> Settled {
         if delivery.delivery_count > self.config.max_deliveries {
             let error = format!(
                 "delivered {} times without being settled (more than {}): its handling may be crashing the consumer",

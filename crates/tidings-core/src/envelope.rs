@@ -156,17 +156,34 @@ impl Envelope {
             occurred_at: Utc::now(),
             correlation_id: id,
             causation_id: None,
-            headers: Headers::new(),
+            headers: Headers::from([(
+                crate::trace::TRACEPARENT.to_owned(),
+                crate::trace::current_or_new().to_header(),
+            )]),
             content_type: JSON.to_owned(),
             payload,
         })
     }
 
-    /// Marks this message as caused by `cause`: same correlation id, causation id = `cause.id`.
+    /// Marks this message as caused by `cause`: same correlation id, causation
+    /// id = `cause.id`, and in the cause's trace (a child of its `traceparent`).
     pub fn caused_by(mut self, cause: &Envelope) -> Self {
         self.correlation_id = cause.correlation_id;
         self.causation_id = Some(cause.id);
+        if let Some(trace) = cause.trace() {
+            self.headers.insert(
+                crate::trace::TRACEPARENT.to_owned(),
+                crate::trace::caused_by(&trace).to_header(),
+            );
+        }
         self
+    }
+
+    /// The trace this message is part of (its `traceparent` header), if it carries a valid one.
+    pub fn trace(&self) -> Option<crate::trace::TraceContext> {
+        self.headers
+            .get(crate::trace::TRACEPARENT)
+            .and_then(|h| crate::trace::TraceContext::parse(h))
     }
 
     /// Adds a header.

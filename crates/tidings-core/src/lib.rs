@@ -54,6 +54,7 @@ pub mod replay;
 pub mod secret;
 pub mod sql;
 pub mod store;
+pub mod trace;
 pub mod transport;
 
 pub use backoff::Backoff;

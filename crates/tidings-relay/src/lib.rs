@@ -52,6 +52,7 @@ use tidings_core::{
     Backoff, ClaimedBatch, Lease, LeaseStore, OutboxPartitions, Publisher, RelayStore, Result,
 };
 use tokio_util::sync::CancellationToken;
+use tracing::Instrument;
 
 /// Tuning of a [`Relay`].
 #[derive(Debug, Clone)]
@@ -302,13 +303,18 @@ impl<S: RelayStore + LeaseStore + Clone, P: Publisher> Relay<S, P> {
             batch.release().await?;
             return Ok(Round::Idle);
         }
+        let span = tracing::info_span!("tidings.relay.batch", records = n, member = %self.member);
+        self.publish_batch(batch, n).instrument(span).await
+    }
+
+    /// Publishes a claimed batch of `n` records, then completes it, or releases it on failure.
+    async fn publish_batch(&self, batch: S::Batch, n: usize) -> Result<Round> {
         let started = Instant::now();
-        let published = match tokio::time::timeout(
-            self.config.publish_timeout,
-            self.publisher.publish(batch.messages()),
-        )
-        .await
-        {
+        let publish = self
+            .publisher
+            .publish(batch.messages())
+            .instrument(tracing::info_span!("tidings.publish", records = n));
+        let published = match tokio::time::timeout(self.config.publish_timeout, publish).await {
             Ok(result) => result,
             Err(_) => Err(tidings_core::Error::Transport {
                 transport: "relay",

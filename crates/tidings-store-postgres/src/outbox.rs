@@ -8,6 +8,7 @@ use tidings_core::partition::key_hash;
 use tidings_core::{
     ClaimedBatch, Error, Outbox, OutboxPartitions, OutgoingMessage, RelayStore, Result, cloudevents,
 };
+use tracing::Instrument;
 
 use crate::PgStore;
 
@@ -28,6 +29,7 @@ impl Outbox for PgStore {
         .bind(&e.message_type)
         .bind(cloudevents::to_json(e))
         .execute(conn)
+        .instrument(tidings_core::trace::enqueue_span(message))
         .await
         .map_err(Error::db("inserting into the outbox"))?;
         Ok(())

@@ -8,6 +8,7 @@ use tidings_core::partition::key_hash;
 use tidings_core::{
     ClaimedBatch, Error, Lease, Outbox, OutboxPartitions, OutgoingMessage, RelayStore, Result, cloudevents,
 };
+use tracing::Instrument;
 
 use crate::{SqliteStore, now_millis};
 
@@ -29,6 +30,7 @@ impl Outbox for SqliteStore {
         .bind(cloudevents::to_json(e))
         .bind(now_millis())
         .execute(conn)
+        .instrument(tidings_core::trace::enqueue_span(message))
         .await
         .map_err(Error::db("inserting into the outbox"))?;
         Ok(())

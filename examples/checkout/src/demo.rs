@@ -778,7 +778,8 @@ async fn place_one<S: CheckoutStore>(store: &S, i: usize, poison_rate: f64) -> a
         total_cents: total,
     };
     let first = command(&place, None)?;
-    let correlation = first.envelope.id;
+    // The client's later calls for the order carry its correlation id and trace.
+    let order = Some(&first.envelope);
     store.submit(1, &first).await?;
     pause().await;
     store
@@ -788,23 +789,28 @@ async fn place_one<S: CheckoutStore>(store: &S, i: usize, poison_rate: f64) -> a
                 &CapturePayment {
                     order_id: order_id.clone(),
                 },
-                Some(correlation),
+                order,
             )?,
         )
         .await?;
     pause().await;
     let last = if cancel {
-        command(&CancelOrder { order_id }, Some(correlation))?
+        command(&CancelOrder { order_id }, order)?
     } else {
-        command(&ShipOrder { order_id }, Some(correlation))?
+        command(&ShipOrder { order_id }, order)?
     };
     store.submit(3, &last).await
 }
 
-fn command<M: Message>(message: &M, correlation: Option<uuid::Uuid>) -> anyhow::Result<OutgoingMessage> {
+/// A command from the checkout API; after the first of an order, in the
+/// first's conversation: its correlation id, and its trace.
+fn command<M: Message>(message: &M, order: Option<&Envelope>) -> anyhow::Result<OutgoingMessage> {
     let mut envelope = Envelope::new("checkout-api", message)?;
-    if let Some(c) = correlation {
-        envelope.correlation_id = c;
+    if let Some(first) = order {
+        envelope.correlation_id = first.correlation_id;
+        if let Some(trace) = first.trace() {
+            envelope = envelope.header(tidings_core::trace::TRACEPARENT, trace.child().to_header());
+        }
     }
     Ok(OutgoingMessage {
         topic: M::TOPIC.to_owned(),
