@@ -302,12 +302,37 @@ async fn main() -> ExitCode {
         Command::Run { .. } => "info,sqlx=warn,lapin::returned_messages=error",
         _ => "warn,sqlx=error,lapin::returned_messages=error",
     };
-    tracing_subscriber::fmt()
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| default_filter.into()),
-        )
+    use tracing_subscriber::Layer as _;
+    use tracing_subscriber::layer::SubscriberExt as _;
+    use tracing_subscriber::util::SubscriberInitExt as _;
+    let log = tracing_subscriber::fmt::layer()
         .with_writer(std::io::stderr)
-        .init();
+        .with_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| default_filter.into()),
+        );
+    // Spans go to the collector whatever the log's verbosity.
+    #[cfg(feature = "otel")]
+    let otel = match std::env::var("OTEL_EXPORTER_OTLP_ENDPOINT") {
+        Ok(endpoint) if !endpoint.trim().is_empty() => {
+            let service = std::env::var("OTEL_SERVICE_NAME").unwrap_or_else(|_| "tidings".into());
+            match tidings_otel::install(&endpoint, &service) {
+                Ok(otel) => Some(otel),
+                Err(e) => {
+                    eprintln!("error: {e}");
+                    return ExitCode::from(2);
+                }
+            }
+        }
+        _ => None,
+    };
+    #[cfg(feature = "otel")]
+    let spans = otel.as_ref().map(|o| {
+        o.layer()
+            .with_filter(tracing_subscriber::filter::LevelFilter::INFO)
+    });
+    #[cfg(not(feature = "otel"))]
+    let spans: Option<tracing_subscriber::layer::Identity> = None;
+    tracing_subscriber::registry().with(log).with(spans).init();
     match run(cli).await {
         Ok(code) => code,
         Err(e) => {
