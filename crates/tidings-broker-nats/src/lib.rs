@@ -416,6 +416,21 @@ impl Subscriber for NatsTransport {
         self.options.partitions
     }
 
+    /// Pending (not yet delivered) plus delivered and unacknowledged, over
+    /// the group's durable consumers; creates nothing.
+    async fn pending(&self, group: &str, topic: &str) -> Result<Option<u64>> {
+        let Ok(stream) = self.js.get_stream(self.stream_name(topic)).await else {
+            return Ok(None);
+        };
+        let mut total = None;
+        for partition in Partition::all(self.options.partitions) {
+            if let Ok(info) = stream.consumer_info(durable_name(group, partition)).await {
+                *total.get_or_insert(0) += info.num_pending + info.num_ack_pending as u64;
+            }
+        }
+        Ok(total)
+    }
+
     /// Creates the stream and the group's durable consumers, reading nothing.
     async fn ensure_group(&self, group: &str, topic: &str) -> Result<()> {
         for partition in Partition::all(self.options.partitions) {
@@ -562,18 +577,11 @@ impl NatsTransport {
         partition: Partition,
     ) -> Result<consumer::PullConsumer> {
         let stream = self.stream(topic).await?;
-        let (durable, filter_subject) = if partition.is_whole() {
-            (stream_token(group), format!("{}.>", self.subject(topic)))
+        let durable = durable_name(group, partition);
+        let filter_subject = if partition.is_whole() {
+            format!("{}.>", self.subject(topic))
         } else {
-            (
-                format!(
-                    "{}-{}-OF-{}",
-                    stream_token(group),
-                    partition.index,
-                    partition.count
-                ),
-                format!("{}.{}.>", self.subject(topic), partition.index),
-            )
+            format!("{}.{}.>", self.subject(topic), partition.index)
         };
         let consumer: consumer::PullConsumer = stream
             .get_or_create_consumer(
@@ -592,6 +600,20 @@ impl NatsTransport {
             .await
             .map_err(|e| transport_error(&format!("creating consumer {durable}"), e, true))?;
         Ok(consumer)
+    }
+}
+
+/// The durable consumer of `group` reading `partition`.
+fn durable_name(group: &str, partition: Partition) -> String {
+    if partition.is_whole() {
+        stream_token(group)
+    } else {
+        format!(
+            "{}-{}-OF-{}",
+            stream_token(group),
+            partition.index,
+            partition.count
+        )
     }
 }
 

@@ -57,5 +57,5 @@ impl TransportUnderTest for Nats {
 
 tidings_testkit::transport_conformance!(
     async { Nats::default() },
-    features: [cloudevents_attributes_travel_as_headers]
+    features: [cloudevents_attributes_travel_as_headers, broker_counts_pending]
 );

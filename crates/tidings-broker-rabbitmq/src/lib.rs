@@ -614,6 +614,36 @@ impl Subscriber for RabbitTransport {
         self.options.partitions
     }
 
+    /// Ready messages over the group's partition queues (delivered and
+    /// unacknowledged ones are not counted by AMQP); declares nothing.
+    async fn pending(&self, group: &str, topic: &str) -> Result<Option<u64>> {
+        let connection = self.connection().await?;
+        let mut total = None;
+        for partition in Partition::all(self.options.partitions) {
+            // A passive declare of a missing queue closes its channel: one each.
+            let channel = connection
+                .create_channel()
+                .await
+                .map_err(|e| transport_error("opening a channel", e, true))?;
+            let queue = self.partition_queue(topic, group, partition);
+            let declared = channel
+                .queue_declare(
+                    queue.as_str().into(),
+                    QueueDeclareOptions {
+                        passive: true,
+                        ..Default::default()
+                    },
+                    FieldTable::default(),
+                )
+                .await;
+            if let Ok(q) = declared {
+                *total.get_or_insert(0) += u64::from(q.message_count());
+                let _ = channel.close(200, "measured".into()).await;
+            }
+        }
+        Ok(total)
+    }
+
     /// Declares the group's queues, bindings and dead-letter exchange, consuming nothing.
     async fn ensure_group(&self, group: &str, topic: &str) -> Result<()> {
         let channel = self

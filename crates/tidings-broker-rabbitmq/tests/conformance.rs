@@ -62,5 +62,5 @@ impl TransportUnderTest for Rabbit {
 
 tidings_testkit::transport_conformance!(
     async { Rabbit::default() },
-    features: [cloudevents_attributes_travel_as_headers]
+    features: [cloudevents_attributes_travel_as_headers, broker_counts_pending]
 );

@@ -10,6 +10,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::Context as _;
+use futures::FutureExt as _;
 use sqlx::Connection;
 use sqlx::postgres::{PgConnectOptions, PgConnection, PgPoolOptions};
 use tidings_broker_nats::{NatsOptions, NatsTransport};
@@ -17,7 +18,7 @@ use tidings_broker_rabbitmq::{RabbitOptions, RabbitTransport};
 use tidings_core::lease::sleep_unless;
 use tidings_core::log::{LogBackend, LogPublisher};
 use tidings_core::secret::redact_url;
-use tidings_core::{LagSource, LeaseStore, Publisher, RelayStore};
+use tidings_core::{Inspect, LagSource, LeaseStore, Publisher, RelayStore, Subscriber};
 use tidings_relay::{Relay, RelayConfig};
 use tidings_store_postgres::{PgStore, PgStoreOptions};
 use tidings_store_sqlite::{SqliteStore, SqliteStoreOptions};
@@ -99,7 +100,7 @@ async fn run_on<S>(
     shutdown: CancellationToken,
 ) -> anyhow::Result<()>
 where
-    S: RelayStore + LeaseStore + LagSource + LogBackend + Clone,
+    S: RelayStore + LeaseStore + LagSource + LogBackend + Inspect + Clone,
 {
     let config = &loaded.config;
     let mut tasks: JoinSet<anyhow::Result<()>> = JoinSet::new();
@@ -113,8 +114,20 @@ where
                 .context("serving metrics")
         });
     }
+    let opened = open_publisher(&store, loaded).await?;
+    if let Some(broker) = opened.broker.clone() {
+        tasks.spawn(
+            tidings_core::metrics::sample_broker_lag(
+                store.clone(),
+                broker,
+                config.metrics.lag_interval.0,
+                shutdown.clone(),
+            )
+            .map(Ok),
+        );
+    }
     if config.relay.enabled {
-        let (publisher, label) = open_publisher(&store, loaded).await?;
+        let (publisher, label) = (opened.publisher, opened.label);
         parts.push(format!("relay to {label}"));
         let mut relay_config = RelayConfig::default()
             .batch_size(config.relay.batch_size)
@@ -170,17 +183,15 @@ where
 }
 
 /// The relay's publisher: the database log of `store`, or a broker.
-async fn open_publisher<S: LogBackend + Clone>(
-    store: &S,
-    loaded: &Loaded,
-) -> anyhow::Result<(Arc<dyn Publisher>, String)> {
+async fn open_publisher<S: LogBackend + Clone>(store: &S, loaded: &Loaded) -> anyhow::Result<Opened> {
     let url = loaded.broker_url.expose();
     let broker = &loaded.config.broker;
     if url == "log" {
-        return Ok((
-            Arc::new(LogPublisher::new(Arc::new(store.clone()))),
-            "the database log".into(),
-        ));
+        return Ok(Opened {
+            publisher: Arc::new(LogPublisher::new(Arc::new(store.clone()))),
+            broker: None,
+            label: "the database log".into(),
+        });
     }
     if url.starts_with("nats://") || url.starts_with("tls://") {
         let mut options = NatsOptions::default().partitions(broker.partitions);
@@ -190,7 +201,11 @@ async fn open_publisher<S: LogBackend + Clone>(
         let nats = NatsTransport::connect_with(url, options)
             .await
             .with_context(|| format!("connecting to NATS at {}", redact_url(url)))?;
-        return Ok((Arc::new(nats), format!("NATS JetStream at {}", redact_url(url))));
+        return Ok(Opened {
+            publisher: Arc::new(nats.clone()),
+            broker: Some(Arc::new(nats)),
+            label: format!("NATS JetStream at {}", redact_url(url)),
+        });
     }
     let mut options = RabbitOptions::default().partitions(broker.partitions);
     if let Some(prefix) = &broker.prefix {
@@ -199,7 +214,19 @@ async fn open_publisher<S: LogBackend + Clone>(
     let rabbit = RabbitTransport::connect_with(url, options)
         .await
         .with_context(|| format!("connecting to RabbitMQ at {}", redact_url(url)))?;
-    Ok((Arc::new(rabbit), format!("RabbitMQ at {}", redact_url(url))))
+    Ok(Opened {
+        publisher: Arc::new(rabbit.clone()),
+        broker: Some(Arc::new(rabbit)),
+        label: format!("RabbitMQ at {}", redact_url(url)),
+    })
+}
+
+/// The relay's transport, opened.
+struct Opened {
+    publisher: Arc<dyn Publisher>,
+    /// The broker, to measure consumer lag on it (none for the database log).
+    broker: Option<Arc<dyn Subscriber>>,
+    label: String,
 }
 
 /// Deletes database-log entries past retention that every group has read, now and then.

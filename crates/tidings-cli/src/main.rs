@@ -299,7 +299,9 @@ async fn main() -> ExitCode {
     let cli = Cli::parse();
     // The daemon says what it does; one-shot commands only warn.
     let default_filter = match cli.command {
-        Command::Run { .. } => "info,sqlx=warn,lapin::returned_messages=error",
+        // lapin logs the broker's refusal of a passive declare (a group's queue
+        // not on this broker) as an error of its own: the daemon reports lag itself.
+        Command::Run { .. } => "info,sqlx=warn,lapin::returned_messages=error,lapin::channel=off",
         _ => "warn,sqlx=error,lapin::returned_messages=error",
     };
     use tracing_subscriber::Layer as _;

@@ -250,3 +250,92 @@ fn a_bad_config_and_an_unreachable_database_are_one_line_errors() {
         "configuration ok: database postgres://tidings@127.0.0.1/shop, broker log, relay on, metrics on 127.0.0.1:9464"
     );
 }
+
+/// Waits until `check` holds for the daemon's metrics; returns them.
+async fn scrape_until(
+    daemon: &common::Process,
+    port: u16,
+    what: &str,
+    check: impl Fn(&str) -> bool,
+) -> String {
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let text = scrape(port).expect("the daemon serves");
+        if check(&text) {
+            return text;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "{what} did not happen within 60 s:\n{text}\n{}",
+            daemon.stderr()
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn the_daemon_measures_consumer_lag_on_nats() {
+    let nats = std::env::var("NATS_URL").unwrap_or_else(|_| "nats://127.0.0.1:4222".into());
+    consumer_lag_on_the_broker(&nats, |system| format!("TIDINGS_DEMO_{}", system.to_uppercase())).await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn the_daemon_measures_consumer_lag_on_rabbitmq() {
+    let amqp = std::env::var("AMQP_URL").unwrap_or_else(|_| "amqp://guest:guest@127.0.0.1:5672/%2f".into());
+    consumer_lag_on_the_broker(&amqp, |system| format!("tidings-demo-{system}")).await;
+}
+
+/// The demo's consumers on `broker`, the daemon relaying to it: the daemon's
+/// lag gauges read 0, grow to every command while the consumers are down,
+/// and return to 0 once they are back. `prefix` names the demo's resources
+/// on the broker after its system id.
+async fn consumer_lag_on_the_broker(broker: &str, prefix: impl Fn(&str) -> String) {
+    let nats = broker.to_owned();
+    let db = PgTestDb::new().await;
+    let mut consumers = start_consumers(&db.url, &["--broker", &nats]);
+    // The demo names its streams after the system it runs.
+    let system: String = sqlx::query_scalar("SELECT min(id) FROM checkout_system")
+        .fetch_one(db.store.pool())
+        .await
+        .unwrap();
+    let port = free_port();
+    let mut daemon = start_daemon(
+        &db.url,
+        &[
+            ("TIDINGS_METRICS__LISTEN", format!("127.0.0.1:{port}")),
+            ("TIDINGS_BROKER__URL", nats.clone()),
+            ("TIDINGS_BROKER__PREFIX", prefix(&system)),
+            ("TIDINGS_BROKER__PARTITIONS", "4".into()),
+        ],
+    );
+    wait_for_endpoint(port, &mut daemon);
+    let series = "tidings_consumer_lag_messages{consumer=\"checkout\",topic=\"checkout.commands\"}";
+    scrape_until(&daemon, port, "the groups seen at 0", |t| {
+        t.contains(series)
+            && sample(
+                t,
+                "tidings_consumer_lag_messages{consumer=\"loyalty\",topic=\"orders\"}",
+            ) == 0.0
+    })
+    .await;
+
+    // The consumers stop; orders keep coming: the checkout group's lag grows to every command.
+    assert!(consumers.terminate().success(), "{}", consumers.stderr());
+    produce(&db.url, 40, 0.0);
+    // The relay keeps publishing (the outbox empties) while the group's lag grows.
+    scrape_until(&daemon, port, "checkout 120 commands behind", |t| {
+        sample(t, series) == 120.0 && sample(t, "tidings_outbox_pending") == 0.0
+    })
+    .await;
+
+    // They come back and catch up.
+    let mut consumers = start_consumers(&db.url, &["--broker", &nats]);
+    scrape_until(&daemon, port, "every group caught up", |t| {
+        t.matches("tidings_consumer_lag_messages{").count() >= 5
+            && total(t, "tidings_consumer_lag_messages") == 0.0
+    })
+    .await;
+    assert!(consumers.terminate().success(), "{}", consumers.stderr());
+    assert!(daemon.terminate().success(), "{}", daemon.stderr());
+    db.drop_schema().await;
+}

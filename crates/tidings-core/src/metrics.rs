@@ -93,7 +93,7 @@ catalog! {
     CONSUMER_HANDLER_DURATION = "tidings_consumer_handler_duration_seconds", Histogram, ["consumer"],
         "Time a handler attempt took inside its transaction (the commit not included).";
     CONSUMER_LAG = "tidings_consumer_lag_messages", Gauge, ["consumer", "topic"],
-        "Messages on a topic a consumer group has not committed past (database-log transport).";
+        "Messages on a topic a consumer group has not settled: past its committed offset on the database log, pending or unacknowledged on a broker.";
     DEAD_LETTERS = "tidings_dead_letters", Gauge, ["consumer"],
         "Dead letters waiting for a decision (neither redriven nor skipped).";
     DEAD_LETTER_OLDEST_AGE = "tidings_dead_letter_oldest_age_seconds", Gauge, ["consumer"],
@@ -203,6 +203,48 @@ pub async fn sample_lag(source: impl LagSource, every: Duration, shutdown: Cance
             Err(e) => {
                 errors.increment(1);
                 tracing::warn!(error = %e, "measuring lag failed");
+            }
+        }
+        crate::lease::sleep_unless(&shutdown, every).await;
+    }
+}
+
+/// Measures every `every`, until `shutdown`, how many messages each consumer
+/// group has not settled on `broker`, into `tidings_consumer_lag_messages`:
+/// for every group with a member running now or since this started (read
+/// from the live members in `store`), on each topic it reads. A group whose
+/// members all stopped keeps being measured, so its lag shows as it grows.
+pub async fn sample_broker_lag(
+    store: impl crate::Inspect,
+    broker: std::sync::Arc<dyn crate::Subscriber>,
+    every: Duration,
+    shutdown: CancellationToken,
+) {
+    let errors = metrics::counter!(LAG_SAMPLE_ERRORS);
+    let mut groups = std::collections::BTreeSet::new();
+    while !shutdown.is_cancelled() {
+        match store.members().await {
+            Ok(members) => groups.extend(members.iter().filter_map(|m| {
+                m.scope
+                    .split_once('@')
+                    .map(|(group, topic)| (group.to_owned(), topic.to_owned()))
+            })),
+            Err(e) => {
+                errors.increment(1);
+                tracing::warn!(error = %e, "listing consumer groups failed");
+            }
+        }
+        for (group, topic) in &groups {
+            match broker.pending(group, topic).await {
+                Ok(Some(pending)) => {
+                    metrics::gauge!(CONSUMER_LAG, "consumer" => group.clone(), "topic" => topic.clone())
+                        .set(pending as f64);
+                }
+                Ok(None) => {}
+                Err(e) => {
+                    errors.increment(1);
+                    tracing::warn!(error = %e, consumer = %group, %topic, "measuring a group's lag on the broker failed");
+                }
             }
         }
         crate::lease::sleep_unless(&shutdown, every).await;

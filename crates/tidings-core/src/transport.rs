@@ -275,6 +275,14 @@ pub trait Subscriber: Send + Sync + 'static {
     async fn ensure_group(&self, group: &str, topic: &str) -> Result<()> {
         self.subscribe(group, topic).await?.close().await
     }
+
+    /// Messages of `topic` that `group` has not settled yet, waiting or in
+    /// flight, as the broker counts them over every partition; `None` where
+    /// the transport cannot tell, or the group does not exist on it (the
+    /// database log's lag is read from the store: [`crate::LagSource`]).
+    async fn pending(&self, _group: &str, _topic: &str) -> Result<Option<u64>> {
+        Ok(None)
+    }
 }
 
 #[async_trait]
@@ -298,5 +306,9 @@ impl<S: Subscriber + ?Sized> Subscriber for std::sync::Arc<S> {
 
     async fn ensure_group(&self, group: &str, topic: &str) -> Result<()> {
         (**self).ensure_group(group, topic).await
+    }
+
+    async fn pending(&self, group: &str, topic: &str) -> Result<Option<u64>> {
+        (**self).pending(group, topic).await
     }
 }

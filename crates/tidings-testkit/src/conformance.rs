@@ -221,6 +221,45 @@ pub async fn an_ensured_group_keeps_what_is_published_next<T: TransportUnderTest
     sub.close().await.unwrap();
 }
 
+/// The broker counts what a group has not settled (`Subscriber::pending`):
+/// nothing for a group it does not have, everything published for an
+/// ensured group nobody reads, nothing once a member has acknowledged it all.
+/// Optional (`broker_counts_pending`): the database log's lag is read from the store.
+pub async fn broker_counts_pending<T: TransportUnderTest>(t: &T) {
+    let topic = fresh_topic();
+    let group = fresh_group("counted");
+    let subscriber = t.subscriber().await;
+    assert_eq!(
+        subscriber.pending(&group, &topic).await.unwrap(),
+        None,
+        "an unknown group"
+    );
+    subscriber.ensure_group(&group, &topic).await.unwrap();
+    let sent = probes(&topic, 3, 2);
+    t.publisher().await.publish(&sent).await.unwrap();
+    let deadline = std::time::Instant::now() + WAIT;
+    while subscriber.pending(&group, &topic).await.unwrap() != Some(sent.len() as u64) {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "pending is {:?}, not the {} published",
+            subscriber.pending(&group, &topic).await.unwrap(),
+            sent.len()
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let mut sub = subscriber.subscribe(&group, &topic).await.unwrap();
+    receive_all(&mut sub, sent.len(), "the counted messages").await;
+    while subscriber.pending(&group, &topic).await.unwrap() != Some(0) {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "pending is {:?} after every message was acknowledged",
+            subscriber.pending(&group, &topic).await.unwrap()
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    sub.close().await.unwrap();
+}
+
 /// Every group gets every message.
 pub async fn fan_out_to_every_group<T: TransportUnderTest>(t: &T) {
     let topic = fresh_topic();
@@ -737,7 +776,7 @@ pub async fn dead_letters_redrive_through_the_outbox<T: TransportUnderTest>(t: &
 /// fixture built by `$fixture` (an async expression).
 ///
 /// Optional checks, generated only when listed in `features: [...]`:
-/// `cloudevents_attributes_travel_as_headers`.
+/// `cloudevents_attributes_travel_as_headers`, `broker_counts_pending`.
 #[macro_export]
 macro_rules! transport_conformance {
     ($fixture:expr) => {
