@@ -5,38 +5,14 @@
 mod common;
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::sync::{Arc, Mutex};
 
-use axum::Router;
-use axum::body::Bytes;
-use axum::routing::post;
 use common::tidings;
 use serde_json::Value;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn every_order_is_one_exported_trace_across_its_consumers() {
-    let spans: Arc<Mutex<Vec<Value>>> = Arc::default();
-    let kept = spans.clone();
-    let app = Router::new().route(
-        "/v1/traces",
-        post(move |body: Bytes| {
-            let kept = kept.clone();
-            async move {
-                let doc: Value = serde_json::from_slice(&body).expect("OTLP JSON");
-                for rs in doc["resourceSpans"].as_array().into_iter().flatten() {
-                    for ss in rs["scopeSpans"].as_array().into_iter().flatten() {
-                        kept.lock()
-                            .unwrap()
-                            .extend(ss["spans"].as_array().into_iter().flatten().cloned());
-                    }
-                }
-                "{}"
-            }
-        }),
-    );
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let endpoint = format!("http://{}", listener.local_addr().unwrap());
-    tokio::spawn(async move { axum::serve(listener, app).await });
+    let collector = tidings_testkit::otlp::Collector::start().await;
+    let endpoint = collector.endpoint.clone();
 
     let dir = std::env::temp_dir().join(format!("tidings-otel-{}", uuid::Uuid::new_v4().simple()));
     std::fs::create_dir_all(&dir).unwrap();
@@ -63,7 +39,7 @@ async fn every_order_is_one_exported_trace_across_its_consumers() {
     let _ = std::fs::remove_dir_all(&dir);
 
     // The process flushed its spans before exiting.
-    let spans = spans.lock().unwrap().clone();
+    let spans = collector.spans();
     let attribute = |span: &Value, key: &str| -> String {
         span["attributes"]
             .as_array()

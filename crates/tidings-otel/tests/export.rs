@@ -1,13 +1,8 @@
 //! Spans reach an OTLP/HTTP collector, and a message's handling is a child
 //! of the span that created the message, through its `traceparent`.
 
-use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use axum::Router;
-use axum::body::Bytes;
-use axum::routing::post;
-use serde_json::Value;
 use tidings_core::{Envelope, Kind, Message};
 use tracing_subscriber::layer::SubscriberExt;
 
@@ -27,37 +22,10 @@ impl Message for Ping {
     }
 }
 
-/// A collector on a free port that keeps every span it receives.
-async fn collector() -> (String, Arc<Mutex<Vec<Value>>>) {
-    let spans = Arc::new(Mutex::new(Vec::new()));
-    let kept = spans.clone();
-    let app = Router::new().route(
-        "/v1/traces",
-        post(move |body: Bytes| {
-            let kept = kept.clone();
-            async move {
-                let doc: Value = serde_json::from_slice(&body).expect("OTLP JSON");
-                for rs in doc["resourceSpans"].as_array().into_iter().flatten() {
-                    for ss in rs["scopeSpans"].as_array().into_iter().flatten() {
-                        kept.lock()
-                            .unwrap()
-                            .extend(ss["spans"].as_array().into_iter().flatten().cloned());
-                    }
-                }
-                "{}"
-            }
-        }),
-    );
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let url = format!("http://{}", listener.local_addr().unwrap());
-    tokio::spawn(async move { axum::serve(listener, app).await });
-    (url, spans)
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_handling_span_is_a_child_of_the_span_that_wrote_the_message() {
-    let (url, received) = collector().await;
-    let otel = tidings_otel::install(&url, "tidings-otel-test").unwrap();
+    let collector = tidings_testkit::otlp::Collector::start().await;
+    let otel = tidings_otel::install(&collector.endpoint, "tidings-otel-test").unwrap();
     let subscriber = tracing_subscriber::registry().with(otel.layer());
     let envelope = tracing::subscriber::with_default(subscriber, || {
         let place = tracing::info_span!("place-order");
@@ -72,7 +40,7 @@ async fn a_handling_span_is_a_child_of_the_span_that_wrote_the_message() {
 
     let deadline = Instant::now() + Duration::from_secs(20);
     let spans = loop {
-        let spans = received.lock().unwrap().clone();
+        let spans = collector.spans();
         if spans.len() >= 2 || Instant::now() > deadline {
             break spans;
         }

@@ -17,6 +17,7 @@ pub mod conformance;
 pub mod faults;
 pub mod idempotency;
 pub mod nats;
+pub mod otlp;
 pub mod outage;
 pub mod rabbitmq;
 pub mod services;
