@@ -47,8 +47,16 @@ const PER_CONSUMER: &str =
 /// again, and count once handled (or once dead-lettered anew).
 const DEAD_PER_CONSUMER: &str = "SELECT consumer, CAST(count(*) AS BIGINT) FROM tidings_dead_letters
      WHERE redriven_at IS NULL GROUP BY consumer";
-const PARKED_PER_CONSUMER: &str =
-    "SELECT consumer, CAST(count(*) AS BIGINT) FROM tidings_parked GROUP BY consumer";
+/// Only messages still blocked by a live hold count: behind a key whose hold
+/// is released, or whose held message was handled, they are on their way
+/// (being drained) and count once handled.
+const PARKED_PER_CONSUMER: &str = "SELECT p.consumer, CAST(count(*) AS BIGINT) FROM tidings_parked p
+     WHERE EXISTS (SELECT 1 FROM tidings_held_keys h
+                   WHERE h.consumer = p.consumer AND h.topic = p.topic AND h.aggregate_key = p.aggregate_key
+                     AND NOT h.released
+                     AND NOT EXISTS (SELECT 1 FROM tidings_processed m
+                                     WHERE m.consumer = h.consumer AND m.message_id = h.message_id))
+     GROUP BY p.consumer";
 
 /// Figures read from the database: the truth, whatever happened to the processes.
 #[derive(Debug, Clone, Default)]
@@ -79,7 +87,8 @@ pub struct Tally {
     pub processed: Vec<(String, i64)>,
     /// Dead letters per consumer (redriven ones not counted until they fail again).
     pub dead_letters: Vec<(String, i64)>,
-    /// Messages parked behind a dead letter of their key, per consumer.
+    /// Messages parked behind a dead letter of their key, per consumer (those
+    /// being drained after a skip or a handled redrive not counted).
     pub parked: Vec<(String, i64)>,
 }
 
