@@ -7,6 +7,7 @@ mod dlq;
 mod doctor;
 mod outbox;
 mod replay;
+mod schema;
 
 use std::io::IsTerminal;
 use std::process::ExitCode;
@@ -81,6 +82,9 @@ enum Command {
         #[command(flatten)]
         args: replay::ReplayArgs,
     },
+    /// Event contracts: generate the schema registry, check the types against it.
+    #[command(subcommand)]
+    Schema(schema::SchemaCommand),
     /// Outbox backlog, consumer lag, dead letters, and keys held behind them.
     Lag {
         #[command(flatten)]
@@ -484,6 +488,7 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
                 ExitCode::FAILURE
             })
         }
+        Command::Schema(command) => schema::run(command),
         Command::Migrate(db) => {
             match open(&db.database).await? {
                 Store::Pg(s) => s.migrate().await?,

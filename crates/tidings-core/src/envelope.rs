@@ -199,9 +199,11 @@ impl Envelope {
 
     /// Decodes the payload as `M`, checking its type name and version.
     ///
-    /// An envelope of another type, of a version this code does not know,
-    /// or whose payload does not parse returns an error naming which; it
-    /// never panics.
+    /// An older version is brought up to `M::VERSION` by [`Message::upcast`]
+    /// first; fields `M` does not know are ignored (unless `M` denies them).
+    /// An envelope of another type, of a newer version than this code reads,
+    /// of an older one without an upcaster, or whose payload does not parse
+    /// returns an error naming which; it never panics.
     pub fn decode<M: Message>(&self) -> Result<M, DecodeError> {
         if self.message_type != M::TYPE {
             return Err(DecodeError::UnexpectedType {
@@ -209,17 +211,28 @@ impl Envelope {
                 found: self.message_type.clone(),
             });
         }
-        if self.version != M::VERSION {
+        let invalid = |e: serde_json::Error| DecodeError::Payload {
+            message_type: self.message_type.clone(),
+            version: self.version,
+            reason: e.to_string(),
+        };
+        if self.version > M::VERSION || self.version == 0 {
             return Err(DecodeError::UnsupportedVersion {
                 message_type: self.message_type.clone(),
                 version: self.version,
                 supported: M::VERSION,
             });
         }
-        serde_json::from_slice(&self.payload).map_err(|e| DecodeError::Payload {
-            message_type: self.message_type.clone(),
-            version: self.version,
-            reason: e.to_string(),
-        })
+        if self.version < M::VERSION {
+            let old = serde_json::from_slice(&self.payload).map_err(invalid)?;
+            let upcast = M::upcast(self.version, old).map_err(|reason| DecodeError::Upcast {
+                message_type: self.message_type.clone(),
+                version: self.version,
+                supported: M::VERSION,
+                reason,
+            })?;
+            return serde_json::from_value(upcast).map_err(invalid);
+        }
+        serde_json::from_slice(&self.payload).map_err(invalid)
     }
 }

@@ -50,6 +50,18 @@ pub enum DecodeError {
         /// The version the code reads.
         supported: u32,
     },
+    /// An older version could not be brought up to the version the code reads.
+    #[error("{message_type} version {version} could not be upcast to version {supported}: {reason}")]
+    Upcast {
+        /// The message type.
+        message_type: String,
+        /// The version found.
+        version: u32,
+        /// The version the code reads.
+        supported: u32,
+        /// The upcaster's complaint.
+        reason: String,
+    },
     /// The payload does not match the type's shape.
     #[error("invalid {message_type} v{version} payload: {reason}")]
     Payload {
@@ -96,6 +108,18 @@ pub enum Error {
         /// Why it is refused.
         reason: String,
     },
+    /// The outbox refused a message before writing it: its payload does not
+    /// match the schema registered for its type and version, or looks like
+    /// it carries a secret. Nothing was written; fix the producer.
+    #[error("the outbox refused {message_type} v{version}: {reason}")]
+    Refused {
+        /// The message type.
+        message_type: String,
+        /// Its version.
+        version: u32,
+        /// Why, naming the field.
+        reason: String,
+    },
     /// The component was shut down.
     #[error("shut down")]
     Shutdown,
@@ -119,7 +143,7 @@ impl Error {
                     ErrorClass::Permanent
                 }
             }
-            Error::Config { .. } => ErrorClass::Permanent,
+            Error::Config { .. } | Error::Refused { .. } => ErrorClass::Permanent,
             Error::Shutdown => ErrorClass::Permanent,
         }
     }

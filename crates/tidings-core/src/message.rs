@@ -41,4 +41,47 @@ pub trait Message: Serialize + DeserializeOwned + Send + Sync + 'static {
     const TOPIC: &'static str;
     /// The aggregate key: messages with the same key are published and handled in order.
     fn key(&self) -> String;
+
+    /// Brings the payload of an older `version` of this type up to
+    /// [`Message::VERSION`], so that a consumer written against this version
+    /// reads events written before it (an upcaster). Return an error to
+    /// refuse a version; the message is then dead-lettered with it.
+    ///
+    /// The default reads no older version. Chain steps by matching on
+    /// `version`:
+    ///
+    /// ```
+    /// # use tidings_core::{Kind, Message};
+    /// # use serde::{Deserialize, Serialize};
+    /// # use serde_json::{Value, json};
+    /// /// Version 2 split `name` into `first_name` and `last_name`.
+    /// #[derive(Serialize, Deserialize)]
+    /// struct CustomerRegistered { customer_id: String, first_name: String, last_name: String }
+    ///
+    /// impl Message for CustomerRegistered {
+    ///     const TYPE: &'static str = "CustomerRegistered";
+    ///     const VERSION: u32 = 2;
+    ///     const KIND: Kind = Kind::Event;
+    ///     const AGGREGATE: &'static str = "customer";
+    ///     const TOPIC: &'static str = "customers";
+    ///     fn key(&self) -> String { self.customer_id.clone() }
+    ///
+    ///     fn upcast(version: u32, mut payload: Value) -> Result<Value, String> {
+    ///         match version {
+    ///             1 => {
+    ///                 let name = payload["name"].as_str().ok_or("v1 without a name")?.to_owned();
+    ///                 let (first, last) = name.split_once(' ').unwrap_or((&name, ""));
+    ///                 payload["first_name"] = json!(first);
+    ///                 payload["last_name"] = json!(last);
+    ///                 Ok(payload)
+    ///             }
+    ///             _ => Err(format!("no upcaster from version {version}")),
+    ///         }
+    ///     }
+    /// }
+    /// ```
+    fn upcast(version: u32, payload: serde_json::Value) -> Result<serde_json::Value, String> {
+        let _ = payload;
+        Err(format!("no upcaster from version {version}"))
+    }
 }

@@ -40,8 +40,9 @@ use std::time::Duration;
 
 use sqlx::PgPool;
 use sqlx::postgres::PgPoolOptions;
+use tidings_core::guard::Guard;
 use tidings_core::log::{LogPublisher, LogReaderConfig, LogSubscriber};
-use tidings_core::{Error, Result};
+use tidings_core::{Error, PublishGuard, Result};
 
 pub use outbox::PgBatch;
 
@@ -50,6 +51,7 @@ pub use outbox::PgBatch;
 pub struct PgStoreOptions {
     retention: Option<Duration>,
     cross_process_wakeups: bool,
+    guard: Guard,
 }
 
 impl Default for PgStoreOptions {
@@ -59,6 +61,7 @@ impl Default for PgStoreOptions {
         PgStoreOptions {
             retention: None,
             cross_process_wakeups: true,
+            guard: None,
         }
     }
 }
@@ -78,6 +81,15 @@ impl PgStoreOptions {
     /// `LISTEN`/`NOTIFY` (sent after commit, coalesced). They poll anyway.
     pub fn cross_process_wakeups(mut self, on: bool) -> Self {
         self.cross_process_wakeups = on;
+        self
+    }
+
+    /// Checks every message before the outbox accepts it (schema
+    /// validation and the secrets lint, with `tidings-schema`'s
+    /// `SchemaGuard`). A refused message is not written and `enqueue`
+    /// returns [`Error::Refused`].
+    pub fn guard(mut self, guard: Arc<dyn PublishGuard>) -> Self {
+        self.guard = Some(guard);
         self
     }
 }
@@ -111,13 +123,18 @@ impl PgStore {
     /// consumer lane in a handler), plus the relay (two while it publishes to
     /// the database log) and one per log subscription.
     pub async fn connect(url: &str) -> Result<Self> {
+        Self::connect_with(url, PgStoreOptions::default()).await
+    }
+
+    /// [`PgStore::connect`] with options.
+    pub async fn connect_with(url: &str, options: PgStoreOptions) -> Result<Self> {
         let pool = PgPoolOptions::new()
             .max_connections(32)
             .acquire_timeout(Duration::from_secs(30))
             .connect(url)
             .await
             .map_err(Error::db("connecting to PostgreSQL"))?;
-        Ok(Self::new(pool))
+        Ok(Self::with_options(pool, options))
     }
 
     /// A store on an existing pool, with default options.

@@ -17,6 +17,7 @@ impl Outbox for PgStore {
     type Database = Postgres;
 
     async fn enqueue(&self, conn: &mut PgConnection, message: &OutgoingMessage) -> Result<()> {
+        tidings_core::guard::check(&self.inner.options.guard, message)?;
         let e = &message.envelope;
         sqlx::query(
             "INSERT INTO tidings_outbox (id, topic, aggregate_key, key_hash, message_type, body)

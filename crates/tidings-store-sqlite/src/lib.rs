@@ -40,8 +40,9 @@ use std::time::Duration;
 
 use sqlx::SqlitePool;
 use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePoolOptions, SqliteSynchronous};
+use tidings_core::guard::Guard;
 use tidings_core::log::{LogPublisher, LogReaderConfig, LogSubscriber};
-use tidings_core::{Error, Result};
+use tidings_core::{Error, PublishGuard, Result};
 use tokio::sync::{Notify, watch};
 
 pub use outbox::SqliteBatch;
@@ -50,12 +51,22 @@ pub use outbox::SqliteBatch;
 #[derive(Debug, Clone, Default)]
 pub struct SqliteStoreOptions {
     retention: Option<Duration>,
+    guard: Guard,
 }
 
 impl SqliteStoreOptions {
     /// Keep sent outbox rows for `retention` instead of deleting them when sent.
     pub fn retention(mut self, retention: Duration) -> Self {
         self.retention = Some(retention);
+        self
+    }
+
+    /// Checks every message before the outbox accepts it (schema
+    /// validation and the secrets lint, with `tidings-schema`'s
+    /// `SchemaGuard`). A refused message is not written and `enqueue`
+    /// returns [`Error::Refused`].
+    pub fn guard(mut self, guard: Arc<dyn PublishGuard>) -> Self {
+        self.guard = Some(guard);
         self
     }
 }
@@ -91,6 +102,11 @@ impl SqliteStore {
     /// or a plain path), in WAL mode with `synchronous = FULL`: a commit
     /// that returned survives a power cut.
     pub async fn connect(url: &str) -> Result<Self> {
+        Self::connect_with(url, SqliteStoreOptions::default()).await
+    }
+
+    /// [`SqliteStore::connect`] with options.
+    pub async fn connect_with(url: &str, store_options: SqliteStoreOptions) -> Result<Self> {
         let url = if url.starts_with("sqlite:") {
             url.to_owned()
         } else {
@@ -110,7 +126,7 @@ impl SqliteStore {
             .connect_with(options)
             .await
             .map_err(Error::db("opening the SQLite database"))?;
-        Ok(Self::new(pool))
+        Ok(Self::with_options(pool, store_options))
     }
 
     /// A store on an existing pool, with default options.

@@ -17,6 +17,7 @@ impl Outbox for SqliteStore {
     type Database = Sqlite;
 
     async fn enqueue(&self, conn: &mut SqliteConnection, message: &OutgoingMessage) -> Result<()> {
+        tidings_core::guard::check(&self.inner.options.guard, message)?;
         let e = &message.envelope;
         sqlx::query(
             "INSERT INTO tidings_outbox (id, topic, aggregate_key, key_hash, message_type, body, created_at)

@@ -265,6 +265,14 @@ pub async fn run_role(options: DemoOptions, role: Role, shutdown: CancellationTo
     open_and_run(options, role, shutdown).await.map(drop)
 }
 
+/// Every message the system writes is checked against its schema and for
+/// secrets before the outbox takes it.
+fn guard() -> anyhow::Result<std::sync::Arc<tidings_schema::SchemaGuard>> {
+    Ok(std::sync::Arc::new(tidings_schema::SchemaGuard::new(
+        &crate::schemas(),
+    )?))
+}
+
 async fn open_and_run(
     options: DemoOptions,
     role: Role,
@@ -275,7 +283,8 @@ async fn open_and_run(
         .clone()
         .unwrap_or_else(|| DEFAULT_DATABASE.to_owned());
     if url.starts_with("postgres:") || url.starts_with("postgresql:") {
-        let store = PgStore::connect(&url)
+        let options_pg = tidings_store_postgres::PgStoreOptions::default().guard(guard()?);
+        let store = PgStore::connect_with(&url, options_pg)
             .await
             .with_context(|| format!("connecting to PostgreSQL at {}", redact(&url)))?;
         // The provider is another system: it gets its own connections, or a
@@ -293,7 +302,8 @@ async fn open_and_run(
             .or_else(|| url.strip_prefix("sqlite:"))
             .unwrap_or(&url)
             .to_owned();
-        let store = SqliteStore::connect(&path)
+        let options_sqlite = tidings_store_sqlite::SqliteStoreOptions::default().guard(guard()?);
+        let store = SqliteStore::connect_with(&path, options_sqlite)
             .await
             .with_context(|| format!("opening SQLite database {path}"))?;
         // The provider is another system: it gets its own file.

@@ -13,3 +13,18 @@ pub mod messages;
 pub mod system;
 
 pub use demo::{DemoOptions, Progress, Role, Summary};
+
+/// The schema registry of the checkout system's commands and events
+/// (committed in `examples/checkout/schemas`, checked by `tidings schema check`).
+pub fn schemas() -> tidings_schema::Registry {
+    use messages::*;
+    tidings_schema::Registry::new()
+        .register::<PlaceOrder>()
+        .register::<CapturePayment>()
+        .register::<ShipOrder>()
+        .register::<CancelOrder>()
+        .register::<OrderPlaced>()
+        .register::<PaymentCaptured>()
+        .register::<OrderShipped>()
+        .register::<OrderCancelled>()
+}

@@ -1,5 +1,6 @@
 //! The checkout system's commands and events.
 
+use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 use tidings_core::{Kind, Message};
 
@@ -24,7 +25,7 @@ macro_rules! message {
 }
 
 /// A customer asks for an order.
-#[derive(Debug, Clone, Serialize, Deserialize)]
+#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
 pub struct PlaceOrder {
     /// The new order's id.
     pub order_id: String,
@@ -40,7 +41,7 @@ pub struct PlaceOrder {
 message!(PlaceOrder, Command, COMMANDS);
 
 /// The payment provider confirmed the charge.
-#[derive(Debug, Clone, Serialize, Deserialize)]
+#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
 pub struct CapturePayment {
     /// The order.
     pub order_id: String,
@@ -48,7 +49,7 @@ pub struct CapturePayment {
 message!(CapturePayment, Command, COMMANDS);
 
 /// The warehouse should ship the order.
-#[derive(Debug, Clone, Serialize, Deserialize)]
+#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
 pub struct ShipOrder {
     /// The order.
     pub order_id: String,
@@ -56,7 +57,7 @@ pub struct ShipOrder {
 message!(ShipOrder, Command, COMMANDS);
 
 /// The customer cancelled.
-#[derive(Debug, Clone, Serialize, Deserialize)]
+#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
 pub struct CancelOrder {
     /// The order.
     pub order_id: String,
@@ -64,7 +65,7 @@ pub struct CancelOrder {
 message!(CancelOrder, Command, COMMANDS);
 
 /// An order was placed. `step` counts the order's events from 1.
-#[derive(Debug, Clone, Serialize, Deserialize)]
+#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
 pub struct OrderPlaced {
     /// The order.
     pub order_id: String,
@@ -82,7 +83,7 @@ pub struct OrderPlaced {
 message!(OrderPlaced, Event, ORDERS);
 
 /// The order's payment was captured.
-#[derive(Debug, Clone, Serialize, Deserialize)]
+#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
 pub struct PaymentCaptured {
     /// The order.
     pub order_id: String,
@@ -94,7 +95,7 @@ pub struct PaymentCaptured {
 message!(PaymentCaptured, Event, ORDERS);
 
 /// The order left the warehouse.
-#[derive(Debug, Clone, Serialize, Deserialize)]
+#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
 pub struct OrderShipped {
     /// The order.
     pub order_id: String,
@@ -104,7 +105,7 @@ pub struct OrderShipped {
 message!(OrderShipped, Event, ORDERS);
 
 /// The order was cancelled.
-#[derive(Debug, Clone, Serialize, Deserialize)]
+#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
 pub struct OrderCancelled {
     /// The order.
     pub order_id: String,
