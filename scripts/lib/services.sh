@@ -88,7 +88,6 @@ ensure_rabbitmq() {
   log "RabbitMQ ready on 127.0.0.1:5672"
 }
 
-# Node.js and npm, for the benchmark's side-by-side peer (`tidings bench peer`).
 ensure_promtool() {
   if ! command -v promtool >/dev/null; then
     log "installing promtool (Debian's prometheus package), to check and test the alert rules"
@@ -96,9 +95,26 @@ ensure_promtool() {
   fi
 }
 
+# Node.js and npm, for the benchmark's side-by-side peer (`tidings bench peer`)
+# and the AsyncAPI JSON Schema.
 ensure_node() {
   if ! command -v node >/dev/null || ! command -v npm >/dev/null; then
     log "installing Node.js and npm"
     apt_install nodejs npm
   fi
+}
+
+# The AsyncAPI 3.0 JSON Schema, from npm's @asyncapi/specs, for the test that
+# validates the generated AsyncAPI document. Kept under target/.
+ASYNCAPI_SPECS_VERSION=6.11.1
+ensure_asyncapi_specs() {
+  local dir="$PWD/target/asyncapi-specs"
+  local package="$dir/node_modules/@asyncapi/specs"
+  if [ ! -f "$package/schemas/3.0.0-without-\$id.json" ]; then
+    log "installing @asyncapi/specs@$ASYNCAPI_SPECS_VERSION from npm"
+    mkdir -p "$dir"
+    npm install --prefix "$dir" --silent --no-audit --no-fund "@asyncapi/specs@$ASYNCAPI_SPECS_VERSION" >/dev/null \
+      || die "could not install @asyncapi/specs from npm (needed to validate the AsyncAPI document)"
+  fi
+  export ASYNCAPI_SPECS="$package"
 }

@@ -24,6 +24,16 @@ pub(crate) enum SchemaCommand {
         #[command(flatten)]
         dir: DirArg,
     },
+    /// Print the AsyncAPI 3.0 document of the registry and the system's
+    /// topology (channels, messages, payload schemas, who sends and who
+    /// receives each).
+    Asyncapi {
+        #[command(flatten)]
+        dir: DirArg,
+        /// Write it to this file instead of standard output.
+        #[arg(long)]
+        out: Option<PathBuf>,
+    },
 }
 
 #[derive(Debug, clap::Args)]
@@ -38,6 +48,16 @@ pub(crate) fn run(command: SchemaCommand) -> anyhow::Result<ExitCode> {
     match command {
         SchemaCommand::Generate { dir } => generate(&current, &dir.dir),
         SchemaCommand::Check { dir } => check(&current, &dir.dir),
+        SchemaCommand::Asyncapi { dir, out } => {
+            let registry = Registry::load(&dir.dir)?;
+            let doc = tidings_schema::asyncapi::document(&registry, &tidings_example_checkout::topology())?;
+            let text = serde_json::to_string_pretty(&doc)? + "\n";
+            match out {
+                Some(path) => std::fs::write(&path, text)?,
+                None => print!("{text}"),
+            }
+            Ok(ExitCode::SUCCESS)
+        }
     }
 }
 

@@ -9,7 +9,7 @@
 //! | `occurred_at`    | `time` (RFC 3339)     |
 //! | `content_type`   | `datacontenttype`     |
 //! | `payload`        | `data` (JSON payloads, embedded verbatim) or `data_base64` |
-//! | `version`        | `schemaversion` (extension, integer) |
+//! | `version`        | `schemaversion` (extension, integer), and `dataschema`: the registry's `$id` of the type's schema at that version (`urn:tidings:schema:OrderPlaced:v1`, [`Envelope::dataschema`]) |
 //! | `kind`           | `kind` (extension: `event` or `command`) |
 //! | `aggregate_type` | `aggregatetype` (extension) |
 //! | `correlation_id` | `correlationid` (extension) |
@@ -86,6 +86,7 @@ fn write_map<S: Serializer>(e: &Envelope, ser: S) -> Result<S::Ok, S::Error> {
         &e.occurred_at.to_rfc3339_opts(SecondsFormat::AutoSi, true),
     )?;
     map.serialize_entry("datacontenttype", &e.content_type)?;
+    map.serialize_entry("dataschema", &e.dataschema())?;
     map.serialize_entry("schemaversion", &e.version)?;
     map.serialize_entry("kind", e.kind.as_str())?;
     map.serialize_entry("aggregatetype", &e.aggregate_type)?;
@@ -154,6 +155,7 @@ pub fn to_binary(e: &Envelope) -> (Vec<(String, String)>, Vec<u8>) {
             e.occurred_at.to_rfc3339_opts(SecondsFormat::AutoSi, true),
         ),
         (CONTENT_TYPE_HEADER.to_owned(), e.content_type.clone()),
+        ("ce-dataschema".to_owned(), e.dataschema()),
         ("ce-schemaversion".to_owned(), e.version.to_string()),
         ("ce-kind".to_owned(), e.kind.as_str().to_owned()),
         ("ce-aggregatetype".to_owned(), e.aggregate_type.clone()),
@@ -360,6 +362,7 @@ mod tests {
         assert_eq!(doc["specversion"], "1.0");
         assert_eq!(doc["type"], "OrderPlaced");
         assert_eq!(doc["subject"], "ord-9f3a");
+        assert_eq!(doc["dataschema"], "urn:tidings:schema:OrderPlaced:v1");
         assert_eq!(doc["traceparent"], "00-abc-def-01");
         assert_eq!(doc["data"]["z"], 1);
     }

@@ -52,6 +52,12 @@ impl fmt::Display for Kind {
 /// Free-form string headers carried with a message (tracing context, tenant, ...).
 pub type Headers = BTreeMap<String, String>;
 
+/// The URI naming the schema of `message_type` at `version`:
+/// `urn:tidings:schema:OrderPlaced:v1`.
+pub fn schema_id(message_type: &str, version: u32) -> String {
+    format!("urn:tidings:schema:{message_type}:v{version}")
+}
+
 /// The content type of JSON payloads, the default.
 pub const JSON: &str = "application/json";
 
@@ -190,6 +196,13 @@ impl Envelope {
     pub fn header(mut self, name: impl Into<String>, value: impl Into<String>) -> Self {
         self.headers.insert(name.into(), value.into());
         self
+    }
+
+    /// The URI of this message's schema, its CloudEvents `dataschema`: the
+    /// `$id` of the type's schema at this version in the schema registry
+    /// (`urn:tidings:schema:OrderPlaced:v1`, the file `OrderPlaced.v1.json`).
+    pub fn dataschema(&self) -> String {
+        schema_id(&self.message_type, self.version)
     }
 
     /// Whether this envelope carries a message of type `M` (type name only; see [`Envelope::decode`]).

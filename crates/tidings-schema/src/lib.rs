@@ -9,6 +9,8 @@
 //!   directory, [`Registry::check`] compares the types against it.
 //! - [`compat`]: what counts as a breaking change within one version.
 //! - [`secrets`]: field names and values that look like secrets.
+//! - [`asyncapi`]: an AsyncAPI 3.0 document of the registry and who sends
+//!   and receives what.
 //! - [`SchemaGuard`]: the outbox's check at publish (validation and the
 //!   secrets lint), plugged into a store's options.
 //!
@@ -44,6 +46,7 @@
 //! ```
 #![warn(missing_docs, missing_debug_implementations, unreachable_pub)]
 
+pub mod asyncapi;
 pub mod compat;
 mod guard;
 mod registry;
@@ -51,7 +54,9 @@ pub mod secrets;
 
 pub use compat::{Change, Rule};
 pub use guard::SchemaGuard;
-pub use registry::{Meta, Problem, Registry, Report, SchemaDoc, SchemaError, schema_id};
+pub use registry::{Meta, Problem, Registry, Report, SchemaDoc, SchemaError};
+/// The `$id` of a schema, also the CloudEvents `dataschema` of its messages.
+pub use tidings_core::envelope::schema_id;
 
 /// The schema extension a field carries when it is a convenience copy of
 /// data another service owns (denormalised), not needed for correctness.

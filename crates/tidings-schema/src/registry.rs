@@ -9,6 +9,7 @@ use schemars::JsonSchema;
 use schemars::generate::SchemaSettings;
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
+use tidings_core::envelope::schema_id;
 use tidings_core::{Kind, Message};
 
 use crate::{META, compat, secrets};
@@ -90,12 +91,6 @@ impl SchemaDoc {
         text.push('\n');
         text
     }
-}
-
-/// The `$id` of a schema, also its CloudEvents `dataschema`:
-/// `urn:tidings:schema:OrderPlaced:v1`.
-pub fn schema_id(message_type: &str, version: u32) -> String {
-    format!("urn:tidings:schema:{message_type}:v{version}")
 }
 
 /// The schemas of a set of message types, one per type and version.

@@ -28,3 +28,57 @@ pub fn schemas() -> tidings_schema::Registry {
         .register::<OrderShipped>()
         .register::<OrderCancelled>()
 }
+
+/// Who sends and receives what in the checkout system, for its AsyncAPI
+/// document (`tidings schema asyncapi`).
+pub fn topology() -> tidings_schema::asyncapi::Topology {
+    use messages::*;
+    use tidings_schema::asyncapi::{Service, Topology};
+    Topology::new("Checkout", "1.0.0")
+        .description(
+            "The checkout reference system: a storefront sends order commands, checkout turns them \
+             into order events, and inventory, email, analytics and loyalty react.",
+        )
+        .service(
+            Service::new("storefront")
+                .sends::<PlaceOrder>()
+                .sends::<CapturePayment>()
+                .sends::<ShipOrder>()
+                .sends::<CancelOrder>(),
+        )
+        .service(
+            Service::new("checkout")
+                .receives::<PlaceOrder>()
+                .receives::<CapturePayment>()
+                .receives::<ShipOrder>()
+                .receives::<CancelOrder>()
+                .sends::<OrderPlaced>()
+                .sends::<PaymentCaptured>()
+                .sends::<OrderShipped>()
+                .sends::<OrderCancelled>(),
+        )
+        .service(
+            Service::new("inventory")
+                .receives::<OrderPlaced>()
+                .receives::<OrderShipped>()
+                .receives::<OrderCancelled>(),
+        )
+        .service(
+            Service::new("email")
+                .receives::<OrderPlaced>()
+                .receives::<OrderShipped>(),
+        )
+        .service(
+            Service::new("analytics")
+                .receives::<OrderPlaced>()
+                .receives::<PaymentCaptured>()
+                .receives::<OrderShipped>()
+                .receives::<OrderCancelled>(),
+        )
+        .service(
+            Service::new("loyalty")
+                .receives::<OrderPlaced>()
+                .receives::<OrderShipped>()
+                .receives::<OrderCancelled>(),
+        )
+}
