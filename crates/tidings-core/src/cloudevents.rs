@@ -362,7 +362,7 @@ mod tests {
         assert_eq!(doc["specversion"], "1.0");
         assert_eq!(doc["type"], "OrderPlaced");
         assert_eq!(doc["subject"], "ord-9f3a");
-        assert_eq!(doc["dataschema"], "urn:tidings:schema:OrderPlaced:v1");
+        assert_eq!(doc["dataschema"], "urn:tidings:schema:OrderPlaced:v3");
         assert_eq!(doc["traceparent"], "00-abc-def-01");
         assert_eq!(doc["data"]["z"], 1);
     }
