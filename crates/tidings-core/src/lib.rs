@@ -56,6 +56,7 @@ pub mod secret;
 pub mod sql;
 pub mod store;
 pub mod trace;
+pub mod transition;
 pub mod transport;
 
 pub use backoff::Backoff;

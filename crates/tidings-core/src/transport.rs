@@ -30,6 +30,19 @@ pub struct OutgoingMessage {
     pub envelope: Envelope,
 }
 
+impl OutgoingMessage {
+    /// `message` from `source`, to its type's [`Message::TOPIC`].
+    pub fn new<M: crate::Message>(
+        source: impl Into<String>,
+        message: &M,
+    ) -> Result<OutgoingMessage, DecodeError> {
+        Ok(OutgoingMessage {
+            topic: M::TOPIC.to_owned(),
+            envelope: Envelope::new(source, message)?,
+        })
+    }
+}
+
 /// Sends messages to a transport and waits until it has them.
 #[async_trait]
 pub trait Publisher: Send + Sync + 'static {

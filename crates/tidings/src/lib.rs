@@ -11,7 +11,8 @@
 //!    retried, dead-lettered and ordered per key by the runtime.
 //!
 //! The crates behind it: `tidings-core` (envelope, traits), `tidings-relay`,
-//! `tidings-consumer`, and one `tidings-store-*` per database.
+//! `tidings-consumer`, `tidings-schema` (event contracts), and one
+//! `tidings-store-*` per database.
 #![warn(missing_docs, missing_debug_implementations, unreachable_pub)]
 
 pub use tidings_core::*;
@@ -24,6 +25,13 @@ pub mod consumer {
 /// The relay.
 pub mod relay {
     pub use tidings_relay::*;
+}
+
+/// Event contracts: schemas from the types, the registry, the compatibility
+/// check, validation at publish, the secrets lint, AsyncAPI (feature `schema`).
+#[cfg(feature = "schema")]
+pub mod schema {
+    pub use tidings_schema::*;
 }
 
 /// PostgreSQL store.

@@ -86,6 +86,7 @@ on_both_databases!(
     retention_keeps_sent_rows_until_cleanup,
     log_retention_keeps_what_a_group_has_not_read,
     an_older_version_is_upcast_and_an_unreadable_one_dead_lettered,
+    dual_publishing_feeds_each_version_once,
 );
 
 async fn outbox_is_atomic_with_the_business_transaction<S: TestStore>(store: S) {
@@ -1164,7 +1165,8 @@ impl tidings::Message for CustomerRegistered {
     const VERSION: u32 = 2;
     const KIND: Kind = Kind::Event;
     const AGGREGATE: &'static str = "customer";
-    const TOPIC: &'static str = TOPIC;
+    // A breaking change gets a topic of its own (see the dual-publishing test).
+    const TOPIC: &'static str = "test.events.v2";
     fn key(&self) -> String {
         self.customer_id.clone()
     }
@@ -1186,22 +1188,120 @@ impl tidings::Message for CustomerRegistered {
     }
 }
 
-/// A consumer written against version 2.
-#[derive(Debug, Clone, Default)]
-struct ReadsV2 {
-    seen: Arc<std::sync::Mutex<Vec<CustomerRegistered>>>,
+impl tidings::transition::Transition for CustomerRegistered {
+    type Previous = CustomerRegisteredV1;
+    fn previous(&self) -> CustomerRegisteredV1 {
+        CustomerRegisteredV1 {
+            customer_id: self.customer_id.clone(),
+            name: format!("{} {}", self.first_name, self.last_name),
+        }
+    }
+}
+
+/// A consumer written against one version, `M`.
+#[derive(Debug)]
+struct Reads<M> {
+    seen: Arc<std::sync::Mutex<Vec<M>>>,
+}
+
+impl<M> Clone for Reads<M> {
+    fn clone(&self) -> Self {
+        Reads {
+            seen: self.seen.clone(),
+        }
+    }
+}
+
+impl<M> Default for Reads<M> {
+    fn default() -> Self {
+        Reads { seen: Arc::default() }
+    }
 }
 
 #[async_trait::async_trait]
-impl<DB: sqlx::Database> Handler<DB> for ReadsV2 {
+impl<DB: sqlx::Database, M: tidings::Message + std::fmt::Debug> Handler<DB> for Reads<M> {
     async fn handle(
         &self,
         ctx: &mut tidings::consumer::Context<'_, DB>,
     ) -> Result<(), tidings::consumer::HandlerError> {
-        let event: CustomerRegistered = ctx.decode()?;
+        let event: M = ctx.decode()?;
         self.seen.lock().unwrap().push(event);
         Ok(())
     }
+}
+
+type ReadsV2 = Reads<CustomerRegistered>;
+
+async fn dual_publishing_feeds_each_version_once<S: TestStore>(store: S) {
+    use tidings::transition::{DUAL_OF_HEADER, DualPublish, outgoing};
+    let registration = |n: u32| CustomerRegistered {
+        customer_id: format!("c-{n}"),
+        first_name: "Ada".into(),
+        last_name: format!("Lovelace {n}"),
+    };
+    // During the transition: both versions, in one transaction.
+    let dual = DualPublish::new().during::<CustomerRegistered>();
+    for n in 1..=3 {
+        let out = outgoing("crm", &registration(n), &dual).unwrap();
+        assert_eq!(out.len(), 2);
+        assert_eq!(
+            out[1].envelope.headers[DUAL_OF_HEADER],
+            out[0].envelope.id.to_string()
+        );
+        assert_eq!(out[1].envelope.correlation_id, out[0].envelope.correlation_id);
+        store.enqueue_all(&out).await;
+    }
+    // Transition over: the new version only.
+    let out = outgoing("crm", &registration(4), &DualPublish::parse("").unwrap()).unwrap();
+    assert_eq!(out.len(), 1);
+    store.enqueue_in_tx(&out[0], true).await;
+
+    let (legacy, modern) = (Reads::<CustomerRegisteredV1>::default(), ReadsV2::default());
+    let old_consumer = Consumer::new("crm-legacy", store.clone(), legacy.clone())
+        .topic(<CustomerRegisteredV1 as tidings::Message>::TOPIC)
+        .config(quick());
+    let new_consumer = Consumer::new("crm-modern", store.clone(), modern.clone())
+        .topic(<CustomerRegistered as tidings::Message>::TOPIC)
+        .config(quick());
+    let (old_stats, new_stats) = (old_consumer.stats(), new_consumer.stats());
+    let pipeline = Pipeline::start(&store, new_consumer, subscriber(&store));
+    let old_task = tokio::spawn({
+        let (stop, subscriber) = (pipeline.stop.clone(), subscriber(&store));
+        async move { old_consumer.run(&subscriber, stop).await.unwrap() }
+    });
+    eventually(WAIT, "each version's consumer handled its copies", || async {
+        old_stats.handled() == 3 && new_stats.handled() == 4
+    })
+    .await;
+    // Nothing more arrives for either.
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    pipeline.stop().await;
+    old_task.await.unwrap();
+
+    let mut old_seen: Vec<String> = legacy
+        .seen
+        .lock()
+        .unwrap()
+        .iter()
+        .map(|e| e.name.clone())
+        .collect();
+    old_seen.sort();
+    assert_eq!(old_seen, ["Ada Lovelace 1", "Ada Lovelace 2", "Ada Lovelace 3"]);
+    let mut new_seen: Vec<String> = modern
+        .seen
+        .lock()
+        .unwrap()
+        .iter()
+        .map(|e| e.customer_id.clone())
+        .collect();
+    new_seen.sort();
+    assert_eq!(new_seen, ["c-1", "c-2", "c-3", "c-4"]);
+    assert_eq!((old_stats.dead_lettered(), new_stats.dead_lettered()), (0, 0));
+    assert_eq!(
+        (old_stats.handled(), new_stats.handled()),
+        (3, 4),
+        "each copy handled once"
+    );
 }
 
 async fn an_older_version_is_upcast_and_an_unreadable_one_dead_lettered<S: TestStore>(store: S) {

@@ -166,6 +166,8 @@ pub trait TestStore:
     fn with_retention(&self, retention: Duration) -> Self;
     /// Enqueues `m` in a transaction that commits (true) or rolls back (false).
     async fn enqueue_in_tx(&self, m: &OutgoingMessage, commit: bool);
+    /// Enqueues all of `ms` in one transaction that commits.
+    async fn enqueue_all(&self, ms: &[OutgoingMessage]);
     async fn count(&self, sql: &'static str) -> i64;
     /// Appends a raw body to the log in a transaction held open for `hold`.
     async fn append_raw(&self, topic: &str, key: &str, body: Vec<u8>, hold: Duration);
@@ -195,6 +197,15 @@ macro_rules! test_store_for {
                 } else {
                     tx.rollback().await.unwrap();
                 }
+            }
+
+            async fn enqueue_all(&self, ms: &[OutgoingMessage]) {
+                let mut tx = self.pool().begin().await.unwrap();
+                for m in ms {
+                    self.enqueue(&mut tx, m).await.unwrap();
+                }
+                tx.commit().await.unwrap();
+                self.wake();
             }
 
             async fn count(&self, sql: &'static str) -> i64 {
