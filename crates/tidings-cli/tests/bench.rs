@@ -83,10 +83,12 @@ fn relay_bench_runs_over_nats() {
 }
 
 #[test]
-fn producer_bench_reports_the_three_ways_of_writing() {
+fn producer_bench_reports_the_ways_of_writing() {
     let v = bench("producer", &["--connections", "2", "--seconds", "0.6"]);
     assert_eq!(v["connections"], 2);
-    for variant in ["business_only", "raw_outbox", "tidings"] {
+    assert!(v["guard_check_micros"].as_f64().unwrap() > 0.0, "{v:#}");
+    assert!(v["encode_micros"].as_f64().unwrap() > 0.0, "{v:#}");
+    for variant in ["business_only", "raw_outbox", "tidings", "validated"] {
         assert!(
             v[variant]["transactions"].as_u64().unwrap() > 0,
             "{variant}: {v:#}"

@@ -48,7 +48,7 @@ pub(crate) struct Drain {
     pub(crate) per_second: f64,
 }
 
-#[derive(Serialize, Deserialize)]
+#[derive(Serialize, Deserialize, schemars::JsonSchema)]
 struct BenchEvent {
     key: String,
     seq: u64,

@@ -58,6 +58,14 @@ pub(crate) struct ProducerTax {
     pub(crate) raw_outbox: Throughput,
     /// The business insert and `Outbox::enqueue`, then the relay woken after commit.
     pub(crate) tidings: Throughput,
+    /// The same with the payload validated against its schema and scanned
+    /// for secrets at publish (`SchemaGuard`), what `trust` switches off.
+    pub(crate) validated: Throughput,
+    /// CPU time of one `SchemaGuard::check` of the bench event, in microseconds.
+    pub(crate) guard_check_micros: f64,
+    /// CPU time of encoding the same event (`Envelope::new`), the raw work
+    /// every producer does, in microseconds.
+    pub(crate) encode_micros: f64,
 }
 
 const BUSINESS: &str = "INSERT INTO bench_orders (id, customer, total_cents) VALUES ($1, $2, $3)";
@@ -67,6 +75,8 @@ pub(super) enum Write {
     BusinessOnly,
     RawOutbox,
     Tidings,
+    /// `Tidings` on a store whose outbox validates (pass a guarded store).
+    Validated,
 }
 
 /// One producer transaction of the given kind.
@@ -98,7 +108,7 @@ async fn write_one(store: &PgStore, kind: Write, seq: u64) -> anyhow::Result<()>
             .execute(&mut *tx)
             .await?;
         }
-        Write::Tidings => {
+        Write::Tidings | Write::Validated => {
             let envelope = Envelope::new("bench", &order)?;
             let message = OutgoingMessage {
                 topic: BenchEvent::TOPIC.to_owned(),
@@ -108,7 +118,7 @@ async fn write_one(store: &PgStore, kind: Write, seq: u64) -> anyhow::Result<()>
         }
     }
     tx.commit().await?;
-    if kind == Write::Tidings {
+    if kind != Write::BusinessOnly && kind != Write::RawOutbox {
         store.wake();
     }
     Ok(())
@@ -154,7 +164,13 @@ async fn producer_in(store: &PgStore, bench: &ProducerBench) -> anyhow::Result<P
     create_orders(store).await?;
     const ROUNDS: u32 = 3;
     let round = Duration::from_secs_f64(bench.seconds / f64::from(ROUNDS));
-    let kinds = [Write::BusinessOnly, Write::RawOutbox, Write::Tidings];
+    let kinds = [
+        Write::BusinessOnly,
+        Write::RawOutbox,
+        Write::Tidings,
+        Write::Validated,
+    ];
+    let guarded = guarded(store)?;
     write_for(
         store,
         Write::Tidings,
@@ -162,12 +178,18 @@ async fn producer_in(store: &PgStore, bench: &ProducerBench) -> anyhow::Result<P
         Duration::from_millis(500),
     )
     .await?;
-    let mut totals = [0u64; 3];
+    let mut totals = [0u64; 4];
     for _ in 0..ROUNDS {
         for (i, kind) in kinds.iter().enumerate() {
-            totals[i] += write_for(store, *kind, bench.connections, round).await?;
+            let on = if *kind == Write::Validated {
+                &guarded
+            } else {
+                store
+            };
+            totals[i] += write_for(on, *kind, bench.connections, round).await?;
         }
     }
+    let (guard_check_micros, encode_micros) = guard_cost()?;
     let seconds = round.as_secs_f64() * f64::from(ROUNDS);
     let figure = |variant, transactions: u64| Throughput {
         variant,
@@ -179,7 +201,47 @@ async fn producer_in(store: &PgStore, bench: &ProducerBench) -> anyhow::Result<P
         business_only: figure("business insert only", totals[0]),
         raw_outbox: figure("business + outbox insert by hand", totals[1]),
         tidings: figure("business + Outbox::enqueue", totals[2]),
+        validated: figure("business + enqueue, schema-validated", totals[3]),
+        guard_check_micros,
+        encode_micros,
     })
+}
+
+/// The bench store with `SchemaGuard` over the bench event's schema.
+fn guarded(store: &PgStore) -> anyhow::Result<PgStore> {
+    let registry = tidings_schema::Registry::new().register::<BenchEvent>();
+    let guard = std::sync::Arc::new(tidings_schema::SchemaGuard::new(&registry)?);
+    Ok(PgStore::with_options(
+        store.pool().clone(),
+        tidings_store_postgres::PgStoreOptions::default().guard(guard),
+    ))
+}
+
+/// Microseconds per `SchemaGuard::check` and per `Envelope::new` of the
+/// bench event, each timed over the same number of runs.
+fn guard_cost() -> anyhow::Result<(f64, f64)> {
+    use tidings_core::PublishGuard;
+    const RUNS: u32 = 20_000;
+    let order = BenchEvent {
+        key: "order-1".into(),
+        seq: 1,
+        note: "an order-sized payload, about as large as a small business event".into(),
+    };
+    let registry = tidings_schema::Registry::new().register::<BenchEvent>();
+    let guard = tidings_schema::SchemaGuard::new(&registry)?;
+    let message = OutgoingMessage::new("bench", &order)?;
+    let started = Instant::now();
+    for _ in 0..RUNS {
+        guard.check(std::hint::black_box(&message))?;
+    }
+    let check = started.elapsed();
+    let started = Instant::now();
+    for _ in 0..RUNS {
+        std::hint::black_box(Envelope::new("bench", std::hint::black_box(&order))?);
+    }
+    let encode = started.elapsed();
+    let micros = |d: Duration| d.as_secs_f64() * 1e6 / f64::from(RUNS);
+    Ok((micros(check), micros(encode)))
 }
 
 impl fmt::Display for ProducerTax {
@@ -190,7 +252,12 @@ impl fmt::Display for ProducerTax {
             self.connections
         )?;
         let base = self.business_only.per_second.max(1e-9);
-        for t in [&self.business_only, &self.raw_outbox, &self.tidings] {
+        for t in [
+            &self.business_only,
+            &self.raw_outbox,
+            &self.tidings,
+            &self.validated,
+        ] {
             writeln!(
                 f,
                 "  {:<36} {:>8.0}/s  ({:.2} of business only)",
@@ -203,6 +270,11 @@ impl fmt::Display for ProducerTax {
             f,
             "  Tidings / raw outbox                 {:>8.2}   (target: at least 0.95)",
             self.tidings.per_second / self.raw_outbox.per_second.max(1e-9)
+        )?;
+        writeln!(
+            f,
+            "  schema validation at publish          {:>7.1} µs/message (encoding the event: {:.1} µs)",
+            self.guard_check_micros, self.encode_micros
         )
     }
 }
