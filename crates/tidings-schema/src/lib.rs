@@ -47,6 +47,7 @@
 #![warn(missing_docs, missing_debug_implementations, unreachable_pub)]
 
 pub mod asyncapi;
+pub mod command;
 pub mod compat;
 mod guard;
 mod registry;

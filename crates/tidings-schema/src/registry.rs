@@ -170,6 +170,19 @@ impl Report {
     }
 }
 
+impl fmt::Display for Report {
+    /// One problem per line, then one note per line.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        for problem in &self.problems {
+            writeln!(f, "{problem}")?;
+        }
+        for note in &self.notes {
+            writeln!(f, "note: {note}")?;
+        }
+        Ok(())
+    }
+}
+
 impl Registry {
     /// An empty registry.
     pub fn new() -> Registry {

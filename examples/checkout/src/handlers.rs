@@ -197,6 +197,7 @@ for_both_databases! {
                     .await?;
                     ctx.emit(&OrderPlaced {
                         order_id: c.order_id,
+                        customer_email: Some(format!("{}@customers.example", c.customer_id)),
                         customer_id: c.customer_id,
                         sku: c.sku,
                         quantity: c.quantity,

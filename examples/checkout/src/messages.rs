@@ -79,6 +79,12 @@ pub struct OrderPlaced {
     pub total_cents: i64,
     /// The order's event number.
     pub step: i64,
+    /// A copy of the customer's e-mail address, so that the email service
+    /// needs no lookup; the customer service owns it. Not needed for
+    /// correctness (denormalised), hence optional.
+    #[serde(default)]
+    #[schemars(extend("x-tidings-denormalized" = true))]
+    pub customer_email: Option<String>,
 }
 message!(OrderPlaced, Event, ORDERS);
 

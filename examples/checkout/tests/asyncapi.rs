@@ -55,6 +55,13 @@ fn the_asyncapi_document_is_valid_asyncapi_3() {
     );
     let placed = &doc["components"]["messages"]["OrderPlaced.v1"];
     assert_eq!(placed["payload"]["required"][0], "order_id");
+    // Required for correctness versus a convenience copy, visible to readers.
+    assert_eq!(
+        placed["payload"]["properties"]["customer_email"]["x-tidings-denormalized"],
+        true
+    );
+    let required = placed["payload"]["required"].as_array().unwrap();
+    assert!(!required.contains(&"customer_email".into()), "{required:?}");
     assert_eq!(
         placed["headers"]["properties"]["ce-dataschema"]["const"],
         "urn:tidings:schema:OrderPlaced:v1"

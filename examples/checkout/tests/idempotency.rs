@@ -71,6 +71,7 @@ fn events() -> Vec<Envelope> {
                     quantity: 1 + (i % 3) as u32,
                     total_cents: 1_000 + 137 * i as i64,
                     step,
+                    customer_email: None,
                 }),
                 2 => envelope(&PaymentCaptured {
                     order_id,
