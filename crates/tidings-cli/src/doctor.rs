@@ -33,7 +33,7 @@ pub(crate) struct DoctorArgs {
     /// loaded Tidings' alert rules.
     #[arg(long, value_name = "URL")]
     prometheus: Option<String>,
-    /// The schema registry directory: checks that it holds schemas.
+    /// The schema registry directory: checks that it loads and holds schemas.
     #[arg(long, value_name = "DIR")]
     schemas: Option<PathBuf>,
     /// Print as JSON on stdout.
@@ -316,26 +316,34 @@ fn schemas(args: &DoctorArgs) -> Check {
             "not checked: give the schema registry's directory with --schemas DIR",
         );
     };
-    let count = std::fs::read_dir(dir)
-        .map(|entries| {
-            entries
-                .filter_map(|e| e.ok())
-                .filter(|e| e.path().extension().is_some_and(|x| x == "json"))
-                .count()
-        })
-        .unwrap_or(0);
-    if count == 0 {
-        check(
+    match tidings_schema::Registry::load(dir) {
+        Err(e) => check(
             "schemas",
             Verdict::Fail,
-            format!("no JSON schema in {}", dir.display()),
-        )
-    } else {
-        check(
+            format!("the registry does not load: {e}"),
+        ),
+        Ok(registry) if registry.docs().next().is_none() => check(
             "schemas",
-            Verdict::Pass,
-            format!("{count} schema(s) in {}", dir.display()),
-        )
+            Verdict::Fail,
+            format!(
+                "no schema in {} (tidings schema generate writes them)",
+                dir.display()
+            ),
+        ),
+        Ok(registry) => {
+            let types: std::collections::BTreeSet<&str> =
+                registry.docs().map(|d| d.meta.message_type.as_str()).collect();
+            check(
+                "schemas",
+                Verdict::Pass,
+                format!(
+                    "{} type(s), {} schema version(s) in {}",
+                    types.len(),
+                    registry.docs().count(),
+                    dir.display()
+                ),
+            )
+        }
     }
 }
 

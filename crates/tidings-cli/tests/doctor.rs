@@ -101,13 +101,20 @@ async fn doctor_passes_a_healthy_deployment_and_names_what_fails() {
     produce(&db.url, 100, 0.0);
     wait_drained(&db.url);
 
-    // Healthy: nothing fails; only the schema registry is unchecked.
-    let (code, checks) = doctor(&db.url, &["--prometheus", &with_rules]);
+    // Healthy: everything passes, the checkout system's registry included.
+    let schemas = concat!(env!("CARGO_MANIFEST_DIR"), "/../../examples/checkout/schemas");
+    let (code, checks) = doctor(&db.url, &["--prometheus", &with_rules, "--schemas", schemas]);
     assert_eq!(code, 0, "{checks:#?}");
     for c in &checks {
-        let expected = if c["item"] == "schemas" { "warn" } else { "pass" };
-        assert_eq!(c["verdict"], expected, "{c:#}");
+        assert_eq!(c["verdict"], "pass", "{c:#}");
     }
+    assert!(
+        item(&checks, "schemas")["evidence"]
+            .as_str()
+            .unwrap()
+            .starts_with("8 type(s), 8 schema version(s)"),
+        "{checks:#?}"
+    );
     assert!(
         item(&checks, "relay")["evidence"]
             .as_str()
