@@ -16,6 +16,7 @@
 pub mod conformance;
 pub mod faults;
 pub mod idempotency;
+pub mod kafka;
 pub mod nats;
 pub mod otlp;
 pub mod outage;
