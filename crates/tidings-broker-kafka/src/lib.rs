@@ -89,6 +89,7 @@ const ADMIN_TIMEOUT: Duration = Duration::from_secs(10);
 /// Options of a [`KafkaTransport`].
 #[derive(Debug, Clone)]
 pub struct KafkaOptions {
+    prefix: String,
     partitions: u32,
     replication: i32,
     dead_letter_suffix: String,
@@ -104,6 +105,7 @@ impl Default for KafkaOptions {
     /// messages per partition, offsets committed every 200 ms.
     fn default() -> Self {
         KafkaOptions {
+            prefix: String::new(),
             partitions: 1,
             replication: 1,
             dead_letter_suffix: ".dlq".to_owned(),
@@ -116,6 +118,14 @@ impl Default for KafkaOptions {
 }
 
 impl KafkaOptions {
+    /// Starts every Kafka topic and consumer group id this transport uses
+    /// (`shop.` makes topic `orders` Kafka's `shop.orders`, group `email`
+    /// `shop.email`), so that systems sharing a cluster stay apart.
+    pub fn prefix(mut self, prefix: impl Into<String>) -> Self {
+        self.prefix = prefix.into();
+        self
+    }
+
     /// Partitions of the topics this transport creates, and the count every
     /// publisher and subscriber of a topic must agree on.
     pub fn partitions(mut self, n: u32) -> Self {
@@ -236,12 +246,27 @@ impl KafkaTransport {
         Ok(transport)
     }
 
-    /// The dead-letter topic of `topic`.
-    pub fn dead_letter_topic(&self, topic: &str) -> String {
-        format!("{topic}{}", self.inner.options.dead_letter_suffix)
+    /// The Kafka topic of a Tidings topic: the prefix, then the topic.
+    pub fn kafka_topic(&self, topic: &str) -> String {
+        format!("{}{topic}", self.inner.options.prefix)
     }
 
-    /// Creates `topic` with the configured partitions if it does not exist.
+    /// The Kafka consumer group id of a Tidings consumer group.
+    pub fn group_id(&self, group: &str) -> String {
+        format!("{}{group}", self.inner.options.prefix)
+    }
+
+    /// The Kafka dead-letter topic of a Tidings topic.
+    pub fn dead_letter_topic(&self, topic: &str) -> String {
+        format!(
+            "{}{}",
+            self.kafka_topic(topic),
+            self.inner.options.dead_letter_suffix
+        )
+    }
+
+    /// Creates the Kafka topic `topic` with the configured partitions if it
+    /// does not exist.
     async fn ensure_topic(&self, topic: &str) -> Result<()> {
         if self.inner.topics.lock().expect("topics lock").contains(topic) {
             return Ok(());
@@ -277,7 +302,7 @@ impl KafkaTransport {
         Ok(())
     }
 
-    /// The topics this transport created or found, dead-letter topics included.
+    /// The Kafka topics this transport created or found, dead-letter topics included.
     pub fn topics(&self) -> Vec<String> {
         let mut topics: Vec<String> = self
             .inner
@@ -291,9 +316,11 @@ impl KafkaTransport {
         topics
     }
 
-    /// Deletes `topic` and its dead-letter topic (tests and benches clean up with it).
+    /// Deletes the Kafka topic of `topic` and its dead-letter topic (tests
+    /// and benches clean up with it).
     pub async fn delete_topic(&self, topic: &str) -> Result<()> {
         let dead = self.dead_letter_topic(topic);
+        let topic = &self.kafka_topic(topic);
         self.inner
             .admin
             .delete_topics(
@@ -308,6 +335,27 @@ impl KafkaTransport {
         Ok(())
     }
 
+    /// The offsets `group` has committed on each partition of `topic`
+    /// (`None` where it has none): where a member taking the partition
+    /// starts reading.
+    pub async fn committed(&self, group: &str, topic: &str) -> Result<Vec<Option<i64>>> {
+        let consumer = self.group_client(group)?;
+        let (topic, partitions) = (self.kafka_topic(topic), self.inner.options.partitions);
+        tokio::task::spawn_blocking(move || {
+            let committed = committed_offsets(&consumer, &topic, partitions)?;
+            Ok(committed
+                .elements()
+                .iter()
+                .map(|e| match e.offset() {
+                    Offset::Offset(o) => Some(o),
+                    _ => None,
+                })
+                .collect())
+        })
+        .await
+        .map_err(|e| transport_error("reading committed offsets", e, true))?
+    }
+
     /// A client of `group` for reading and committing its offsets.
     fn group_client(&self, group: &str) -> Result<BaseConsumer> {
         self.consumer_config(group)
@@ -318,7 +366,7 @@ impl KafkaTransport {
     fn consumer_config(&self, group: &str) -> ClientConfig {
         let mut config = client_config(&self.inner.brokers, &self.inner.options);
         config
-            .set("group.id", group)
+            .set("group.id", self.group_id(group))
             .set("enable.auto.commit", "false")
             .set("enable.auto.offset.store", "false")
             .set("auto.offset.reset", "earliest")
@@ -371,11 +419,12 @@ impl Publisher for KafkaTransport {
         // it again; consumers deduplicate on the envelope id).
         let mut reports = Vec::with_capacity(batch.len());
         for m in batch {
-            self.ensure_topic(&m.topic).await?;
+            let name = self.kafka_topic(&m.topic);
+            self.ensure_topic(&name).await?;
             let (attributes, payload) = cloudevents::to_binary(&m.envelope);
             let key = &m.envelope.aggregate_key;
             let partition = Partition::of(key, self.inner.options.partitions);
-            let mut record = FutureRecord::to(&m.topic)
+            let mut record = FutureRecord::to(&name)
                 .key(key.as_bytes())
                 .payload(&payload)
                 .partition(partition.index as i32)
@@ -449,7 +498,10 @@ impl Window {
 struct Shared {
     window: Mutex<Window>,
     settled: Notify,
+    /// The Tidings topic.
     topic: String,
+    /// Its Kafka topic.
+    kafka_topic: String,
     partition: i32,
 }
 
@@ -510,7 +562,10 @@ impl KafkaAcker {
             .collect();
         headers.push((
             "tidings-dead-letter-of".to_owned(),
-            format!("{}/{}/{}", self.shared.topic, self.shared.partition, self.offset),
+            format!(
+                "{}/{}/{}",
+                self.shared.kafka_topic, self.shared.partition, self.offset
+            ),
         ));
         let mut record = FutureRecord::to(&topic)
             .payload(&self.message.body)
@@ -549,7 +604,7 @@ fn raw_message(topic: &str, m: &BorrowedMessage<'_>) -> RawMessage {
 /// Commits `offset` for the subscription's partition.
 fn commit(consumer: &StreamConsumer, shared: &Shared, offset: i64, mode: CommitMode) -> Result<()> {
     let mut tpl = TopicPartitionList::new();
-    tpl.add_partition_offset(&shared.topic, shared.partition, Offset::Offset(offset))
+    tpl.add_partition_offset(&shared.kafka_topic, shared.partition, Offset::Offset(offset))
         .map_err(|e| transport_error("building an offset commit", e, false))?;
     consumer
         .commit(&tpl, mode)
@@ -569,9 +624,10 @@ impl Subscriber for KafkaTransport {
     /// Kafka's tools and [`Subscriber::pending`], and keeps everything
     /// published from now on.
     async fn ensure_group(&self, group: &str, topic: &str) -> Result<()> {
-        self.ensure_topic(topic).await?;
+        let topic = self.kafka_topic(topic);
+        self.ensure_topic(&topic).await?;
         let consumer = self.group_client(group)?;
-        let (topic, partitions) = (topic.to_owned(), self.inner.options.partitions);
+        let partitions = self.inner.options.partitions;
         tokio::task::spawn_blocking(move || {
             let committed = committed_offsets(&consumer, &topic, partitions)?;
             let mut start = TopicPartitionList::new();
@@ -601,7 +657,7 @@ impl Subscriber for KafkaTransport {
     /// when the group has committed nothing on the topic.
     async fn pending(&self, group: &str, topic: &str) -> Result<Option<u64>> {
         let consumer = self.group_client(group)?;
-        let (topic, partitions) = (topic.to_owned(), self.inner.options.partitions);
+        let (topic, partitions) = (self.kafka_topic(topic), self.inner.options.partitions);
         tokio::task::spawn_blocking(move || {
             let committed = committed_offsets(&consumer, &topic, partitions)?;
             if !committed
@@ -637,13 +693,14 @@ impl Subscriber for KafkaTransport {
         topic: &str,
         partition: Partition,
     ) -> Result<Subscription> {
-        self.ensure_topic(topic).await?;
+        let kafka_topic = self.kafka_topic(topic);
+        self.ensure_topic(&kafka_topic).await?;
         let consumer: StreamConsumer = self
             .consumer_config(group)
             .create()
             .map_err(|e| transport_error("creating a consumer", e, false))?;
         let mut tpl = TopicPartitionList::new();
-        tpl.add_partition_offset(topic, partition.index as i32, Offset::Stored)
+        tpl.add_partition_offset(&kafka_topic, partition.index as i32, Offset::Stored)
             .map_err(|e| transport_error("assigning a partition", e, false))?;
         consumer
             .assign(&tpl)
@@ -653,6 +710,7 @@ impl Subscriber for KafkaTransport {
             window: Mutex::new(Window::default()),
             settled: Notify::new(),
             topic: topic.to_owned(),
+            kafka_topic,
             partition: partition.index as i32,
         });
         let (tx, rx) = mpsc::channel(64);

@@ -94,7 +94,8 @@ impl Default for DatabaseConfig {
 #[derive(Debug, Clone, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub(crate) struct BrokerConfig {
-    /// `log` (the database log, the default), `nats://host:4222`, `amqp://user@host:5672/%2f`.
+    /// `log` (the database log, the default), `nats://host:4222`, `amqp://user@host:5672/%2f`,
+    /// `kafka://host:9092`.
     pub(crate) url: Option<Secret>,
     /// A file holding the URL, instead of `url`.
     pub(crate) url_file: Option<PathBuf>,
@@ -374,14 +375,14 @@ impl Loaded {
         }
         let broker = self.broker_url.expose();
         if broker != "log"
-            && !["nats://", "tls://", "amqp://", "amqps://"]
+            && !["nats://", "tls://", "amqp://", "amqps://", "kafka://"]
                 .iter()
                 .any(|s| broker.starts_with(s))
         {
             return Err((
                 "broker.url",
                 format!(
-                    "{:?} is not a broker (log, nats://host:4222 or amqp://user@host:5672/%2f)",
+                    "{:?} is not a broker (log, nats://host:4222, amqp://user@host:5672/%2f or kafka://host:9092)",
                     redact_url(broker)
                 ),
             ));

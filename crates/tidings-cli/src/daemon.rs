@@ -13,6 +13,7 @@ use anyhow::Context as _;
 use futures::FutureExt as _;
 use sqlx::Connection;
 use sqlx::postgres::{PgConnectOptions, PgConnection, PgPoolOptions};
+use tidings_broker_kafka::{KafkaOptions, KafkaTransport};
 use tidings_broker_nats::{NatsOptions, NatsTransport};
 use tidings_broker_rabbitmq::{RabbitOptions, RabbitTransport};
 use tidings_core::lease::sleep_unless;
@@ -205,6 +206,20 @@ async fn open_publisher<S: LogBackend + Clone>(store: &S, loaded: &Loaded) -> an
             publisher: Arc::new(nats.clone()),
             broker: Some(Arc::new(nats)),
             label: format!("NATS JetStream at {}", redact_url(url)),
+        });
+    }
+    if url.starts_with("kafka://") {
+        let mut options = KafkaOptions::default().partitions(broker.partitions);
+        if let Some(prefix) = &broker.prefix {
+            options = options.prefix(prefix);
+        }
+        let kafka = KafkaTransport::connect_with(url, options)
+            .await
+            .with_context(|| format!("connecting to Kafka at {}", redact_url(url)))?;
+        return Ok(Opened {
+            publisher: Arc::new(kafka.clone()),
+            broker: Some(Arc::new(kafka)),
+            label: format!("Kafka at {}", redact_url(url)),
         });
     }
     let mut options = RabbitOptions::default().partitions(broker.partitions);

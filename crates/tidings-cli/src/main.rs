@@ -187,8 +187,8 @@ enum Demo {
         /// `postgres://user@host/db`, or `sqlite://path`.
         #[arg(long, env = "TIDINGS_DATABASE_URL", default_value = DEFAULT_DATABASE)]
         database: String,
-        /// `nats://host:4222` (NATS JetStream) or `amqp://user:pw@host:5672/%2f` (RabbitMQ);
-        /// the database log when left out.
+        /// `nats://host:4222` (NATS JetStream), `amqp://user:pw@host:5672/%2f` (RabbitMQ)
+        /// or `kafka://host:9092` (Kafka); the database log when left out.
         #[arg(long, env = "TIDINGS_BROKER_URL")]
         broker: Option<String>,
         /// Fraction of deliveries to redeliver a second time (0 to 1).

@@ -18,10 +18,13 @@
 //!
 //! Every delivery goes through the same layers, in this order:
 //!
-//! 1. **Key lanes (ordering and concurrency).** The message's aggregate key
-//!    picks one of [`ConsumerConfig::lanes`] lanes. A lane handles one message
-//!    at a time, so a key's messages run in order while different keys run
-//!    in parallel; full lanes stop reading from the transport (backpressure).
+//! 1. **Key lanes (ordering and concurrency).** Messages queue by aggregate
+//!    key; [`ConsumerConfig::lanes`] lanes each take a waiting key that no
+//!    other lane holds, and hold it while they handle its messages. A key's
+//!    messages therefore run one at a time, in order, while different keys
+//!    run in parallel on whichever lane is free: a slow key holds back only
+//!    itself, even within one partition. A full queue stops reading from
+//!    the transport (backpressure).
 //! 2. **Decode.** Bytes that are not a valid envelope are dead-lettered at
 //!    once with the decoding error: they can never succeed. So is a message
 //!    the transport delivered more than [`ConsumerConfig::max_deliveries`]
@@ -44,8 +47,8 @@
 //!    nothing else runs. Otherwise it checks the partition's lease (the
 //!    fence), then the handler runs on the same transaction and the marker
 //!    commits with its writes, or not at all. With
-//!    [`ConsumerConfig::batch`], a lane puts the messages already queued for
-//!    it into one transaction (markers, fence, each handler, one commit); a
+//!    [`ConsumerConfig::batch`], a lane puts messages already queued (of the
+//!    keys it takes) into one transaction (markers, fence, each handler, one commit); a
 //!    failure rolls the batch back and its messages go through this stack
 //!    one at a time.
 //! 6. **Timeout.** The handler has [`ConsumerConfig::handler_timeout`]; past

@@ -2,9 +2,7 @@
 //! lanes, and runs each through the stack documented in the crate root.
 
 use std::collections::HashMap;
-use std::collections::hash_map::DefaultHasher;
 use std::fmt;
-use std::hash::{Hash, Hasher};
 
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -22,7 +20,6 @@ use tidings_core::{
     Fence, Handling, LeaseStore, ParkedMessage, ParkingStore, Partition, RawMessage, Subscriber,
     Subscription,
 };
-use tokio::sync::mpsc;
 use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
@@ -31,7 +28,10 @@ use uuid::Uuid;
 use crate::handler::{Context, Handler, HandlerError};
 use crate::membership::{Claim, claims};
 
+mod keyed;
 mod replay;
+
+use keyed::KeyQueue;
 
 /// Tuning of a [`Consumer`].
 #[derive(Debug, Clone)]
@@ -122,22 +122,24 @@ impl ConsumerConfig {
         self
     }
 
-    /// Messages handled at once: one per lane. A key always maps to the same
-    /// lane, so one key is handled in order while other keys run in parallel.
+    /// Messages handled at once: one per lane. A lane holds a key while it
+    /// handles it, so one key is handled in order while other keys run in
+    /// parallel, on any free lane.
     pub fn lanes(mut self, n: usize) -> Self {
         self.lanes = n.max(1);
         self
     }
 
-    /// Messages queued per lane before reading pauses (backpressure).
+    /// Messages queued per lane before reading pauses (backpressure): the
+    /// queue holds `lanes × lane_capacity` messages, of any keys.
     pub fn lane_capacity(mut self, n: usize) -> Self {
         self.lane_capacity = n.max(1);
         self
     }
 
     /// Messages a lane may handle in one transaction (default 1: a
-    /// transaction per message). A lane takes what is already queued for
-    /// it, up to `n`, and never waits for more, so batching adds no latency:
+    /// transaction per message). A lane takes what is already queued, of
+    /// the waiting keys no other lane holds, up to `n`, and never waits for more, so batching adds no latency:
     /// it saves commits (an fsync each) when messages come faster than a
     /// transaction per message can take them.
     ///
@@ -314,7 +316,7 @@ struct Hold {
 }
 
 /// The keys this member holds, shared by its lanes. The store is the truth;
-/// a member loads it when a session starts, and only the lane of a key
+/// a member loads it when a session starts, and only the lane holding a key
 /// changes the key's hold (a skip only releases, and is picked up by the
 /// session's refresh).
 type Holds = Arc<Mutex<HashMap<HoldKey, Hold>>>;
@@ -584,10 +586,9 @@ fn handle_span(consumer: &str, topic: &str, envelope: &Envelope) -> tracing::Spa
     span
 }
 
-fn lane_of(key: &str, lanes: usize) -> usize {
-    let mut h = DefaultHasher::new();
-    key.hash(&mut h);
-    (h.finish() % lanes as u64) as usize
+/// A key of the lanes' queue: the topic and the aggregate key.
+fn queue_key(topic: &str, key: &str) -> String {
+    format!("{topic}\u{1f}{key}")
 }
 
 /// Handles deliveries for one session: the time between two hand-overs.
@@ -648,24 +649,19 @@ impl<S: ConsumerStore + ParkingStore + LeaseStore + Clone> Worker<S> {
             }
         }
         let mut deliveries = select_all(leased);
-        let mut lanes = Vec::with_capacity(self.config.lanes);
+        // Lanes take whichever key is waiting and no other lane holds: a
+        // key's messages run one at a time, in order; a slow key holds
+        // back only itself.
+        let queue = Arc::new(KeyQueue::<Job>::new(
+            self.config.lanes * self.config.lane_capacity,
+        ));
         let mut tasks = JoinSet::new();
         for _ in 0..self.config.lanes {
-            let (tx, mut rx) = mpsc::channel::<Job>(self.config.lane_capacity);
-            lanes.push(tx);
-            let worker = self.clone();
+            let (worker, queue) = (self.clone(), queue.clone());
             tasks.spawn(async move {
-                let mut jobs = Vec::with_capacity(worker.config.batch);
-                while let Some(job) = rx.recv().await {
-                    jobs.push(job);
-                    // What is already queued joins the batch; nothing waits for more.
-                    while jobs.len() < worker.config.batch {
-                        match rx.try_recv() {
-                            Ok(job) => jobs.push(job),
-                            Err(_) => break,
-                        }
-                    }
-                    worker.run_jobs(jobs.drain(..)).await;
+                while let Some((keys, jobs)) = queue.take(worker.config.batch).await {
+                    worker.run_jobs(jobs.into_iter()).await;
+                    queue.done(keys);
                 }
             });
         }
@@ -677,11 +673,11 @@ impl<S: ConsumerStore + ParkingStore + LeaseStore + Clone> Worker<S> {
                 _ = self.stop.cancelled() => break,
                 _ = refresh.tick(), if holding => {
                     for (key, claim) in self.released_holds(&partitions).await {
-                        let lane = &lanes[lane_of(&key.1, lanes.len())];
-                        let _ = tokio::select! {
+                        tokio::select! {
                             _ = self.stop.cancelled() => break,
-                            sent = lane.send(Job::Drain { key, claim }) => sent,
-                        };
+                            _ = queue.room() => {}
+                        }
+                        queue.put(queue_key(&key.0, &key.1), Job::Drain { key, claim });
                     }
                     continue;
                 }
@@ -701,26 +697,25 @@ impl<S: ConsumerStore + ParkingStore + LeaseStore + Clone> Worker<S> {
                 Ok(e) => e.aggregate_key.as_str(),
                 Err(_) => delivery.message.key.as_deref().unwrap_or(""),
             };
-            let lane = lane_of(key, lanes.len());
+            let key = queue_key(&delivery.message.topic, key);
             let work = Work {
                 delivery,
                 envelope,
                 claim: Some(claim),
             };
-            let permit = tokio::select! {
-                _ = self.stop.cancelled() => None,
-                permit = lanes[lane].reserve() => permit.ok(),
+            let room = tokio::select! {
+                _ = self.stop.cancelled() => false,
+                _ = queue.room() => true,
             };
-            match permit {
-                Some(permit) => permit.send(Job::Deliver(work)),
-                None => {
-                    self.give_back(&work.delivery).await;
-                    break;
-                }
+            if room {
+                queue.put(key, Job::Deliver(work));
+            } else {
+                self.give_back(&work.delivery).await;
+                break;
             }
         }
         self.stop.cancel();
-        drop(lanes);
+        queue.close();
         while tasks.join_next().await.is_some() {}
         // Every lane is done: let the transport store the final acknowledgements.
         for part in deliveries {
@@ -961,7 +956,7 @@ impl<S: ConsumerStore + ParkingStore + LeaseStore + Clone> Worker<S> {
             let parked = match next {
                 None => return false,
                 Some(None) => {
-                    // Only this key's lane parks behind it, so nothing can arrive meanwhile.
+                    // Only the lane holding this key parks behind it, so nothing can arrive meanwhile.
                     if self
                         .store_op("releasing a key", || {
                             self.store.release_key(&self.name, topic, aggregate_key)

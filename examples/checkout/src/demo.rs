@@ -11,6 +11,7 @@ use anyhow::Context as _;
 use indicatif::{ProgressBar, ProgressStyle};
 use rand::Rng;
 use serde::Serialize;
+use tidings_broker_kafka::{KafkaOptions, KafkaTransport};
 use tidings_broker_nats::{NatsOptions, NatsTransport};
 use tidings_broker_rabbitmq::{RabbitOptions, RabbitTransport};
 use tidings_consumer::{Consumer, ConsumerConfig, ConsumerStats, Handler};
@@ -573,6 +574,7 @@ enum Broker {
     Log,
     Nats(Box<NatsTransport>),
     Rabbit(RabbitTransport),
+    Kafka(KafkaTransport),
 }
 
 impl fmt::Debug for Transport {
@@ -644,9 +646,23 @@ impl Transport {
                     broker: Broker::Rabbit(rabbit),
                 })
             }
+            Some(url) if url.starts_with("kafka://") => {
+                let namespace = format!("tidings-{system}.");
+                let kafka_options = KafkaOptions::default().prefix(&namespace).partitions(partitions);
+                let kafka = KafkaTransport::connect_with(url, kafka_options)
+                    .await
+                    .with_context(|| format!("connecting to Kafka at {}", redact(url)))?;
+                Ok(Transport {
+                    publisher: Arc::new(kafka.clone()),
+                    subscriber: Arc::new(kafka.clone()),
+                    label: format!("Kafka ({})", redact(url)),
+                    namespace: Some(namespace),
+                    broker: Broker::Kafka(kafka),
+                })
+            }
             Some(other) => anyhow::bail!(
-                "unsupported broker URL {:?}: use nats://host:port or amqp://user:pw@host:port/vhost, \
-                 or leave --broker out for the database log",
+                "unsupported broker URL {:?}: use nats://host:port, amqp://user:pw@host:port/vhost \
+                 or kafka://host:port, or leave --broker out for the database log",
                 redact(other)
             ),
         }
@@ -659,6 +675,7 @@ impl Transport {
         match &self.broker {
             Broker::Log => {}
             Broker::Nats(nats) => nats.delete_topic(topic).await?,
+            Broker::Kafka(kafka) => kafka.delete_topic(topic).await?,
             Broker::Rabbit(rabbit) => {
                 for group in groups {
                     rabbit.delete_group(topic, group).await?;
