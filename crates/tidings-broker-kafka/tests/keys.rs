@@ -1,8 +1,8 @@
-//! Key-level parallelism inside a Kafka partition, through the consumer
-//! runtime on PostgreSQL: one slow key does not hold back the other keys of
-//! its partition, and the group's committed offset never passes the slow
-//! event; a consumer killed mid-stream and started again loses nothing and
-//! applies nothing twice.
+//! Kafka through the consumer runtime on PostgreSQL: one slow key does not
+//! hold back the other keys of its partition, and the group's committed
+//! offset never passes the slow event; a consumer killed mid-stream and
+//! started again loses nothing and applies nothing twice; a group rewound
+//! to a timestamp reads the retained events again and changes nothing.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -242,6 +242,95 @@ async fn a_killed_consumer_resumes_without_losing_or_reapplying_an_effect() {
         stats.handled(),
         stats.duplicates()
     );
+    kafka.delete_topic(Step::TOPIC).await.unwrap();
+    db.drop_schema().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_group_rewound_to_a_timestamp_reads_again_and_changes_nothing() {
+    let db = setup().await;
+    let kafka = kafka(2).await;
+    let keys = ["a", "b", "c", "d", "e"];
+    kafka.publish(&steps(&keys, 3)).await.unwrap();
+    tokio::time::sleep(Duration::from_millis(1100)).await;
+    let middle = std::time::SystemTime::now();
+    tokio::time::sleep(Duration::from_millis(1100)).await;
+    let later: Vec<OutgoingMessage> = steps(&keys, 6).into_iter().skip(15).collect();
+    kafka.publish(&later).await.unwrap();
+    let total = 30;
+
+    let run_until = |wanted: u64| {
+        let (consumer, kafka) = (consumer(&db.store, Apply::default()), kafka.clone());
+        let stats = consumer.stats();
+        async move {
+            let stop = CancellationToken::new();
+            let member = tokio::spawn({
+                let stop = stop.clone();
+                async move { consumer.run(&kafka, stop).await }
+            });
+            eventually("the group caught up", || async {
+                stats.handled() + stats.duplicates() >= wanted
+            })
+            .await;
+            stop.cancel();
+            member.await.unwrap().unwrap();
+            (stats.handled(), stats.duplicates())
+        }
+    };
+    assert_eq!(run_until(total).await, (total, 0));
+    let state = "SELECT CAST(count(*) * 1000 + sum(seq) AS BIGINT) FROM applied";
+    let before = applied(&db.store, state).await;
+    assert_eq!(
+        kafka
+            .committed("keys", Step::TOPIC)
+            .await
+            .unwrap()
+            .iter()
+            .flatten()
+            .sum::<i64>(),
+        30
+    );
+
+    // Back to the middle: the 15 later events come again, and are suppressed.
+    let rewind = kafka.rewind("keys", Step::TOPIC, middle).await.unwrap();
+    assert_eq!(rewind.messages, 15, "{rewind:?}");
+    assert_eq!(
+        run_until(15).await,
+        (0, 15),
+        "re-delivered, every one a duplicate"
+    );
+    assert_eq!(
+        applied(&db.store, state).await,
+        before,
+        "business state unchanged"
+    );
+
+    // Back past the start: all 30 again, still nothing changes.
+    let long_ago = std::time::SystemTime::now() - Duration::from_secs(3600);
+    assert_eq!(
+        kafka
+            .rewind("keys", Step::TOPIC, long_ago)
+            .await
+            .unwrap()
+            .messages,
+        30
+    );
+
+    // A rewind never moves a group forward past what it has not read:
+    // back at the start, "rewinding" to the middle leaves it there.
+    let rewind = kafka.rewind("keys", Step::TOPIC, middle).await.unwrap();
+    assert_eq!(rewind.messages, 0);
+    assert!(
+        rewind.partitions.iter().all(|p| p.from == Some(p.to)),
+        "{rewind:?}"
+    );
+    assert_eq!(run_until(30).await, (0, 30));
+    assert_eq!(applied(&db.store, state).await, before);
+
+    // Nor to a time still to come.
+    let future = std::time::SystemTime::now() + Duration::from_secs(3600);
+    let refused = kafka.rewind("keys", Step::TOPIC, future).await.unwrap_err();
+    assert!(refused.to_string().contains("in the future"), "{refused}");
     kafka.delete_topic(Step::TOPIC).await.unwrap();
     db.drop_schema().await;
 }

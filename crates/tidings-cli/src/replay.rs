@@ -52,6 +52,17 @@ pub(crate) struct ReplayArgs {
     /// Print the outcome as JSON on stdout.
     #[arg(long)]
     json: bool,
+    /// Rewind the consumer's group on this Kafka cluster (`kafka://host:9092`)
+    /// instead: its members re-read what the topics retain from --since
+    /// (there is no --until). Stop the consumer's members first.
+    #[arg(long, value_name = "URL")]
+    kafka: Option<String>,
+    /// With --kafka: the topic and group prefix the system uses (`broker.prefix`).
+    #[arg(long, default_value = "", requires = "kafka")]
+    kafka_prefix: String,
+    /// With --kafka: partitions per topic (`broker.partitions`).
+    #[arg(long, default_value_t = 4, requires = "kafka")]
+    kafka_partitions: u32,
 }
 
 fn parse_time(text: &str) -> Result<DateTime<Utc>, String> {
@@ -83,6 +94,77 @@ struct DryRun {
     to_handle: u64,
     /// Events that do not decode (skipped).
     undecodable: u64,
+}
+
+/// `--kafka`: rewinds the group's committed offsets to `--since` on each topic.
+async fn rewind_kafka(
+    url: &str,
+    args: &ReplayArgs,
+    topics: &[String],
+    members: &[tidings_core::inspect::MemberStatus],
+) -> anyhow::Result<bool> {
+    anyhow::ensure!(
+        url.starts_with("kafka://"),
+        "--kafka takes a kafka://host:port URL"
+    );
+    anyhow::ensure!(
+        args.until.is_none() && args.source.is_none(),
+        "a Kafka rewind re-reads everything retained from --since: --until and --source do not apply"
+    );
+    let running: Vec<&str> = members
+        .iter()
+        .filter(|m| m.scope.split_once('@').is_some_and(|(g, _)| g == args.consumer))
+        .map(|m| m.member.as_str())
+        .collect();
+    anyhow::ensure!(
+        running.is_empty() || args.dry_run,
+        "{} has running members ({}): stop them first, a running member commits its position over the rewind",
+        args.consumer,
+        running.join(", ")
+    );
+    let options = tidings_broker_kafka::KafkaOptions::default()
+        .prefix(&args.kafka_prefix)
+        .partitions(args.kafka_partitions);
+    let kafka = tidings_broker_kafka::KafkaTransport::connect_with(url, options)
+        .await
+        .with_context(|| format!("connecting to Kafka at {}", tidings_core::secret::redact_url(url)))?;
+    let since = std::time::SystemTime::from(args.since);
+    let mut outcome = Vec::new();
+    for topic in topics {
+        let rewind = if args.dry_run {
+            kafka.plan_rewind(&args.consumer, topic, since).await?
+        } else {
+            kafka.rewind(&args.consumer, topic, since).await?
+        };
+        if !args.json {
+            println!(
+                "{}{} {} on {topic}: {} record(s) to read again ({})",
+                if args.dry_run { "dry run: " } else { "" },
+                if args.dry_run { "would rewind" } else { "rewound" },
+                args.consumer,
+                rewind.messages,
+                rewind
+                    .partitions
+                    .iter()
+                    .map(|p| format!(
+                        "partition {}: {} -> {}",
+                        p.partition,
+                        p.from.map_or("none".to_owned(), |f| f.to_string()),
+                        p.to
+                    ))
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            );
+        }
+        outcome.push(serde_json::json!({"topic": topic, "messages": rewind.messages}));
+    }
+    if args.json {
+        println!(
+            "{}",
+            serde_json::json!({"consumer": args.consumer, "dry_run": args.dry_run, "topics": outcome})
+        );
+    }
+    Ok(true)
 }
 
 /// Runs the command; `Ok(false)` if the replay was cancelled.
@@ -123,6 +205,9 @@ pub(crate) async fn run<S: Inspect + ReplayStore>(store: &S, args: ReplayArgs) -
         ReplaySource::Log
     });
     let total = store.count_retained(source, &topics, args.since, until).await?;
+    if let Some(url) = &args.kafka {
+        return rewind_kafka(url, &args, &topics, &members).await;
+    }
     if total == 0 {
         let hint = match source {
             ReplaySource::Log => "",
