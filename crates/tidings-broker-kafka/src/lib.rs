@@ -449,6 +449,59 @@ impl KafkaTransport {
         .map_err(|e| transport_error("rewinding a group", e, true))?
     }
 
+    /// Every record in `topic`'s dead-letter topic, partition by partition
+    /// (the dead-letter API of the failure store lists the same messages,
+    /// with their error history).
+    pub async fn dead_letter_records(&self, topic: &str) -> Result<Vec<RawMessage>> {
+        let dead = self.dead_letter_topic(topic);
+        self.ensure_topic(&dead).await?;
+        let mut config = client_config(&self.inner.brokers, &self.inner.options);
+        config
+            .set("group.id", format!("{dead}.reader"))
+            .set("enable.auto.commit", "false")
+            .set("enable.partition.eof", "false");
+        let consumer: BaseConsumer = config
+            .create()
+            .map_err(|e| transport_error("creating a consumer", e, false))?;
+        let (partitions, tidings_topic) = (self.inner.options.partitions, topic.to_owned());
+        tokio::task::spawn_blocking(move || {
+            let mut assignment = TopicPartitionList::new();
+            let mut remaining = BTreeMap::new();
+            for p in 0..partitions as i32 {
+                let (low, high) = consumer
+                    .fetch_watermarks(&dead, p, ADMIN_TIMEOUT)
+                    .map_err(|e| transport_error("reading watermarks", e, true))?;
+                if high > low {
+                    remaining.insert(p, high);
+                }
+                assignment
+                    .add_partition_offset(&dead, p, Offset::Beginning)
+                    .map_err(|e| transport_error("assigning a partition", e, false))?;
+            }
+            consumer
+                .assign(&assignment)
+                .map_err(|e| transport_error("assigning the dead-letter topic", e, true))?;
+            let deadline = std::time::Instant::now() + ADMIN_TIMEOUT;
+            let mut records = Vec::new();
+            while !remaining.is_empty() && std::time::Instant::now() < deadline {
+                let Some(polled) = consumer.poll(Duration::from_millis(200)) else {
+                    continue;
+                };
+                let m = polled.map_err(|e| transport_error("reading the dead-letter topic", e, true))?;
+                records.push(raw_message(&tidings_topic, &m));
+                if remaining
+                    .get(&m.partition())
+                    .is_some_and(|high| m.offset() + 1 >= *high)
+                {
+                    remaining.remove(&m.partition());
+                }
+            }
+            Ok(records)
+        })
+        .await
+        .map_err(|e| transport_error("reading the dead-letter topic", e, true))?
+    }
+
     /// A client of `group` for reading and committing its offsets.
     fn group_client(&self, group: &str) -> Result<BaseConsumer> {
         self.consumer_config(group)

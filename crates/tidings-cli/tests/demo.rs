@@ -233,6 +233,52 @@ async fn checkout_on_postgres_over_rabbitmq_with_two_relays_two_members_duplicat
     pg.drop_schema().await;
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn checkout_on_postgres_over_kafka_with_two_relays_two_members_duplicates_and_poison() {
+    let kafka_url = tidings_testkit::kafka::kafka_url();
+    let (s, pg) = faulty_demo_on_postgres(Some(kafka_url.clone()), 2).await;
+    assert_eq!(
+        (n(&s, "relays"), n(&s, "members"), n(&s, "partitions")),
+        (2, 2, 4),
+        "{s:#}"
+    );
+    assert!(s["transport"].as_str().unwrap().starts_with("Kafka"), "{s:#}");
+    let namespace = s["broker_namespace"]
+        .as_str()
+        .expect("a broker namespace")
+        .to_owned();
+    let options = tidings_broker_kafka::KafkaOptions::default()
+        .prefix(&namespace)
+        .partitions(4);
+    let kafka = tidings_broker_kafka::KafkaTransport::connect_with(&kafka_url, options)
+        .await
+        .unwrap();
+    // The poisoned events are in the dead-letter topic, and the dead-letter
+    // API lists the same ones.
+    let in_topic: std::collections::BTreeSet<String> = kafka
+        .dead_letter_records("orders")
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|r| r.headers["ce-id"].clone())
+        .collect();
+    let listed: std::collections::BTreeSet<String> = tidings_core::FailureStore::dead_letters(
+        &pg.store,
+        &tidings_core::DeadLetterFilter::default().consumer("inventory"),
+    )
+    .await
+    .unwrap()
+    .into_iter()
+    .map(|l| l.message_id.expect("a decoded dead letter").to_string())
+    .collect();
+    assert!(!listed.is_empty(), "the run dead-lettered poison: {s:#}");
+    assert_eq!(in_topic, listed);
+    for topic in ["orders", "checkout.commands"] {
+        kafka.delete_topic(topic).await.unwrap();
+    }
+    pg.drop_schema().await;
+}
+
 #[test]
 fn a_killed_demo_resumes_without_loss_or_duplicated_effects() {
     let db = TempDb::new();
