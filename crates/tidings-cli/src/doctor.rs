@@ -249,7 +249,7 @@ fn dead_letters(lag: &LagReport, args: &DoctorArgs) -> Check {
 fn known_consumers(lag: &LagReport, members: &[tidings_core::inspect::MemberStatus]) -> BTreeSet<String> {
     members
         .iter()
-        .filter_map(|m| m.scope.split_once('@').map(|(group, _)| group.to_owned()))
+        .filter_map(|m| m.group_and_topic().map(|(group, _)| group.to_owned()))
         .chain(lag.consumers.iter().map(|c| c.consumer.clone()))
         .chain(lag.dead_letters.iter().map(|d| d.consumer.clone()))
         .collect()

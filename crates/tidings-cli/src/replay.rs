@@ -113,7 +113,7 @@ async fn rewind_kafka(
     );
     let running: Vec<&str> = members
         .iter()
-        .filter(|m| m.scope.split_once('@').is_some_and(|(g, _)| g == args.consumer))
+        .filter(|m| m.is_in_group(&args.consumer))
         .map(|m| m.member.as_str())
         .collect();
     anyhow::ensure!(
@@ -183,7 +183,7 @@ pub(crate) async fn run<S: Inspect + ReplayStore>(store: &S, args: ReplayArgs) -
     let topics: Vec<String> = if args.topics.is_empty() {
         let mut topics: Vec<String> = members
             .iter()
-            .filter_map(|m| m.scope.split_once('@'))
+            .filter_map(|m| m.group_and_topic())
             .filter(|(group, _)| *group == args.consumer)
             .map(|(_, topic)| topic.to_owned())
             .chain(reads_log.iter().cloned())
@@ -254,10 +254,7 @@ pub(crate) async fn run<S: Inspect + ReplayStore>(store: &S, args: ReplayArgs) -
     if total == 0 {
         return Ok(true);
     }
-    if !members
-        .iter()
-        .any(|m| m.scope.split_once('@').is_some_and(|(g, _)| g == args.consumer))
-    {
+    if !members.iter().any(|m| m.is_in_group(&args.consumer)) {
         eprintln!(
             "no member of {} is running: the replay waits until one starts",
             args.consumer

@@ -21,6 +21,18 @@ pub struct MemberStatus {
     pub leases: Vec<(u32, i64)>,
 }
 
+impl MemberStatus {
+    /// The consumer group and topic it is a member for; `None` for a relay.
+    pub fn group_and_topic(&self) -> Option<(&str, &str)> {
+        crate::lease::group_and_topic(&self.scope)
+    }
+
+    /// Whether it is a member of consumer group `group`.
+    pub fn is_in_group(&self, group: &str) -> bool {
+        self.group_and_topic().is_some_and(|(g, _)| g == group)
+    }
+}
+
 /// Outbox records waiting in one partition.
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
 pub struct PartitionBacklog {

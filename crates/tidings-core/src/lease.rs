@@ -97,6 +97,11 @@ pub fn scope(group: &str, topic: &str) -> String {
     format!("{group}@{topic}")
 }
 
+/// The group and topic of a [`scope`]; `None` for a scope of another kind (`relay`).
+pub fn group_and_topic(scope: &str) -> Option<(&str, &str)> {
+    scope.split_once('@')
+}
+
 /// A scope a member belongs to, and how many partitions it has.
 #[derive(Debug, Clone)]
 pub struct Scope {

@@ -225,8 +225,7 @@ pub async fn sample_broker_lag(
     while !shutdown.is_cancelled() {
         match store.members().await {
             Ok(members) => groups.extend(members.iter().filter_map(|m| {
-                m.scope
-                    .split_once('@')
+                m.group_and_topic()
                     .map(|(group, topic)| (group.to_owned(), topic.to_owned()))
             })),
             Err(e) => {
