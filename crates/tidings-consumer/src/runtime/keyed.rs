@@ -15,7 +15,8 @@ use tokio::sync::Notify;
 /// Jobs by key, for the lanes.
 pub(super) struct KeyQueue<J> {
     state: Mutex<State<J>>,
-    /// Signalled when a key becomes ready or the queue closes.
+    /// Signalled when a key becomes ready (one lane at a time: a lane that
+    /// takes work and leaves more ready wakes the next) or the queue closes.
     work: Notify,
     /// Signalled when a job leaves the queue or the queue closes.
     room: Notify,
@@ -78,7 +79,7 @@ impl<J> KeyQueue<J> {
         if was_empty && !state.busy.contains(&key) {
             state.ready.push_back(key);
             drop(state);
-            self.work.notify_waiters();
+            self.work.notify_one();
         }
     }
 
@@ -110,7 +111,16 @@ impl<J> KeyQueue<J> {
                         keys.push(key);
                     }
                     state.queued -= jobs.len();
+                    let more = !state.ready.is_empty();
+                    let drained = state.closed && state.queued == 0;
                     drop(state);
+                    if drained {
+                        // Closed and empty: every waiting lane may end.
+                        self.work.notify_waiters();
+                    } else if more {
+                        // One lane is woken per ready key: pass the wake-up on.
+                        self.work.notify_one();
+                    }
                     self.room.notify_waiters();
                     return Some((keys, jobs));
                 }
@@ -136,7 +146,7 @@ impl<J> KeyQueue<J> {
         }
         drop(state);
         if woke {
-            self.work.notify_waiters();
+            self.work.notify_one();
         }
     }
 
@@ -180,6 +190,41 @@ mod tests {
         let (keys, jobs) = q.take(3).await.unwrap();
         assert_eq!(keys, vec!["a".to_owned(), "b".to_owned()]);
         assert_eq!(jobs, vec![1, 3, 2]);
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn every_lane_ends_once_the_closed_queue_is_drained() {
+        let q = Arc::new(KeyQueue::new(100));
+        q.put("a".into(), 1);
+        q.put("a".into(), 2);
+        let (keys, _) = q.take(1).await.unwrap();
+        // Three idle lanes wait: "a" is held and its next job queued.
+        let idle: Vec<_> = (0..3)
+            .map(|_| {
+                let q = q.clone();
+                tokio::spawn(async move {
+                    let mut taken = 0;
+                    while let Some((keys, jobs)) = q.take(1).await {
+                        taken += jobs.len();
+                        q.done(keys);
+                    }
+                    taken
+                })
+            })
+            .collect();
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        q.close();
+        // The lanes wake, see a job queued behind the held key, and wait again.
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        q.done(keys);
+        let mut taken = 0;
+        for lane in idle {
+            taken += tokio::time::timeout(Duration::from_secs(5), lane)
+                .await
+                .expect("a lane hung after close")
+                .unwrap();
+        }
+        assert_eq!(taken, 1, "the queued job ran once");
     }
 
     #[tokio::test]
