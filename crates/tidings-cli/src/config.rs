@@ -575,7 +575,7 @@ mod tests {
         assert!(reason.contains("not a duration"), "{reason}");
         let (path, _) = refused(&format!("{db}[metrics]\nlisten = \"everywhere\"\n"), &[]);
         assert_eq!(path, "metrics.listen");
-        let (path, _) = refused(&format!("{db}[broker]\nurl = \"kafka://k:9092\"\n"), &[]);
+        let (path, _) = refused(&format!("{db}[broker]\nurl = \"pulsar://p:6650\"\n"), &[]);
         assert_eq!(path, "broker.url");
         let (path, reason) = refused("[relay\n", &[]);
         assert_eq!(path, "");
