@@ -117,3 +117,74 @@ async fn replay_redelivers_every_event_and_changes_no_balance() {
     assert!(consumers.terminate().success(), "{}", consumers.stderr());
     db.drop_schema().await;
 }
+
+/// `--kafka`: the consumer's Kafka group is rewound to `--since`; the dry
+/// run changes nothing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_kafka_group_is_rewound_and_the_dry_run_changes_nothing() {
+    use futures::StreamExt;
+    use tidings_broker_kafka::{KafkaOptions, KafkaTransport};
+    use tidings_core::{AckKind, OutgoingMessage, Publisher, Subscriber};
+    use tidings_testkit::conformance::Probe;
+
+    let url = tidings_testkit::kafka::kafka_url();
+    let prefix = format!("rewind-{}.", uuid::Uuid::new_v4().simple());
+    let kafka = KafkaTransport::connect_with(&url, KafkaOptions::default().prefix(&prefix))
+        .await
+        .unwrap_or_else(|e| panic!("Kafka is not reachable at {url} (set KAFKA_URL): {e}"));
+    let events: Vec<OutgoingMessage> = (0..10)
+        .map(|seq| {
+            let mut m = OutgoingMessage::new(
+                "replay-test",
+                &Probe {
+                    key: format!("k{seq}"),
+                    seq,
+                },
+            )
+            .unwrap();
+            m.topic = "ledger".into();
+            m
+        })
+        .collect();
+    kafka.publish(&events).await.unwrap();
+    // The group reads everything and commits the end.
+    let mut sub = kafka.subscribe("books", "ledger").await.unwrap();
+    for _ in 0..10 {
+        let d = sub.next().await.unwrap().unwrap();
+        d.ack(AckKind::Ack).await.unwrap();
+    }
+    sub.close().await.unwrap();
+    assert_eq!(kafka.committed("books", "ledger").await.unwrap(), vec![Some(10)]);
+
+    let db = PgTestDb::new().await;
+    let args = [
+        "--consumer",
+        "books",
+        "--topic",
+        "ledger",
+        "--since",
+        "1h",
+        "--kafka",
+        url.as_str(),
+        "--kafka-prefix",
+        prefix.as_str(),
+        "--kafka-partitions",
+        "1",
+    ];
+    let mut dry = args.to_vec();
+    dry.push("--dry-run");
+    let (plan, _) = replay(&db.url, &dry);
+    assert_eq!(plan["dry_run"], true);
+    assert_eq!(plan["topics"][0]["messages"], 10, "{plan}");
+    assert_eq!(
+        kafka.committed("books", "ledger").await.unwrap(),
+        vec![Some(10)],
+        "the dry run moved nothing"
+    );
+
+    let (done, _) = replay(&db.url, &args);
+    assert_eq!(done["topics"][0]["messages"], 10, "{done}");
+    assert_eq!(kafka.committed("books", "ledger").await.unwrap(), vec![Some(0)]);
+    kafka.delete_topic("ledger").await.unwrap();
+    db.drop_schema().await;
+}
