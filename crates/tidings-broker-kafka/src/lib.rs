@@ -95,7 +95,6 @@ pub struct KafkaOptions {
     dead_letter_suffix: String,
     max_in_flight: usize,
     commit_interval: Duration,
-    session_timeout: Duration,
     client: Vec<(String, String)>,
 }
 
@@ -111,7 +110,6 @@ impl Default for KafkaOptions {
             dead_letter_suffix: ".dlq".to_owned(),
             max_in_flight: 1000,
             commit_interval: Duration::from_millis(200),
-            session_timeout: Duration::from_secs(6),
             client: Vec::new(),
         }
     }
@@ -517,11 +515,7 @@ impl KafkaTransport {
             .set("enable.auto.offset.store", "false")
             .set("auto.offset.reset", "earliest")
             .set("enable.partition.eof", "false")
-            .set("fetch.wait.max.ms", "100")
-            .set(
-                "session.timeout.ms",
-                self.inner.options.session_timeout.as_millis().to_string(),
-            );
+            .set("fetch.wait.max.ms", "100");
         config
     }
 }
