@@ -145,7 +145,7 @@ pub trait CheckoutStore:
 }
 
 macro_rules! checkout_store {
-    ($store:ty) => {
+    ($store:ty, $snapshot:literal) => {
         #[async_trait]
         impl CheckoutStore for $store {
             async fn setup(&self) -> anyhow::Result<()> {
@@ -193,9 +193,12 @@ macro_rules! checkout_store {
             }
 
             async fn tally(&self) -> anyhow::Result<Tally> {
-                let pool = self.pool();
+                // One snapshot for every figure: a handler committing between
+                // two reads would make them disagree.
+                let mut tx = self.pool().begin().await?;
+                sqlx::query($snapshot).execute(&mut *tx).await?;
                 let row: (i64, i64, i64, i64, i64, i64, i64, i64, i64, i64, i64) =
-                    sqlx::query_as(TALLY).fetch_one(pool).await?;
+                    sqlx::query_as(TALLY).fetch_one(&mut *tx).await?;
                 Ok(Tally {
                     orders: row.0,
                     poisoned_orders: row.1,
@@ -208,14 +211,15 @@ macro_rules! checkout_store {
                     analytics_counted: row.8,
                     duplicates_reported: row.9,
                     retries_reported: row.10,
-                    processed: sqlx::query_as(PER_CONSUMER).fetch_all(pool).await?,
-                    dead_letters: sqlx::query_as(DEAD_PER_CONSUMER).fetch_all(pool).await?,
-                    parked: sqlx::query_as(PARKED_PER_CONSUMER).fetch_all(pool).await?,
+                    processed: sqlx::query_as(PER_CONSUMER).fetch_all(&mut *tx).await?,
+                    dead_letters: sqlx::query_as(DEAD_PER_CONSUMER).fetch_all(&mut *tx).await?,
+                    parked: sqlx::query_as(PARKED_PER_CONSUMER).fetch_all(&mut *tx).await?,
                 })
             }
         }
     };
 }
 
-checkout_store!(PgStore);
-checkout_store!(SqliteStore);
+checkout_store!(PgStore, "SET TRANSACTION ISOLATION LEVEL REPEATABLE READ");
+// A SQLite read transaction sees one snapshot from its first read.
+checkout_store!(SqliteStore, "SELECT 1");
