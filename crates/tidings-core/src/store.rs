@@ -501,7 +501,7 @@ pub struct ParkedLag {
 }
 
 impl From<(String, String, i64, i64)> for ParkedLag {
-    /// From a row of [`crate::parking::PARKED_LAG`]: (consumer, topic, keys, messages).
+    /// From a row of held keys and parked messages: (consumer, topic, keys, messages).
     fn from((consumer, topic, keys, messages): (String, String, i64, i64)) -> Self {
         ParkedLag {
             consumer,

@@ -1,14 +1,13 @@
 //! PostgreSQL's migration plan for the shared runner.
 
-use sqlx::PgPool;
-use tidings_core::Result;
-use tidings_core::migrate::{Migration, MigrationPlan};
+use tidings_sql::migrate::{Migration, MigrationPlan};
 
-const PLAN: MigrationPlan = MigrationPlan {
+pub(crate) const PLAN: MigrationPlan = MigrationPlan {
     // Several processes may start at once: one migrates, the others wait and find it done.
     lock: Some("SELECT pg_advisory_xact_lock(7311652871102644385)"),
     create_table: "CREATE TABLE IF NOT EXISTS tidings_migrations (
         version BIGINT PRIMARY KEY, name TEXT NOT NULL, applied_at TIMESTAMPTZ NOT NULL DEFAULT now())",
+    applied: "SELECT version FROM tidings_migrations WHERE version = $1",
     record: "INSERT INTO tidings_migrations (version, name) VALUES ($1, $2)",
     migrations: &[
         Migration {
@@ -43,12 +42,3 @@ const PLAN: MigrationPlan = MigrationPlan {
         },
     ],
 };
-
-pub(crate) async fn run(pool: &PgPool) -> Result<()> {
-    tidings_core::migrate::run(pool, &PLAN).await
-}
-
-/// The latest migration this build ships.
-pub(crate) fn latest() -> i64 {
-    PLAN.migrations.last().map_or(0, |m| m.version)
-}

@@ -12,9 +12,11 @@ use std::sync::OnceLock;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
+use async_trait::async_trait;
 use sqlx::PgPool;
 use sqlx::postgres::PgListener;
-use tokio::sync::{Notify, mpsc, watch};
+use tidings_sql::{LocalWakeups, Wakeups};
+use tokio::sync::{mpsc, watch};
 use tokio_util::sync::{CancellationToken, DropGuard};
 
 const CHANNEL: &str = "tidings_wake";
@@ -33,14 +35,12 @@ struct Flags {
     log: AtomicBool,
 }
 
-/// Local signals and the cross-process bridge.
-pub(crate) struct Wakeups {
+/// PostgreSQL's wake-ups: local signals and the cross-process bridge.
+pub struct PgWakeups {
     pool: PgPool,
     cross_process: bool,
-    /// Relays waiting for outbox rows. One permit is kept if nobody waits.
-    outbox: Arc<Notify>,
-    /// Log readers: a counter bumped on every append.
-    log: Arc<watch::Sender<u64>>,
+    /// This process's relays and log readers.
+    local: LocalWakeups,
     flags: Arc<Flags>,
     sender: OnceLock<mpsc::Sender<()>>,
     listener: OnceLock<()>,
@@ -49,46 +49,27 @@ pub(crate) struct Wakeups {
     _guard: DropGuard,
 }
 
-impl Wakeups {
+impl std::fmt::Debug for PgWakeups {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PgWakeups")
+            .field("cross_process", &self.cross_process)
+            .finish_non_exhaustive()
+    }
+}
+
+impl PgWakeups {
     pub(crate) fn new(pool: PgPool, cross_process: bool) -> Self {
         let stop = CancellationToken::new();
-        Wakeups {
+        PgWakeups {
             pool,
             cross_process,
-            outbox: Arc::new(Notify::new()),
-            log: Arc::new(watch::Sender::new(0)),
+            local: LocalWakeups::default(),
             flags: Arc::default(),
             sender: OnceLock::new(),
             listener: OnceLock::new(),
             _guard: stop.clone().drop_guard(),
             stop,
         }
-    }
-
-    pub(crate) fn outbox_committed(&self) {
-        self.outbox.notify_one();
-        if self.cross_process {
-            self.flags.outbox.store(true, Ordering::Release);
-            self.kick();
-        }
-    }
-
-    pub(crate) fn log_appended(&self) {
-        self.log.send_modify(|n| *n = n.wrapping_add(1));
-        if self.cross_process {
-            self.flags.log.store(true, Ordering::Release);
-            self.kick();
-        }
-    }
-
-    pub(crate) async fn wait_outbox(&self, timeout: Duration) {
-        self.listen();
-        let _ = tokio::time::timeout(timeout, self.outbox.notified()).await;
-    }
-
-    pub(crate) fn log_signal(&self) -> watch::Receiver<u64> {
-        self.listen();
-        self.log.subscribe()
     }
 
     fn kick(&self) {
@@ -132,8 +113,7 @@ impl Wakeups {
         }
         self.listener.get_or_init(|| {
             let pool = self.pool.clone();
-            let outbox = self.outbox.clone();
-            let log = self.log.clone();
+            let local = self.local.clone();
             let stop = self.stop.clone();
             tokio::spawn(async move {
                 let mut backoff = 0u32;
@@ -157,8 +137,8 @@ impl Wakeups {
                     };
                     backoff = 0;
                     // Anything sent while we were not listening: assume there is work.
-                    outbox.notify_one();
-                    log.send_modify(|n| *n = n.wrapping_add(1));
+                    local.outbox_committed();
+                    local.log_appended();
                     loop {
                         let received = tokio::select! {
                             _ = stop.cancelled() => return,
@@ -166,8 +146,8 @@ impl Wakeups {
                         };
                         match received {
                             Ok(Some(n)) => match n.payload() {
-                                "outbox" => outbox.notify_one(),
-                                _ => log.send_modify(|n| *n = n.wrapping_add(1)),
+                                "outbox" => local.outbox_committed(),
+                                _ => local.log_appended(),
                             },
                             // The connection dropped; reconnect and assume work was missed.
                             Ok(None) | Err(_) => continue 'connect,
@@ -176,5 +156,34 @@ impl Wakeups {
                 }
             });
         });
+    }
+}
+
+#[async_trait]
+impl Wakeups for PgWakeups {
+    fn outbox_committed(&self) {
+        self.local.outbox_committed();
+        if self.cross_process {
+            self.flags.outbox.store(true, Ordering::Release);
+            self.kick();
+        }
+    }
+
+    fn log_appended(&self) {
+        self.local.log_appended();
+        if self.cross_process {
+            self.flags.log.store(true, Ordering::Release);
+            self.kick();
+        }
+    }
+
+    async fn wait_outbox(&self, timeout: Duration) {
+        self.listen();
+        self.local.wait_outbox(timeout).await;
+    }
+
+    fn log_signal(&self) -> watch::Receiver<u64> {
+        self.listen();
+        self.local.log_signal()
     }
 }

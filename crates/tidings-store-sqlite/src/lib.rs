@@ -1,6 +1,7 @@
-//! SQLite for Tidings, the embedded default: the transactional outbox, the
-//! relay's claims, the database-log transport, the consumers' idempotency
-//! records, the effects ledger and the failure store, in one file.
+//! SQLite for Tidings, the embedded default: the dialect of
+//! [`tidings_sql`]'s store, so that [`SqliteStore`] holds the transactional
+//! outbox, the relay's claims, the database-log transport, the consumers'
+//! idempotency records, the effects ledger and the failure store, in one file.
 //!
 //! ```no_run
 //! use tidings_core::{Envelope, Outbox, OutgoingMessage};
@@ -20,93 +21,89 @@
 //!
 //! SQLite serializes writers, so one relay per database file: a second relay
 //! on the same file would publish duplicates (never lose anything). Wake-ups
-//! travel in memory; other processes poll.
+//! travel in memory; other processes poll. What is SQLite's own: its
+//! statements (`sql`), the relay's claim ([`SqliteBatch`]: read, then
+//! completed under a fence check), the log's append, and its migrations.
 #![warn(missing_docs, missing_debug_implementations, unreachable_pub)]
 
-mod consumer;
-mod failures;
-mod inspect;
-mod lag;
-mod lease;
+mod claim;
 mod log;
 mod migrate;
-pub mod outbox;
-mod replay;
+mod sql;
 
-use std::fmt;
 use std::str::FromStr;
-use std::sync::Arc;
 use std::time::Duration;
 
-use sqlx::SqlitePool;
-use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePoolOptions, SqliteSynchronous};
-use tidings_core::guard::Guard;
-use tidings_core::log::{LogPublisher, LogReaderConfig, LogSubscriber};
-use tidings_core::{Error, PublishGuard, Result};
-use tokio::sync::{Notify, watch};
+use async_trait::async_trait;
+use sqlx::sqlite::{
+    SqliteConnectOptions, SqliteJournalMode, SqlitePoolOptions, SqliteQueryResult, SqliteSynchronous,
+};
+use sqlx::{Sqlite, SqlitePool};
+use tidings_core::{Error, OutboxPartitions, OutgoingMessage, Result};
+use tidings_sql::{Dialect, LocalWakeups, SqlStore, Statements, StoreOptions};
+use uuid::Uuid;
 
-pub use outbox::SqliteBatch;
+pub use claim::SqliteBatch;
 
-/// Options of a [`SqliteStore`].
-#[derive(Debug, Clone, Default)]
-pub struct SqliteStoreOptions {
-    retention: Option<Duration>,
-    guard: Guard,
-}
-
-impl SqliteStoreOptions {
-    /// Keep sent outbox rows for `retention` instead of deleting them when sent.
-    pub fn retention(mut self, retention: Duration) -> Self {
-        self.retention = Some(retention);
-        self
-    }
-
-    /// Checks every message before the outbox accepts it (schema
-    /// validation and the secrets lint, with `tidings-schema`'s
-    /// `SchemaGuard`). A refused message is not written and `enqueue`
-    /// returns [`Error::Refused`].
-    pub fn guard(mut self, guard: Arc<dyn PublishGuard>) -> Self {
-        self.guard = Some(guard);
-        self
-    }
-}
+/// The SQLite dialect.
+#[derive(Debug, Clone, Copy)]
+pub struct Lite;
 
 /// Tidings' SQLite store. Cheap to clone.
-#[derive(Clone)]
-pub struct SqliteStore {
-    inner: Arc<Inner>,
-}
+pub type SqliteStore = SqlStore<Lite>;
 
-struct Inner {
-    pool: SqlitePool,
-    options: SqliteStoreOptions,
-    outbox_signal: Notify,
-    log_signal: watch::Sender<u64>,
-}
-
-impl fmt::Debug for SqliteStore {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("SqliteStore")
-            .field("pool_size", &self.inner.pool.size())
-            .field("options", &self.inner.options)
-            .finish_non_exhaustive()
-    }
-}
+/// Options of a [`SqliteStore`].
+pub type SqliteStoreOptions = StoreOptions;
 
 pub(crate) fn now_millis() -> i64 {
     chrono::Utc::now().timestamp_millis()
 }
 
-impl SqliteStore {
+fn json_list<T: serde::Serialize>(values: &[T]) -> String {
+    serde_json::to_string(values).expect("a list of plain values to JSON")
+}
+
+#[async_trait]
+impl Dialect for Lite {
+    type Db = Sqlite;
+    type IntList = String;
+    type TextList = String;
+    type UuidList = String;
+    type Batch = SqliteBatch;
+    type Wakeups = LocalWakeups;
+
+    const NAME: &'static str = "SQLite";
+    const LOG_TRANSPORT: &'static str = "sqlite-log";
+    const SQL: Statements = sql::SQL;
+    const MIGRATIONS: tidings_sql::migrate::MigrationPlan = migrate::PLAN;
+
+    fn int_list(values: &[i64]) -> String {
+        json_list(values)
+    }
+
+    fn text_list(values: &[String]) -> String {
+        json_list(values)
+    }
+
+    /// Ids as hex strings: the statements match them with `unhex(value)`
+    /// against the 16-byte blobs sqlx stores.
+    fn uuid_list(values: &[Uuid]) -> String {
+        json_list(
+            &values
+                .iter()
+                .map(|id| id.simple().to_string())
+                .collect::<Vec<_>>(),
+        )
+    }
+
+    fn rows_affected(result: &SqliteQueryResult) -> u64 {
+        result.rows_affected()
+    }
+
     /// Opens (creating if missing) the database at `url` (`sqlite://path.db`
     /// or a plain path), in WAL mode with `synchronous = FULL`: a commit
     /// that returned survives a power cut.
-    pub async fn connect(url: &str) -> Result<Self> {
-        Self::connect_with(url, SqliteStoreOptions::default()).await
-    }
-
-    /// [`SqliteStore::connect`] with options.
-    pub async fn connect_with(url: &str, store_options: SqliteStoreOptions) -> Result<Self> {
+    async fn open(url: &str, _options: &StoreOptions) -> Result<SqlitePool> {
         let url = if url.starts_with("sqlite:") {
             url.to_owned()
         } else {
@@ -121,48 +118,22 @@ impl SqliteStore {
             .journal_mode(SqliteJournalMode::Wal)
             .synchronous(SqliteSynchronous::Full)
             .busy_timeout(Duration::from_secs(30));
-        let pool = SqlitePoolOptions::new()
+        SqlitePoolOptions::new()
             .max_connections(8)
             .connect_with(options)
             .await
-            .map_err(Error::db("opening the SQLite database"))?;
-        Ok(Self::with_options(pool, store_options))
+            .map_err(Error::db("opening the SQLite database"))
     }
 
-    /// A store on an existing pool, with default options.
-    pub fn new(pool: SqlitePool) -> Self {
-        Self::with_options(pool, SqliteStoreOptions::default())
+    fn wakeups(_pool: &SqlitePool, _options: &StoreOptions) -> LocalWakeups {
+        LocalWakeups::default()
     }
 
-    /// A store on an existing pool.
-    pub fn with_options(pool: SqlitePool, options: SqliteStoreOptions) -> Self {
-        SqliteStore {
-            inner: Arc::new(Inner {
-                pool,
-                options,
-                outbox_signal: Notify::new(),
-                log_signal: watch::Sender::new(0),
-            }),
-        }
+    async fn claim(store: &SqliteStore, limit: usize, held: &OutboxPartitions) -> Result<SqliteBatch> {
+        claim::claim(store, limit, held).await
     }
 
-    /// The connection pool, for the application's own queries.
-    pub fn pool(&self) -> &SqlitePool {
-        &self.inner.pool
-    }
-
-    /// Creates or upgrades Tidings' tables (idempotent).
-    pub async fn migrate(&self) -> Result<()> {
-        migrate::run(&self.inner.pool).await
-    }
-
-    /// The database-log transport's publisher on this database.
-    pub fn log_publisher(&self) -> LogPublisher<SqliteStore> {
-        LogPublisher::new(Arc::new(self.clone()))
-    }
-
-    /// The database-log transport's subscriber on this database.
-    pub fn log_subscriber(&self, config: LogReaderConfig) -> LogSubscriber<SqliteStore> {
-        LogSubscriber::new(Arc::new(self.clone()), config)
+    async fn append(store: &SqliteStore, batch: &[OutgoingMessage]) -> Result<()> {
+        log::append(store, batch).await
     }
 }

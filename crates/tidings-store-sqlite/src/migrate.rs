@@ -1,16 +1,15 @@
 //! SQLite's migration plan for the shared runner.
 
-use sqlx::SqlitePool;
-use tidings_core::Result;
-use tidings_core::migrate::{Migration, MigrationPlan};
+use tidings_sql::migrate::{Migration, MigrationPlan};
 
-const PLAN: MigrationPlan = MigrationPlan {
+pub(crate) const PLAN: MigrationPlan = MigrationPlan {
     // The first statement writes, so the transaction holds SQLite's write
     // lock from there: concurrent migrators wait, then find the work done.
     lock: None,
     create_table: "CREATE TABLE IF NOT EXISTS tidings_migrations (
         version INTEGER PRIMARY KEY, name TEXT NOT NULL,
         applied_at INTEGER NOT NULL DEFAULT (CAST((julianday('now') - 2440587.5) * 86400000 AS INTEGER)))",
+    applied: "SELECT version FROM tidings_migrations WHERE version = $1",
     record: "INSERT INTO tidings_migrations (version, name) VALUES ($1, $2)",
     migrations: &[
         Migration {
@@ -45,12 +44,3 @@ const PLAN: MigrationPlan = MigrationPlan {
         },
     ],
 };
-
-pub(crate) async fn run(pool: &SqlitePool) -> Result<()> {
-    tidings_core::migrate::run(pool, &PLAN).await
-}
-
-/// The latest migration this build ships.
-pub(crate) fn latest() -> i64 {
-    PLAN.migrations.last().map_or(0, |m| m.version)
-}

@@ -1,13 +1,15 @@
-//! Tidings' own migration runner, shared by the store crates.
+//! Tidings' own migration runner, one for every database.
 //!
 //! Migrations are tracked in `tidings_migrations`, apart from the
 //! application's own (`_sqlx_migrations`), so the two never collide. Each
-//! store crate lists its SQL files; this module applies the missing ones in
-//! one transaction.
+//! dialect lists its SQL files in a [`MigrationPlan`]; [`run`] applies the
+//! missing ones in one transaction.
 
-use sqlx::{ColumnIndex, Database, Decode, Encode, Executor, IntoArguments, Pool, Type};
+use sqlx::Pool;
+use tidings_core::{Error, Result};
 
-use crate::error::{Error, Result};
+use crate::Dialect;
+use crate::db::{SqlDb, Stmt};
 
 /// One migration: never edit a shipped one, add another.
 #[derive(Debug, Clone, Copy)]
@@ -29,56 +31,52 @@ pub struct MigrationPlan {
     pub lock: Option<&'static str>,
     /// Creates `tidings_migrations (version, name, applied_at)` if missing.
     pub create_table: &'static str,
-    /// Records a version: binds `version` and `name`.
+    /// ($1 version) -> a row if applied.
+    pub applied: &'static str,
+    /// Records a version: ($1 version, $2 name).
     pub record: &'static str,
     /// The migrations, in order.
     pub migrations: &'static [Migration],
 }
 
-/// Applies the migrations of `plan` that `pool`'s database lacks, in one transaction.
-pub async fn run<DB>(pool: &Pool<DB>, plan: &MigrationPlan) -> Result<()>
-where
-    DB: Database,
-    for<'c> &'c mut DB::Connection: Executor<'c, Database = DB>,
-    DB::Arguments: IntoArguments<DB>,
-    for<'q> i64: Encode<'q, DB> + Decode<'q, DB> + Type<DB>,
-    for<'q> &'q str: Encode<'q, DB> + Type<DB>,
-    usize: ColumnIndex<DB::Row>,
-{
+impl MigrationPlan {
+    /// The latest migration this build ships.
+    pub fn latest(&self) -> i64 {
+        self.migrations.last().map_or(0, |m| m.version)
+    }
+}
+
+/// Applies the migrations `pool`'s database lacks, in one transaction.
+pub async fn run<D: Dialect>(pool: &Pool<D::Db>) -> Result<()> {
+    let plan = &D::MIGRATIONS;
     let mut tx = pool
         .begin()
         .await
         .map_err(Error::db("starting Tidings migrations"))?;
     if let Some(lock) = plan.lock {
-        sqlx::query(lock)
-            .execute(&mut *tx)
-            .await
-            .map_err(Error::db("locking Tidings migrations"))?;
+        Stmt::<D::Db>::new(lock, "locking Tidings migrations")
+            .execute(&mut tx)
+            .await?;
     }
-    sqlx::query(plan.create_table)
-        .execute(&mut *tx)
-        .await
-        .map_err(Error::db("creating tidings_migrations"))?;
+    Stmt::<D::Db>::new(plan.create_table, "creating tidings_migrations")
+        .execute(&mut tx)
+        .await?;
     for m in plan.migrations {
-        let done: Option<i64> =
-            sqlx::query_scalar("SELECT version FROM tidings_migrations WHERE version = $1")
-                .bind(m.version)
-                .fetch_optional(&mut *tx)
-                .await
-                .map_err(Error::db("reading tidings_migrations"))?;
+        let done = Stmt::<D::Db>::new(plan.applied, "reading tidings_migrations")
+            .bind(m.version)
+            .fetch_optional(&mut tx)
+            .await?;
         if done.is_some() {
             continue;
         }
-        sqlx::raw_sql(m.sql)
-            .execute(&mut *tx)
+        <D::Db as SqlDb>::script(&mut tx, sqlx::SqlSafeStr::into_sql_str(m.sql))
             .await
             .map_err(Error::db("applying a Tidings migration"))?;
-        sqlx::query(plan.record)
+        Stmt::<D::Db>::new(plan.record, "recording a Tidings migration")
             .bind(m.version)
             .bind(m.name)
-            .execute(&mut *tx)
-            .await
-            .map_err(Error::db("recording a Tidings migration"))?;
+            .execute(&mut tx)
+            .await?;
         tracing::info!(version = m.version, name = m.name, "applied Tidings migration");
     }
     tx.commit()

@@ -1,0 +1,276 @@
+//! What one database supplies: its SQL, its list codecs, its claim, its
+//! wake-ups, its migrations. Everything else is written once.
+//!
+//! Conventions every dialect's statements keep, so that the flow binds and
+//! reads the same Rust values on every database:
+//!
+//! - placeholders are `$1`, `$2`... in the order the field's doc gives; a
+//!   statement may leave a parameter unused;
+//! - points in time cross the boundary as `i64` microseconds since the
+//!   Unix epoch (bound and selected), durations and ages as `i64`
+//!   milliseconds; each dialect converts to its own columns;
+//! - JSON columns are bound and selected as text;
+//! - a list parameter is the dialect's own list value
+//!   ([`Dialect::int_list`], [`Dialect::text_list`], [`Dialect::uuid_list`]).
+
+use std::time::Duration;
+
+use async_trait::async_trait;
+use sqlx::{Database, Pool};
+use tidings_core::{ClaimedBatch, OutboxPartitions, OutgoingMessage, Result};
+use tokio::sync::watch;
+use uuid::Uuid;
+
+use crate::db::{Bind, SqlDb};
+use crate::migrate::MigrationPlan;
+use crate::store::{SqlStore, StoreOptions};
+
+/// One database's part of the store.
+#[async_trait]
+pub trait Dialect: Sized + Send + Sync + 'static {
+    /// The sqlx database.
+    type Db: SqlDb
+        + for<'a> Bind<'a, Self::IntList>
+        + for<'a> Bind<'a, Self::TextList>
+        + for<'a> Bind<'a, Self::UuidList>;
+    /// A list of integers as a parameter.
+    type IntList: Send;
+    /// A list of strings as a parameter.
+    type TextList: Send;
+    /// A list of ids as a parameter.
+    type UuidList: Send;
+    /// A batch the relay claimed ([`Dialect::claim`]).
+    type Batch: ClaimedBatch + std::fmt::Debug;
+    /// How producers wake relays and log readers ([`Wakeups`]).
+    type Wakeups: Wakeups;
+
+    /// The database's name in messages (`PostgreSQL`).
+    const NAME: &'static str;
+    /// The database-log transport's name (`pg-log`).
+    const LOG_TRANSPORT: &'static str;
+    /// The statements.
+    const SQL: Statements;
+    /// The migrations.
+    const MIGRATIONS: MigrationPlan;
+
+    /// `values` as a list parameter.
+    fn int_list(values: &[i64]) -> Self::IntList;
+    /// `values` as a list parameter.
+    fn text_list(values: &[String]) -> Self::TextList;
+    /// `values` as a list parameter.
+    fn uuid_list(values: &[Uuid]) -> Self::UuidList;
+    /// Rows a statement changed.
+    fn rows_affected(result: &<Self::Db as Database>::QueryResult) -> u64;
+
+    /// Opens a pool on `url` (already known to be this database's).
+    async fn open(url: &str, options: &StoreOptions) -> Result<Pool<Self::Db>>;
+
+    /// The wake-ups of a store on `pool`.
+    fn wakeups(pool: &Pool<Self::Db>, options: &StoreOptions) -> Self::Wakeups;
+
+    /// Claims up to `limit` of the oldest unsent records of the partitions
+    /// `held` leases ([`RelayStore::claim`](tidings_core::RelayStore::claim)):
+    /// how the database keeps two relays off the same rows is its own.
+    async fn claim(store: &SqlStore<Self>, limit: usize, held: &OutboxPartitions) -> Result<Self::Batch>;
+
+    /// Appends `batch` to the database log in one transaction.
+    async fn append(store: &SqlStore<Self>, batch: &[OutgoingMessage]) -> Result<()>;
+}
+
+/// Wake-ups from producers to relays and log readers. Relays and readers
+/// poll anyway: a lost wake-up costs one polling interval, never a message.
+#[async_trait]
+pub trait Wakeups: Send + Sync + 'static {
+    /// Outbox records were committed.
+    fn outbox_committed(&self);
+    /// Log entries were committed.
+    fn log_appended(&self);
+    /// Waits for [`outbox_committed`](Self::outbox_committed) or `timeout`.
+    async fn wait_outbox(&self, timeout: Duration);
+    /// A counter that moves on every append the store hears of.
+    fn log_signal(&self) -> watch::Receiver<u64>;
+}
+
+/// In-process wake-ups: a relay waiting in this process is woken at once.
+/// Dialects that can reach other processes build on it.
+#[derive(Debug, Clone)]
+pub struct LocalWakeups {
+    outbox: std::sync::Arc<tokio::sync::Notify>,
+    log: std::sync::Arc<watch::Sender<u64>>,
+}
+
+impl Default for LocalWakeups {
+    fn default() -> Self {
+        LocalWakeups {
+            outbox: Default::default(),
+            log: std::sync::Arc::new(watch::Sender::new(0)),
+        }
+    }
+}
+
+#[async_trait]
+impl Wakeups for LocalWakeups {
+    fn outbox_committed(&self) {
+        // One permit is kept if nobody waits: the next wait returns at once.
+        self.outbox.notify_one();
+    }
+
+    fn log_appended(&self) {
+        self.log.send_modify(|n| *n = n.wrapping_add(1));
+    }
+
+    async fn wait_outbox(&self, timeout: Duration) {
+        let _ = tokio::time::timeout(timeout, self.outbox.notified()).await;
+    }
+
+    fn log_signal(&self) -> watch::Receiver<u64> {
+        self.log.subscribe()
+    }
+}
+
+/// A dialect's statements, one field per statement, each documented with
+/// its parameters and columns. Statements that read the same on several
+/// databases are declared once in [`shared`](crate::shared).
+#[derive(Debug, Clone, Copy)]
+pub struct Statements {
+    // The outbox.
+    /// ($1 id, $2 topic, $3 aggregate key, $4 key hash, $5 type, $6 body).
+    pub enqueue: &'static str,
+    /// ($1 retention ms): deletes sent records older.
+    pub outbox_cleanup: &'static str,
+
+    // Consumer records.
+    /// ($1 consumer, $2 message id) -> a row if it was not recorded yet.
+    pub mark_processed: &'static str,
+    /// ($1 consumer, $2 id list) -> (message id) of those not recorded yet,
+    /// where one statement can do it; else one by one.
+    pub mark_processed_all: Option<&'static str>,
+    /// ($1 consumer, $2 message id, $3 effect) -> a row if recorded.
+    pub effect_recorded: &'static str,
+    /// ($1 consumer, $2 message id, $3 effect, $4 idempotency key).
+    pub record_effect: &'static str,
+    /// ($1 scope, $2 partition i32, $3 member, $4 fence) -> a row if held,
+    /// locked until the transaction ends where the database can.
+    pub holds_lease: &'static str,
+    /// ($1 consumer, $2 message id, $3 scope, $4 partition, $5 member,
+    /// $6 fence) -> (lease held, marker new), where one statement can do
+    /// the fence check and the marker; else `holds_lease` after `mark_processed`.
+    pub begin_handling: Option<&'static str>,
+
+    // Dead letters.
+    /// ($1 id, $2 consumer, $3 topic, $4 message id, $5 type, $6 key,
+    /// $7 headers JSON, $8 body, $9 attempts i32, $10 errors JSON, $11 created µs):
+    /// inserts, or for the same (consumer, message id) adds attempts,
+    /// appends errors and makes it pending again.
+    pub dead_letter_upsert: &'static str,
+    /// ($1 consumer or null, $2 type or null, $3 limit or null, $4 include
+    /// settled) -> [`DEAD_LETTER_COLUMNS`](crate::failures), newest first.
+    pub dead_letters: &'static str,
+    /// ($1 id): run before `dead_letter_for_redrive` where reading cannot lock.
+    pub lock_dead_letter: Option<&'static str>,
+    /// ($1 id) -> the dead letter's columns, locked for the redrive.
+    pub dead_letter_for_redrive: &'static str,
+    /// ($1 id).
+    pub mark_redriven: &'static str,
+    /// ($1 id) -> (consumer, topic, key, message id).
+    pub mark_skipped: &'static str,
+    /// ($1 id list): deletes the settled ones.
+    pub purge: &'static str,
+
+    // Held keys and parked messages.
+    /// ($1 consumer, $2 topic, $3 key, $4 message id, $5 released).
+    pub hold: &'static str,
+    /// ($1 consumer) -> (topic, key, message id, released).
+    pub held_keys: &'static str,
+    /// ($1 consumer, $2 topic, $3 key, $4 message id, $5 headers JSON, $6 body).
+    pub park: &'static str,
+    /// ($1 consumer, $2 topic, $3 key) -> (message id, headers JSON, body).
+    pub next_parked: &'static str,
+    /// ($1 consumer, $2 message id).
+    pub unpark: &'static str,
+    /// ($1 consumer, $2 topic, $3 key): deletes the hold if nothing is parked.
+    pub release_key: &'static str,
+    /// ($1 consumer, $2 topic, $3 key, $4 message id, $5 released).
+    pub release_skipped: &'static str,
+
+    // Membership and leases.
+    /// ($1 scope, $2 member, $3 ttl ms).
+    pub heartbeat: &'static str,
+    /// ($1 scope).
+    pub forget_expired_members: &'static str,
+    /// ($1 scope) -> (member), sorted.
+    pub members: &'static str,
+    /// ($1 scope, $2 member, $3 partition list, $4 ttl ms) -> (partition
+    /// i32, fence) of those taken or renewed.
+    pub acquire_leases: &'static str,
+    /// ($1 scope, $2 member, $3 partition list).
+    pub release_leases: &'static str,
+    /// ($1 scope, $2 member): lapses all its leases.
+    pub release_all_leases: &'static str,
+    /// ($1 scope, $2 member).
+    pub leave: &'static str,
+
+    // Lag and inspection.
+    /// () -> (unsent count, oldest unsent age ms or null).
+    pub outbox_lag: &'static str,
+    /// () -> (group, topic, pending) over the log's offsets.
+    pub log_lag: &'static str,
+    /// () -> (consumer, pending dead letters, oldest age ms or null).
+    pub dead_letter_lag: &'static str,
+    /// () -> (consumer, topic, held keys, parked messages).
+    pub parked_lag: &'static str,
+    /// () -> (scope, member, ms left) of live members.
+    pub live_members: &'static str,
+    /// () -> (scope, owner, partition i32, fence) of live leases.
+    pub live_leases: &'static str,
+    /// ($1 partition count) -> (partition, unsent, oldest age ms or null).
+    pub outbox_backlog: &'static str,
+    /// () -> the highest sequence number the outbox ever gave.
+    pub outbox_high_water: &'static str,
+    /// ($1 consumer) -> whether it has processed markers.
+    pub has_processed: &'static str,
+    /// () -> whether `tidings_migrations` exists.
+    pub migrations_table_exists: &'static str,
+    /// () -> the highest applied migration, or null.
+    pub applied_migration: &'static str,
+    /// () -> (slot, active, retained bytes or null), where the database has them.
+    pub replication_slots: Option<&'static str>,
+
+    // Replay.
+    /// ($1 topic list, $2 since µs, $3 until µs, $4 after seq, $5 limit) ->
+    /// (seq, topic, key, body) of the log.
+    pub retained_log: &'static str,
+    /// The same over sent outbox records.
+    pub retained_outbox: &'static str,
+    /// ($1 topic list, $2 since µs, $3 until µs) -> count, of the log.
+    pub count_retained_log: &'static str,
+    /// The same over sent outbox records.
+    pub count_retained_outbox: &'static str,
+    /// ($1 consumer, $2 id list) -> count of those processed.
+    pub count_processed: &'static str,
+    /// ($1 id, $2 consumer, $3 topics JSON, $4 source, $5 since µs,
+    /// $6 until µs, $7 rate f64, $8 total).
+    pub request_replay: &'static str,
+    /// ($1 id) -> the replay's columns.
+    pub replay: &'static str,
+    /// ($1 consumer, $2 member, $3 ttl ms) -> the claimed replay's columns.
+    pub claim_replay: &'static str,
+    /// ($1 id, $2 member, $3 cursor, $4 delivered, $5 suppressed, $6
+    /// handled, $7 failed, $8 ttl ms, $9 done).
+    pub replay_progress: &'static str,
+    /// ($1 id).
+    pub cancel_replay: &'static str,
+
+    // The database log.
+    /// ($1 topic, $2 after txid, $3 after seq, $4 limit, $5 partition
+    /// count, $6 partition index) -> (txid, seq, key, body), only of
+    /// entries no earlier transaction can still overtake.
+    pub log_read: &'static str,
+    /// ($1 group, $2 topic, $3 partition count i32, $4 index i32) -> (txid, seq).
+    pub log_offset: &'static str,
+    /// ($1 group, $2 topic, $3 txid, $4 seq, $5 count i32, $6 index i32):
+    /// never moves an offset backwards.
+    pub log_commit: &'static str,
+    /// ($1 older than ms, $2 limit): deletes entries every reader passed.
+    pub log_trim: &'static str,
+}

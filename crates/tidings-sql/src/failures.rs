@@ -1,0 +1,164 @@
+//! The failure store: dead letters, redrive, skip and purge.
+
+use async_trait::async_trait;
+use sqlx::Database;
+use tidings_core::{
+    DeadLetter, DeadLetterFilter, Failure, FailureStore, Outbox, OutgoingMessage, Redrive, Result, Skip,
+    redrive_envelope,
+};
+use uuid::Uuid;
+
+use crate::db::{Record, Stmt};
+use crate::store::{from_micros, micros};
+use crate::{Dialect, SqlStore};
+
+/// The columns a dialect's dead-letter queries return, in this order
+/// (times in microseconds, JSON as text).
+pub const DEAD_LETTER_COLUMNS: &str = "id, consumer, topic, message_id, message_type, aggregate_key, \
+    headers, body, attempts, errors, created_at, redrives, redriven_at, skipped_at";
+
+fn letter<D: Dialect>(r: &Record<D::Db>) -> Result<DeadLetter> {
+    let headers: String = r.get(6)?;
+    let errors: String = r.get(9)?;
+    Ok(DeadLetter {
+        id: r.get(0)?,
+        consumer: r.get(1)?,
+        topic: r.get(2)?,
+        message_id: r.get(3)?,
+        message_type: r.get(4)?,
+        aggregate_key: r.get(5)?,
+        headers: serde_json::from_str(&headers).unwrap_or_default(),
+        body: r.get(7)?,
+        attempts: u32::try_from(r.get::<i32>(8)?).unwrap_or(0),
+        errors: serde_json::from_str::<Vec<Failure>>(&errors).unwrap_or_default(),
+        created_at: from_micros(r.get(10)?),
+        redrives: u32::try_from(r.get::<i32>(11)?).unwrap_or(0),
+        redriven_at: r.get::<Option<i64>>(12)?.map(from_micros),
+        skipped_at: r.get::<Option<i64>>(13)?.map(from_micros),
+    })
+}
+
+impl<D: Dialect> SqlStore<D> {
+    /// Stores a dead letter on `conn`; failing again after a redrive or a
+    /// skip makes it pending again, with its history appended.
+    pub(crate) async fn insert_dead_letter(
+        conn: &mut <D::Db as Database>::Connection,
+        l: &DeadLetter,
+    ) -> Result<()> {
+        let headers = serde_json::to_string(&l.headers).expect("string map to JSON");
+        let errors = serde_json::to_string(&l.errors).expect("failures to JSON");
+        Stmt::<D::Db>::new(D::SQL.dead_letter_upsert, "storing a dead letter")
+            .bind(l.id)
+            .bind(l.consumer.as_str())
+            .bind(l.topic.as_str())
+            .bind(l.message_id)
+            .bind(l.message_type.as_deref())
+            .bind(l.aggregate_key.as_deref())
+            .bind(headers.as_str())
+            .bind(l.body.as_slice())
+            .bind(i32::try_from(l.attempts).unwrap_or(i32::MAX))
+            .bind(errors.as_str())
+            .bind(micros(l.created_at))
+            .execute(conn)
+            .await?;
+        Ok(())
+    }
+}
+
+#[async_trait]
+impl<D: Dialect> FailureStore for SqlStore<D> {
+    async fn dead_letter(&self, l: &DeadLetter) -> Result<()> {
+        let mut conn = self.conn("storing a dead letter").await?;
+        Self::insert_dead_letter(&mut conn, l).await
+    }
+
+    async fn dead_letters(&self, filter: &DeadLetterFilter) -> Result<Vec<DeadLetter>> {
+        let mut conn = self.conn("listing dead letters").await?;
+        let rows = Stmt::<D::Db>::new(D::SQL.dead_letters, "listing dead letters")
+            .bind(filter.consumer.as_deref())
+            .bind(filter.message_type.as_deref())
+            .bind(filter.limit.map(i64::from))
+            .bind(filter.include_redriven)
+            .fetch_all(&mut conn)
+            .await?;
+        rows.iter().map(letter::<D>).collect()
+    }
+
+    async fn redrive(&self, id: Uuid) -> Result<Redrive> {
+        let mut tx = self.begin_tx("starting a redrive").await?;
+        if let Some(lock) = D::SQL.lock_dead_letter {
+            // Take the write lock first, so that the read below is consistent with the update.
+            Stmt::<D::Db>::new(lock, "locking a dead letter")
+                .bind(id)
+                .execute(&mut tx)
+                .await?;
+        }
+        let Some(row) = Stmt::<D::Db>::new(D::SQL.dead_letter_for_redrive, "reading a dead letter")
+            .bind(id)
+            .fetch_optional(&mut tx)
+            .await?
+        else {
+            return Ok(Redrive::NotFound);
+        };
+        let dead = letter::<D>(&row)?;
+        let Some(envelope) = redrive_envelope(&dead) else {
+            return Ok(Redrive::Undecodable);
+        };
+        let message_id = envelope.id;
+        self.enqueue(
+            &mut tx,
+            &OutgoingMessage {
+                topic: dead.topic.clone(),
+                envelope,
+            },
+        )
+        .await?;
+        Stmt::<D::Db>::new(D::SQL.mark_redriven, "marking a dead letter redriven")
+            .bind(id)
+            .execute(&mut tx)
+            .await?;
+        tx.commit()
+            .await
+            .map_err(tidings_core::Error::db("committing a redrive"))?;
+        self.wake();
+        Ok(Redrive::Enqueued {
+            message_id,
+            redrive: dead.redrives + 1,
+        })
+    }
+
+    async fn skip(&self, id: Uuid) -> Result<Skip> {
+        // Marks it skipped and releases the key it holds, in one transaction.
+        let mut tx = self.begin_tx("starting a skip").await?;
+        let Some(found) = Stmt::<D::Db>::new(D::SQL.mark_skipped, "marking a dead letter skipped")
+            .bind(id)
+            .fetch_optional(&mut tx)
+            .await?
+        else {
+            return Ok(Skip::NotFound);
+        };
+        let released = Stmt::<D::Db>::new(D::SQL.release_skipped, "releasing a held key")
+            .bind(found.get::<String>(0)?.as_str())
+            .bind(found.get::<String>(1)?.as_str())
+            .bind(found.get::<Option<String>>(2)?.as_deref())
+            .bind(found.get::<Option<Uuid>>(3)?)
+            .bind(true)
+            .execute(&mut tx)
+            .await?;
+        tx.commit()
+            .await
+            .map_err(tidings_core::Error::db("committing a skip"))?;
+        Ok(Skip::Skipped {
+            released_key: D::rows_affected(&released) > 0,
+        })
+    }
+
+    async fn purge(&self, ids: &[Uuid]) -> Result<u64> {
+        let mut conn = self.conn("purging dead letters").await?;
+        let done = Stmt::<D::Db>::new(D::SQL.purge, "purging dead letters")
+            .bind(D::uuid_list(ids))
+            .execute(&mut conn)
+            .await?;
+        Ok(D::rows_affected(&done))
+    }
+}

@@ -1,0 +1,45 @@
+//! Tidings' SQL store, written once over a small per-database [`Dialect`].
+//!
+//! [`SqlStore<D>`] implements every store trait of `tidings-core` (the
+//! outbox, the relay's claims, the consumers' records, the failure store,
+//! parking, leases, lag, inspection, replay and the database log's backend)
+//! with one Rust flow. A dialect supplies only what differs between
+//! databases: its table of [`Statements`], its list codecs, its claim (how
+//! two relays stay off the same rows), its [`Wakeups`] and its
+//! migrations. `tidings-store-postgres` and `tidings-store-sqlite` are the
+//! two dialects; `PgStore` and `SqliteStore` are `SqlStore` over them.
+//!
+//! ```no_run
+//! use tidings_core::{Envelope, Outbox, OutgoingMessage};
+//! # async fn run<D: tidings_sql::Dialect>(order: impl tidings_core::Message) -> Result<(), Box<dyn std::error::Error>> {
+//! let store = tidings_sql::SqlStore::<D>::connect("sqlite://tidings.db").await?;
+//! store.migrate().await?;
+//! let mut tx = store.pool().begin().await?;
+//! // ... the business write, on the same transaction ...
+//! let envelope = Envelope::new("checkout", &order)?;
+//! store.enqueue(&mut tx, &OutgoingMessage { topic: "orders".into(), envelope }).await?;
+//! tx.commit().await?;
+//! store.wake(); // after commit: relays pick it up now rather than at their next poll
+//! # Ok(()) }
+//! ```
+#![warn(missing_docs, missing_debug_implementations, unreachable_pub)]
+
+mod consumer;
+pub mod db;
+mod dialect;
+mod failures;
+mod inspect;
+mod lag;
+mod lease;
+mod log;
+pub mod migrate;
+mod outbox;
+mod parking;
+mod replay;
+pub mod shared;
+mod store;
+
+pub use dialect::{Dialect, LocalWakeups, Statements, Wakeups};
+pub use failures::DEAD_LETTER_COLUMNS;
+pub use replay::REPLAY_COLUMNS;
+pub use store::{SqlStore, StoreOptions};

@@ -1,0 +1,69 @@
+//! The outbox: `enqueue` in the caller's transaction, the relay's claims
+//! (the dialect's own), and the cleanup of sent records.
+
+use std::time::Duration;
+
+use async_trait::async_trait;
+use sqlx::Database;
+use tidings_core::partition::key_hash;
+use tidings_core::{Outbox, OutboxPartitions, OutgoingMessage, RelayStore, Result, cloudevents};
+use tracing::Instrument;
+
+use crate::db::Stmt;
+use crate::store::millis;
+use crate::{Dialect, SqlStore, Wakeups};
+
+#[async_trait]
+impl<D: Dialect> Outbox for SqlStore<D> {
+    type Database = D::Db;
+
+    async fn enqueue(
+        &self,
+        conn: &mut <D::Db as Database>::Connection,
+        message: &OutgoingMessage,
+    ) -> Result<()> {
+        tidings_core::guard::check(&self.inner.options.guard, message)?;
+        let e = &message.envelope;
+        let body = cloudevents::to_json(e);
+        Stmt::<D::Db>::new(D::SQL.enqueue, "inserting into the outbox")
+            .bind(e.id)
+            .bind(message.topic.as_str())
+            .bind(e.aggregate_key.as_str())
+            .bind(i64::from(key_hash(&e.aggregate_key)))
+            .bind(e.message_type.as_str())
+            .bind(body.as_slice())
+            .execute(conn)
+            .instrument(tidings_core::trace::enqueue_span(message))
+            .await?;
+        Ok(())
+    }
+
+    fn wake(&self) {
+        self.inner.wake.outbox_committed();
+    }
+}
+
+#[async_trait]
+impl<D: Dialect> RelayStore for SqlStore<D> {
+    type Batch = D::Batch;
+
+    async fn claim(&self, limit: usize, held: &OutboxPartitions) -> Result<D::Batch> {
+        D::claim(self, limit, held).await
+    }
+
+    async fn wait_for_work(&self, timeout: Duration) {
+        self.inner.wake.wait_outbox(timeout).await;
+    }
+
+    async fn cleanup(&self) -> Result<u64> {
+        let Some(retention) = self.inner.options.retention else {
+            return Ok(0);
+        };
+        let mut conn = self.conn("deleting sent outbox rows past retention").await?;
+        let done = Stmt::<D::Db>::new(D::SQL.outbox_cleanup, "deleting sent outbox rows past retention")
+            .bind(millis(retention))
+            .execute(&mut conn)
+            .await?;
+        Ok(D::rows_affected(&done))
+    }
+}

@@ -1,0 +1,195 @@
+//! The store: a pool, its options and its wake-ups, over one dialect.
+
+use std::fmt;
+use std::sync::Arc;
+use std::time::Duration;
+
+use sqlx::Pool;
+use sqlx::pool::PoolConnection;
+use tidings_core::guard::Guard;
+use tidings_core::log::{LogPublisher, LogReaderConfig, LogSubscriber};
+use tidings_core::{Error, PublishGuard, Result};
+
+use crate::Dialect;
+
+/// Options of a [`SqlStore`].
+#[derive(Debug, Clone)]
+pub struct StoreOptions {
+    pub(crate) retention: Option<Duration>,
+    pub(crate) cross_process_wakeups: bool,
+    pub(crate) guard: Guard,
+}
+
+impl Default for StoreOptions {
+    /// Sent outbox records are deleted at once (no retention), and wake-ups
+    /// reach other processes where the database can carry them
+    /// (PostgreSQL's `NOTIFY`, sent after commit).
+    fn default() -> Self {
+        StoreOptions {
+            retention: None,
+            cross_process_wakeups: true,
+            guard: None,
+        }
+    }
+}
+
+impl StoreOptions {
+    /// Keep sent outbox records for `retention` (marked with `published_at`)
+    /// instead of deleting them when sent. [`RelayStore::cleanup`] deletes
+    /// them once older.
+    ///
+    /// [`RelayStore::cleanup`]: tidings_core::RelayStore::cleanup
+    pub fn retention(mut self, retention: Duration) -> Self {
+        self.retention = Some(retention);
+        self
+    }
+
+    /// Whether to wake relays and log readers in other processes, where the
+    /// database can (PostgreSQL: `LISTEN`/`NOTIFY`). They poll anyway.
+    pub fn cross_process_wakeups(mut self, on: bool) -> Self {
+        self.cross_process_wakeups = on;
+        self
+    }
+
+    /// Checks every message before the outbox accepts it (schema
+    /// validation and the secrets lint, with `tidings-schema`'s
+    /// `SchemaGuard`). A refused message is not written and `enqueue`
+    /// returns [`Error::Refused`].
+    pub fn guard(mut self, guard: Arc<dyn PublishGuard>) -> Self {
+        self.guard = Some(guard);
+        self
+    }
+
+    /// Whether wake-ups reach other processes.
+    pub fn cross_process_wakeups_enabled(&self) -> bool {
+        self.cross_process_wakeups
+    }
+
+    /// How long sent records are kept, if they are.
+    pub fn retention_period(&self) -> Option<Duration> {
+        self.retention
+    }
+}
+
+/// Tidings' store on one SQL database: the outbox, the relay's claims, the
+/// database log, the consumers' records, dead letters, parking, leases,
+/// lag and replays. Cheap to clone.
+pub struct SqlStore<D: Dialect> {
+    pub(crate) inner: Arc<Inner<D>>,
+}
+
+pub(crate) struct Inner<D: Dialect> {
+    pub(crate) pool: Pool<D::Db>,
+    pub(crate) options: StoreOptions,
+    pub(crate) wake: D::Wakeups,
+}
+
+impl<D: Dialect> Clone for SqlStore<D> {
+    fn clone(&self) -> Self {
+        SqlStore {
+            inner: self.inner.clone(),
+        }
+    }
+}
+
+impl<D: Dialect> fmt::Debug for SqlStore<D> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        // The pool's options hold the password: never print them.
+        f.debug_struct("SqlStore")
+            .field("database", &D::NAME)
+            .field("pool_size", &self.inner.pool.size())
+            .field("options", &self.inner.options)
+            .finish_non_exhaustive()
+    }
+}
+
+impl<D: Dialect> SqlStore<D> {
+    /// Connects to `url` with default options.
+    pub async fn connect(url: &str) -> Result<Self> {
+        Self::connect_with(url, StoreOptions::default()).await
+    }
+
+    /// Connects to `url` with `options`.
+    pub async fn connect_with(url: &str, options: StoreOptions) -> Result<Self> {
+        let pool = D::open(url, &options).await?;
+        Ok(Self::with_options(pool, options))
+    }
+
+    /// A store on an existing pool, with default options.
+    pub fn new(pool: Pool<D::Db>) -> Self {
+        Self::with_options(pool, StoreOptions::default())
+    }
+
+    /// A store on an existing pool.
+    pub fn with_options(pool: Pool<D::Db>, options: StoreOptions) -> Self {
+        let wake = D::wakeups(&pool, &options);
+        SqlStore {
+            inner: Arc::new(Inner { pool, options, wake }),
+        }
+    }
+
+    /// The connection pool, for the application's own queries.
+    pub fn pool(&self) -> &Pool<D::Db> {
+        &self.inner.pool
+    }
+
+    /// The store's options.
+    pub fn options(&self) -> &StoreOptions {
+        &self.inner.options
+    }
+
+    /// The store's wake-ups.
+    pub fn wakeups(&self) -> &D::Wakeups {
+        &self.inner.wake
+    }
+
+    /// Creates or upgrades Tidings' tables (idempotent; safe from several processes at once).
+    pub async fn migrate(&self) -> Result<()> {
+        crate::migrate::run::<D>(&self.inner.pool).await
+    }
+
+    /// The database-log transport's publisher on this database.
+    pub fn log_publisher(&self) -> LogPublisher<Self> {
+        LogPublisher::new(Arc::new(self.clone()))
+    }
+
+    /// The database-log transport's subscriber on this database.
+    pub fn log_subscriber(&self, config: LogReaderConfig) -> LogSubscriber<Self> {
+        LogSubscriber::new(Arc::new(self.clone()), config)
+    }
+
+    /// A connection from the pool, for doing `what`.
+    pub async fn conn(&self, what: &'static str) -> Result<PoolConnection<D::Db>> {
+        self.inner.pool.acquire().await.map_err(Error::db(what))
+    }
+
+    /// A transaction, for doing `what`.
+    pub async fn begin_tx(&self, what: &'static str) -> Result<sqlx::Transaction<'static, D::Db>> {
+        self.inner.pool.begin().await.map_err(Error::db(what))
+    }
+}
+
+/// A point in time as the statements bind it: microseconds since the Unix epoch.
+pub(crate) fn micros(at: chrono::DateTime<chrono::Utc>) -> i64 {
+    at.timestamp_micros()
+}
+
+/// A point in time read back from [`micros`].
+pub(crate) fn from_micros(us: i64) -> chrono::DateTime<chrono::Utc> {
+    chrono::DateTime::from_timestamp_micros(us).unwrap_or_default()
+}
+
+/// A duration as the statements bind it: milliseconds.
+pub(crate) fn millis(d: Duration) -> i64 {
+    i64::try_from(d.as_millis()).unwrap_or(i64::MAX)
+}
+
+/// An age read back in milliseconds.
+pub(crate) fn age(ms: i64) -> Duration {
+    Duration::from_millis(ms.max(0) as u64)
+}
+
+/// A count read back.
+pub(crate) fn count(n: i64) -> u64 {
+    n.max(0) as u64
+}

@@ -1,0 +1,224 @@
+//! PostgreSQL's statements (the conventions: [`tidings_sql::Statements`]).
+//!
+//! Times are `TIMESTAMPTZ`, converted at the boundary: a bound point in
+//! time is `TIMESTAMPTZ 'epoch' + $n * INTERVAL '1 microsecond'`, a read
+//! one `EXTRACT(EPOCH FROM ...) * 1000000`. Leases and replay claims are
+//! timed by `clock_timestamp()`, the database's clock, so that members on
+//! different hosts agree on expiry. Lists are arrays.
+
+use tidings_sql::{Statements, shared};
+
+/// A dead letter's columns, times in microseconds.
+macro_rules! dead_letter_columns {
+    () => {
+        "id, consumer, topic, message_id, message_type, aggregate_key, headers::text, body, attempts,
+         errors::text, CAST(EXTRACT(EPOCH FROM created_at) * 1000000 AS BIGINT), redrives,
+         CAST(EXTRACT(EPOCH FROM redriven_at) * 1000000 AS BIGINT),
+         CAST(EXTRACT(EPOCH FROM skipped_at) * 1000000 AS BIGINT)"
+    };
+}
+
+/// A replay's columns, times in microseconds.
+macro_rules! replay_columns {
+    () => {
+        "id, consumer, topics::text, source, CAST(EXTRACT(EPOCH FROM since) * 1000000 AS BIGINT),
+         CAST(EXTRACT(EPOCH FROM until) * 1000000 AS BIGINT), rate, total, state, member, cursor,
+         delivered, suppressed, handled, failed"
+    };
+}
+
+pub(crate) const SQL: Statements = Statements {
+    enqueue: "INSERT INTO tidings_outbox (id, topic, aggregate_key, key_hash, message_type, body)
+        VALUES ($1, $2, $3, $4, $5, $6)",
+    outbox_cleanup: "DELETE FROM tidings_outbox WHERE published_at < now() - $1 * INTERVAL '1 millisecond'",
+
+    mark_processed: shared::MARK_PROCESSED,
+    // One statement for the batch, in id order so that two batches sharing
+    // ids wait on each other instead of deadlocking.
+    mark_processed_all: Some(
+        "INSERT INTO tidings_processed (consumer, message_id)
+         SELECT $1, id FROM UNNEST($2::uuid[]) AS batch(id) ORDER BY id
+         ON CONFLICT DO NOTHING RETURNING message_id",
+    ),
+    effect_recorded: shared::EFFECT_RECORDED,
+    record_effect: shared::RECORD_EFFECT,
+    // `FOR SHARE` keeps the row from changing hands until the handler's
+    // transaction ends, while the member's other handlers check it at once.
+    holds_lease: "SELECT 1 FROM tidings_leases
+        WHERE scope = $1 AND partition_index = $2 AND owner = $3 AND fence = $4
+          AND expires_at > clock_timestamp()
+        FOR SHARE",
+    begin_handling: Some(
+        "WITH fence AS (
+             SELECT 1 FROM tidings_leases
+             WHERE scope = $3 AND partition_index = $4 AND owner = $5 AND fence = $6
+               AND expires_at > clock_timestamp()
+             FOR SHARE),
+         marker AS (
+             INSERT INTO tidings_processed (consumer, message_id)
+             SELECT $1, $2 WHERE EXISTS (SELECT 1 FROM fence)
+             ON CONFLICT DO NOTHING RETURNING 1)
+         SELECT EXISTS (SELECT 1 FROM fence), EXISTS (SELECT 1 FROM marker)",
+    ),
+
+    dead_letter_upsert: "INSERT INTO tidings_dead_letters
+           (id, consumer, topic, message_id, message_type, aggregate_key, headers, body, attempts, errors,
+            created_at)
+         VALUES ($1, $2, $3, $4, $5, $6, $7::jsonb, $8, $9, $10::jsonb,
+                 TIMESTAMPTZ 'epoch' + $11 * INTERVAL '1 microsecond')
+         ON CONFLICT (consumer, message_id) WHERE message_id IS NOT NULL DO UPDATE SET
+           attempts = tidings_dead_letters.attempts + EXCLUDED.attempts,
+           errors = tidings_dead_letters.errors || EXCLUDED.errors,
+           redriven_at = NULL,
+           skipped_at = NULL,
+           updated_at = now()",
+    dead_letters: concat!(
+        "SELECT ",
+        dead_letter_columns!(),
+        " FROM tidings_dead_letters
+         WHERE ($1::text IS NULL OR consumer = $1) AND ($2::text IS NULL OR message_type = $2)
+           AND ($4 OR (redriven_at IS NULL AND skipped_at IS NULL))
+         ORDER BY created_at DESC LIMIT $3"
+    ),
+    lock_dead_letter: None,
+    dead_letter_for_redrive: concat!(
+        "SELECT ",
+        dead_letter_columns!(),
+        " FROM tidings_dead_letters WHERE id = $1 FOR UPDATE"
+    ),
+    mark_redriven: "UPDATE tidings_dead_letters SET redrives = redrives + 1, redriven_at = now() WHERE id = $1",
+    mark_skipped: "UPDATE tidings_dead_letters SET skipped_at = now(), updated_at = now()
+        WHERE id = $1 RETURNING consumer, topic, aggregate_key, message_id",
+    purge: "DELETE FROM tidings_dead_letters
+        WHERE id = ANY($1) AND (redriven_at IS NOT NULL OR skipped_at IS NOT NULL)",
+
+    hold: shared::HOLD,
+    held_keys: shared::HELD_KEYS,
+    park: shared::PARK,
+    next_parked: shared::NEXT_PARKED,
+    unpark: shared::UNPARK,
+    release_key: shared::RELEASE_KEY,
+    release_skipped: shared::RELEASE_SKIPPED,
+
+    heartbeat: "INSERT INTO tidings_members (scope, member, expires_at)
+        VALUES ($1, $2, clock_timestamp() + $3 * INTERVAL '1 millisecond')
+        ON CONFLICT (scope, member) DO UPDATE SET expires_at = EXCLUDED.expires_at",
+    forget_expired_members: "DELETE FROM tidings_members WHERE scope = $1 AND expires_at < clock_timestamp()",
+    members: shared::MEMBERS,
+    acquire_leases: "INSERT INTO tidings_leases AS l (scope, partition_index, owner, fence, expires_at)
+        SELECT $1, p, $2, 1, clock_timestamp() + $4 * INTERVAL '1 millisecond' FROM UNNEST($3::int4[]) AS p
+        ON CONFLICT (scope, partition_index) DO UPDATE
+          SET owner = EXCLUDED.owner,
+              -- Timed after the row lock: a wait on a batch that holds it
+              -- must not eat into the new lease.
+              expires_at = clock_timestamp() + $4 * INTERVAL '1 millisecond',
+              fence = CASE WHEN l.owner = EXCLUDED.owner AND l.expires_at >= clock_timestamp()
+                           THEN l.fence ELSE l.fence + 1 END
+          WHERE l.owner = EXCLUDED.owner OR l.expires_at < clock_timestamp()
+        RETURNING partition_index, fence",
+    release_leases: "UPDATE tidings_leases SET expires_at = '-infinity'
+        WHERE scope = $1 AND owner = $2 AND partition_index = ANY($3::int4[])",
+    release_all_leases: "UPDATE tidings_leases SET expires_at = '-infinity' WHERE scope = $1 AND owner = $2",
+    leave: shared::LEAVE,
+
+    outbox_lag: "SELECT count(*), CAST(EXTRACT(EPOCH FROM now() - min(created_at)) * 1000 AS BIGINT)
+        FROM tidings_outbox WHERE published_at IS NULL",
+    log_lag: "SELECT o.consumer_group, o.topic,
+               sum((SELECT count(*) FROM tidings_log l
+                    WHERE l.topic = o.topic AND (l.txid, l.seq) > (o.txid, o.seq)
+                      AND (o.partition_count = 1
+                           OR COALESCE(l.key_hash, 0) % o.partition_count = o.partition_index)))::bigint
+        FROM tidings_log_offsets o GROUP BY 1, 2 ORDER BY 1, 2",
+    dead_letter_lag:
+        "SELECT consumer, count(*), CAST(EXTRACT(EPOCH FROM now() - min(created_at)) * 1000 AS BIGINT)
+        FROM tidings_dead_letters WHERE redriven_at IS NULL AND skipped_at IS NULL
+        GROUP BY consumer ORDER BY consumer",
+    parked_lag: shared::PARKED_LAG,
+    live_members: "SELECT scope, member,
+               CAST(EXTRACT(EPOCH FROM expires_at - clock_timestamp()) * 1000 AS BIGINT)
+        FROM tidings_members WHERE expires_at > clock_timestamp() ORDER BY scope, member",
+    live_leases: "SELECT scope, owner, partition_index, fence FROM tidings_leases
+        WHERE expires_at > clock_timestamp() ORDER BY scope, owner, partition_index",
+    outbox_backlog: "SELECT COALESCE(key_hash, 0) % $1, count(*),
+               CAST(EXTRACT(EPOCH FROM now() - min(created_at)) * 1000 AS BIGINT)
+        FROM tidings_outbox WHERE published_at IS NULL GROUP BY 1 ORDER BY 1",
+    // The sequence, not max(seq): sent records may be deleted.
+    outbox_high_water: "SELECT CASE WHEN is_called THEN last_value ELSE 0 END FROM tidings_outbox_seq_seq",
+    has_processed: shared::HAS_PROCESSED,
+    migrations_table_exists: "SELECT to_regclass('tidings_migrations') IS NOT NULL",
+    applied_migration: shared::APPLIED_MIGRATION,
+    replication_slots: Some(
+        "SELECT slot_name::text, active, pg_wal_lsn_diff(pg_current_wal_lsn(), restart_lsn)::bigint
+         FROM pg_replication_slots ORDER BY slot_name",
+    ),
+
+    retained_log: "SELECT seq, topic, aggregate_key, body FROM tidings_log
+        WHERE topic = ANY($1)
+          AND created_at >= TIMESTAMPTZ 'epoch' + $2 * INTERVAL '1 microsecond'
+          AND created_at < TIMESTAMPTZ 'epoch' + $3 * INTERVAL '1 microsecond'
+          AND seq > $4 ORDER BY seq LIMIT $5",
+    retained_outbox: "SELECT seq, topic, aggregate_key, body FROM tidings_outbox
+        WHERE published_at IS NOT NULL AND topic = ANY($1)
+          AND created_at >= TIMESTAMPTZ 'epoch' + $2 * INTERVAL '1 microsecond'
+          AND created_at < TIMESTAMPTZ 'epoch' + $3 * INTERVAL '1 microsecond'
+          AND seq > $4 ORDER BY seq LIMIT $5",
+    count_retained_log: "SELECT count(*) FROM tidings_log
+        WHERE topic = ANY($1)
+          AND created_at >= TIMESTAMPTZ 'epoch' + $2 * INTERVAL '1 microsecond'
+          AND created_at < TIMESTAMPTZ 'epoch' + $3 * INTERVAL '1 microsecond'",
+    count_retained_outbox: "SELECT count(*) FROM tidings_outbox
+        WHERE published_at IS NOT NULL AND topic = ANY($1)
+          AND created_at >= TIMESTAMPTZ 'epoch' + $2 * INTERVAL '1 microsecond'
+          AND created_at < TIMESTAMPTZ 'epoch' + $3 * INTERVAL '1 microsecond'",
+    count_processed: "SELECT count(*) FROM tidings_processed WHERE consumer = $1 AND message_id = ANY($2)",
+    request_replay:
+        "INSERT INTO tidings_replays (id, consumer, topics, source, since, until, rate, total, state)
+        VALUES ($1, $2, $3::jsonb, $4, TIMESTAMPTZ 'epoch' + $5 * INTERVAL '1 microsecond',
+                TIMESTAMPTZ 'epoch' + $6 * INTERVAL '1 microsecond', $7, $8, 'pending')",
+    replay: concat!(
+        "SELECT ",
+        replay_columns!(),
+        " FROM tidings_replays WHERE id = $1"
+    ),
+    claim_replay: concat!(
+        "UPDATE tidings_replays SET state = 'running', member = $2,
+                claimed_until = clock_timestamp() + $3 * INTERVAL '1 millisecond', updated_at = now()
+         WHERE id = (SELECT id FROM tidings_replays
+                     WHERE consumer = $1 AND (state = 'pending'
+                           OR (state = 'running' AND claimed_until < clock_timestamp()))
+                     ORDER BY requested_at LIMIT 1 FOR UPDATE SKIP LOCKED)
+         RETURNING ",
+        replay_columns!()
+    ),
+    replay_progress: "UPDATE tidings_replays SET cursor = $3, delivered = $4, suppressed = $5, handled = $6,
+               failed = $7, claimed_until = clock_timestamp() + $8 * INTERVAL '1 millisecond',
+               state = CASE WHEN $9 THEN 'done' ELSE state END, updated_at = now()
+        WHERE id = $1 AND member = $2 AND state = 'running'",
+    cancel_replay: "UPDATE tidings_replays SET state = 'cancelled', updated_at = now()
+        WHERE id = $1 AND state IN ('pending', 'running')",
+
+    // Only rows of transactions older than the oldest one still running:
+    // those can no longer be joined by a row that sorts before them.
+    log_read: "SELECT txid, seq, aggregate_key, body FROM tidings_log
+        WHERE topic = $1 AND (txid, seq) > ($2, $3)
+          AND txid < pg_snapshot_xmin(pg_current_snapshot())::text::bigint
+          AND ($5 = 1 OR COALESCE(key_hash, 0) % $5 = $6)
+        ORDER BY txid, seq LIMIT $4",
+    log_offset: "SELECT txid, seq FROM tidings_log_offsets
+        WHERE consumer_group = $1 AND topic = $2 AND partition_count = $3 AND partition_index = $4",
+    log_commit:
+        "INSERT INTO tidings_log_offsets (consumer_group, topic, txid, seq, partition_count, partition_index)
+        VALUES ($1, $2, $3, $4, $5, $6)
+        ON CONFLICT (consumer_group, topic, partition_count, partition_index) DO UPDATE
+          SET txid = EXCLUDED.txid, seq = EXCLUDED.seq, updated_at = now()
+          WHERE (tidings_log_offsets.txid, tidings_log_offsets.seq) < (EXCLUDED.txid, EXCLUDED.seq)",
+    log_trim: "DELETE FROM tidings_log WHERE seq IN (
+          SELECT l.seq FROM tidings_log l
+          WHERE l.created_at < now() - $1 * INTERVAL '1 millisecond'
+            AND NOT EXISTS (
+              SELECT 1 FROM tidings_log_offsets o
+              WHERE o.topic = l.topic AND (o.txid, o.seq) < (l.txid, l.seq)
+                AND (o.partition_count = 1
+                     OR COALESCE(l.key_hash, 0) % o.partition_count = o.partition_index))
+          ORDER BY l.seq LIMIT $2)",
+};

@@ -1,0 +1,141 @@
+//! The relay's claim on SQLite: read without locking, completed under a fence check.
+
+use async_trait::async_trait;
+use sqlx::Row;
+use tidings_core::{ClaimedBatch, Error, Lease, OutboxPartitions, OutgoingMessage, Result, cloudevents};
+
+use crate::{SqliteStore, now_millis};
+
+/// A batch read by a relay of a SQLite file. Nothing is locked while it is
+/// published: holding SQLite's one write lock across a publish would block
+/// every producer. Completing deletes (or stamps) the rows of each
+/// partition in one statement that first checks the relay still holds the
+/// partition's lease with the same fencing token.
+#[derive(Debug)]
+pub struct SqliteBatch {
+    store: SqliteStore,
+    scope: String,
+    member: String,
+    /// The rows read, per partition lease.
+    rows: Vec<(Lease, Vec<i64>)>,
+    messages: Vec<OutgoingMessage>,
+}
+
+/// Reads a batch; nothing is locked until it completes.
+pub(crate) async fn claim(store: &SqliteStore, limit: usize, held: &OutboxPartitions) -> Result<SqliteBatch> {
+    let now = now_millis();
+    let mut live = Vec::with_capacity(held.leases.len());
+    for lease in &held.leases {
+        let holds: Option<i64> = sqlx::query_scalar(
+            "SELECT 1 FROM tidings_leases WHERE scope = $1 AND partition_index = $2 AND owner = $3
+               AND fence = $4 AND expires_at > $5",
+        )
+        .bind(&held.scope)
+        .bind(i64::from(lease.partition))
+        .bind(&held.member)
+        .bind(lease.fence)
+        .bind(now)
+        .fetch_optional(store.pool())
+        .await
+        .map_err(Error::db("checking the relay's leases"))?;
+        if holds.is_some() {
+            live.push(*lease);
+        }
+    }
+    let mut batch = SqliteBatch {
+        store: store.clone(),
+        scope: held.scope.clone(),
+        member: held.member.clone(),
+        rows: live.iter().map(|l| (*l, Vec::new())).collect(),
+        messages: Vec::new(),
+    };
+    if live.is_empty() {
+        return Ok(batch);
+    }
+    let partitions: Vec<u32> = live.iter().map(|l| l.partition).collect();
+    let rows = sqlx::query(
+        "SELECT seq, topic, body, COALESCE(key_hash, 0) FROM tidings_outbox
+         WHERE published_at IS NULL
+           AND ($2 = 1 OR COALESCE(key_hash, 0) % $2 IN (SELECT value FROM json_each($3)))
+         ORDER BY seq LIMIT $1",
+    )
+    .bind(i64::try_from(limit).unwrap_or(i64::MAX))
+    .bind(i64::from(held.count))
+    .bind(format!("{partitions:?}"))
+    .fetch_all(store.pool())
+    .await
+    .map_err(Error::db("claiming an outbox batch"))?;
+    for r in rows {
+        let seq: i64 = r.get(0);
+        let hash: i64 = r.get(3);
+        let partition = (hash.rem_euclid(i64::from(held.count.max(1)))) as u32;
+        if let Some((_, seqs)) = batch.rows.iter_mut().find(|(l, _)| l.partition == partition) {
+            seqs.push(seq);
+        }
+        let body: Vec<u8> = r.get(2);
+        batch.messages.push(OutgoingMessage {
+            topic: r.get(1),
+            envelope: cloudevents::from_json(&body)?,
+        });
+    }
+    Ok(batch)
+}
+
+#[async_trait]
+impl ClaimedBatch for SqliteBatch {
+    fn messages(&self) -> &[OutgoingMessage] {
+        &self.messages
+    }
+
+    async fn complete(self) -> Result<()> {
+        let retention = self.store.options().retention_period().is_some();
+        let mut fenced = Vec::new();
+        for (lease, seqs) in &self.rows {
+            if seqs.is_empty() {
+                continue;
+            }
+            // One statement: the lease check and the change are atomic.
+            let sql = if retention {
+                "UPDATE tidings_outbox SET published_at = $6
+                 WHERE seq IN (SELECT value FROM json_each($1)) AND published_at IS NULL
+                   AND EXISTS (SELECT 1 FROM tidings_leases
+                               WHERE scope = $2 AND partition_index = $3 AND owner = $4 AND fence = $5)"
+            } else {
+                "DELETE FROM tidings_outbox
+                 WHERE seq IN (SELECT value FROM json_each($1))
+                   AND EXISTS (SELECT 1 FROM tidings_leases
+                               WHERE scope = $2 AND partition_index = $3 AND owner = $4 AND fence = $5)"
+            };
+            let done = sqlx::query(sql)
+                .bind(format!("{seqs:?}"))
+                .bind(&self.scope)
+                .bind(i64::from(lease.partition))
+                .bind(&self.member)
+                .bind(lease.fence)
+                .bind(now_millis())
+                .execute(self.store.pool())
+                .await
+                .map_err(Error::db("completing an outbox batch"))?;
+            if done.rows_affected() == 0 {
+                fenced.push(lease.partition);
+            }
+        }
+        if fenced.is_empty() {
+            Ok(())
+        } else {
+            // Published, but another relay holds these partitions now: it
+            // publishes the records again (a duplicate, never a loss).
+            Err(Error::Transport {
+                transport: "relay",
+                reason: format!(
+                    "partitions {fenced:?} changed hands during the batch; left for their new holder"
+                ),
+                retryable: true,
+            })
+        }
+    }
+
+    async fn release(self) -> Result<()> {
+        Ok(())
+    }
+}
