@@ -15,7 +15,8 @@ use tidings_core::replay::{Replay, ReplayCounts, ReplayStore};
 use tidings_core::{ConsumerStore, Delivery, LeaseStore, ParkingStore};
 use tokio_util::sync::CancellationToken;
 
-use super::{Consumer, Settled, Unsettled, Work};
+use super::consumer::{Consumer, Settled, Unsettled};
+use super::lanes::Work;
 
 /// Retained events read per query.
 const PAGE: usize = 200;

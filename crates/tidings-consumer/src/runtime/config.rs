@@ -1,0 +1,175 @@
+//! The tuning of a consumer: [`ConsumerConfig`] and its options.
+
+use std::time::Duration;
+
+use tidings_core::Backoff;
+
+#[cfg(doc)]
+use super::Consumer;
+
+/// Tuning of a [`Consumer`].
+#[derive(Debug, Clone)]
+pub struct ConsumerConfig {
+    pub(super) max_attempts: u32,
+    pub(super) max_deliveries: u32,
+    pub(super) backoff: Backoff,
+    pub(super) handler_timeout: Duration,
+    pub(super) lanes: usize,
+    pub(super) lane_capacity: usize,
+    pub(super) batch: usize,
+    pub(super) source: Option<String>,
+    pub(super) lease_ttl: Duration,
+    pub(super) member: Option<String>,
+    pub(super) on_dead_letter: OnDeadLetter,
+    pub(super) replay_poll: Duration,
+}
+
+/// What happens to a key's later messages when one of its messages is dead-lettered.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[non_exhaustive]
+pub enum OnDeadLetter {
+    /// The key is held: its later messages are parked, unhandled, until the
+    /// dead letter is redriven and handled, or skipped
+    /// ([`tidings_core::FailureStore::skip`]); then they are handled in the
+    /// order they came. The key's order holds even around a failure.
+    #[default]
+    HoldKey,
+    /// The key's later messages are handled as if nothing happened: for
+    /// consumers whose messages do not depend on each other.
+    Continue,
+}
+
+impl Default for ConsumerConfig {
+    /// 5 attempts, at most 10 deliveries, backoff from 100 ms to 10 s, a
+    /// 30 s handler timeout, 16 key lanes of 32 queued messages each, one
+    /// message per transaction, partition leases of 10 s, keys held after a
+    /// dead letter, replays looked for every second.
+    fn default() -> Self {
+        ConsumerConfig {
+            max_attempts: 5,
+            max_deliveries: 10,
+            backoff: Backoff::new(Duration::from_millis(100), Duration::from_secs(10)),
+            handler_timeout: Duration::from_secs(30),
+            lanes: 16,
+            lane_capacity: 32,
+            batch: 1,
+            source: None,
+            lease_ttl: Duration::from_secs(10),
+            member: None,
+            on_dead_letter: OnDeadLetter::HoldKey,
+            replay_poll: Duration::from_secs(1),
+        }
+    }
+}
+
+impl ConsumerConfig {
+    /// Attempts before a transiently failing message is dead-lettered (at least 1).
+    ///
+    /// ```
+    /// let c = tidings_consumer::ConsumerConfig::default().max_attempts(3);
+    /// ```
+    pub fn max_attempts(mut self, n: u32) -> Self {
+        self.max_attempts = n.max(1);
+        self
+    }
+
+    /// Deliveries of one message the transport may make before it is
+    /// dead-lettered unhandled. Retries happen in process, so a message
+    /// delivered this often was never settled: most likely its handler
+    /// crashes the process. Without this bound such a message would be
+    /// redelivered, and crash a consumer, forever. Counts come from the
+    /// transport (JetStream's delivery count, for example).
+    pub fn max_deliveries(mut self, n: u32) -> Self {
+        self.max_deliveries = n.max(1);
+        self
+    }
+
+    /// Backoff between attempts.
+    pub fn backoff(mut self, b: Backoff) -> Self {
+        self.backoff = b;
+        self
+    }
+
+    /// Time allowed for one attempt; past it the attempt is rolled back and counts as a transient failure.
+    pub fn handler_timeout(mut self, d: Duration) -> Self {
+        self.handler_timeout = d;
+        self
+    }
+
+    /// Messages handled at once: one per lane. A lane holds a key while it
+    /// handles it, so one key is handled in order while other keys run in
+    /// parallel, on any free lane.
+    pub fn lanes(mut self, n: usize) -> Self {
+        self.lanes = n.max(1);
+        self
+    }
+
+    /// Messages queued per lane before reading pauses (backpressure): the
+    /// queue holds `lanes × lane_capacity` messages, of any keys.
+    pub fn lane_capacity(mut self, n: usize) -> Self {
+        self.lane_capacity = n.max(1);
+        self
+    }
+
+    /// Messages a lane may handle in one transaction (default 1: a
+    /// transaction per message). A lane takes what is already queued, of
+    /// the waiting keys no other lane holds, up to `n`, and never waits for more, so batching adds no latency:
+    /// it saves commits (an fsync each) when messages come faster than a
+    /// transaction per message can take them.
+    ///
+    /// A batch's processed markers, fence check and handlers share one
+    /// transaction, and its messages are acknowledged once it commits. If
+    /// one of its handlers fails, the whole batch rolls back and its
+    /// messages are handled again one at a time, each in its own
+    /// transaction, with the usual retries and dead letters: a handler may
+    /// then run twice for a message before its work commits once, as after
+    /// any rolled-back attempt. Messages of a held key, undecodable ones
+    /// and ones delivered too often always go one at a time.
+    ///
+    /// ```
+    /// let c = tidings_consumer::ConsumerConfig::default().batch(64);
+    /// ```
+    pub fn batch(mut self, n: usize) -> Self {
+        self.batch = n.max(1);
+        self
+    }
+
+    /// How long a member's partition leases last without renewal (renewed
+    /// three times as often). A member that dies is replaced after about
+    /// this long; a shorter lease fails over faster and writes more often.
+    pub fn lease_ttl(mut self, d: Duration) -> Self {
+        self.lease_ttl = d.max(Duration::from_millis(300));
+        self
+    }
+
+    /// This member's id in its group (default: unique per process and run).
+    /// Two running members must never share one.
+    pub fn member(mut self, id: impl Into<String>) -> Self {
+        self.member = Some(id.into());
+        self
+    }
+
+    /// What happens to a key's later messages after a dead letter (default: [`OnDeadLetter::HoldKey`]).
+    ///
+    /// ```
+    /// use tidings_consumer::{ConsumerConfig, OnDeadLetter};
+    /// let independent = ConsumerConfig::default().on_dead_letter(OnDeadLetter::Continue);
+    /// ```
+    pub fn on_dead_letter(mut self, policy: OnDeadLetter) -> Self {
+        self.on_dead_letter = policy;
+        self
+    }
+
+    /// How often a running member looks for replays asked of its consumer
+    /// (`tidings replay`, [`tidings_core::ReplayStore::request_replay`]).
+    pub fn replay_poll(mut self, every: Duration) -> Self {
+        self.replay_poll = every.max(Duration::from_millis(10));
+        self
+    }
+
+    /// The `source` of messages the handler emits (default: the consumer's name).
+    pub fn source(mut self, source: impl Into<String>) -> Self {
+        self.source = Some(source.into());
+        self
+    }
+}

@@ -1,0 +1,207 @@
+//! The public [`Consumer`]: building one, running it, and feeding it a
+//! message by hand ([`Consumer::deliver`]).
+
+use std::fmt;
+use std::sync::Arc;
+
+use async_trait::async_trait;
+use tidings_core::lease::{self, Membership, Scope};
+use tidings_core::replay::ReplayStore;
+use tidings_core::{
+    AckKind, Acker, ConsumerStore, Delivery, Envelope, LeaseStore, ParkingStore, RawMessage, Subscriber,
+};
+use tokio_util::sync::CancellationToken;
+
+use super::Worker;
+use super::config::ConsumerConfig;
+use super::holds::Holds;
+use super::lanes::Work;
+use super::stats::ConsumerStats;
+use crate::handler::Handler;
+
+#[cfg(doc)]
+use super::OnDeadLetter;
+
+/// A named consumer (group) running one handler over one or more topics.
+pub struct Consumer<S: ConsumerStore> {
+    pub(super) name: String,
+    pub(super) topics: Vec<String>,
+    pub(super) store: S,
+    pub(super) handler: Arc<dyn Handler<S::Database>>,
+    pub(super) config: ConsumerConfig,
+    pub(super) stats: Arc<ConsumerStats>,
+}
+
+impl<S: ConsumerStore> fmt::Debug for Consumer<S> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Consumer")
+            .field("name", &self.name)
+            .field("topics", &self.topics)
+            .field("config", &self.config)
+            .finish_non_exhaustive()
+    }
+}
+
+/// How one delivery ended (see [`Consumer::deliver`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Settled {
+    /// The handler ran and its transaction committed, with the processed marker.
+    Handled,
+    /// The message was already processed: nothing ran.
+    Duplicate,
+    /// The message was given up on and stored in the failure store.
+    DeadLettered,
+    /// The message's key is held behind a dead letter: it waits, unhandled,
+    /// in the parking store ([`OnDeadLetter::HoldKey`]).
+    Parked,
+    /// The message was given back to the transport unhandled (shutdown,
+    /// hand-over, lost lease), to be delivered again.
+    GivenBack,
+}
+
+impl<S: ConsumerStore + ParkingStore + LeaseStore + Clone> Consumer<S> {
+    /// A consumer named `name` (its group name on the transport, and its key
+    /// in the idempotency and effects records: keep it stable).
+    pub fn new(name: impl Into<String>, store: S, handler: impl Handler<S::Database>) -> Self {
+        let name = name.into();
+        Consumer {
+            stats: Arc::new(ConsumerStats::new(&name)),
+            name,
+            topics: Vec::new(),
+            store,
+            handler: Arc::new(handler),
+            config: ConsumerConfig::default(),
+        }
+    }
+
+    /// Adds a topic to read.
+    pub fn topic(mut self, topic: impl Into<String>) -> Self {
+        self.topics.push(topic.into());
+        self
+    }
+
+    /// Replaces the configuration.
+    pub fn config(mut self, config: ConsumerConfig) -> Self {
+        self.config = config;
+        self
+    }
+
+    /// The consumer's counters, shared with the running loop.
+    pub fn stats(&self) -> Arc<ConsumerStats> {
+        self.stats.clone()
+    }
+
+    /// The consumer's name.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// Runs one message through the stack below the key lanes (retry, dead
+    /// letter, transaction and idempotency, timeout, handler) as if a
+    /// transport had delivered it on `topic`, and says how it ended. It runs
+    /// outside the group: no partition lease is checked, so never call it
+    /// for a topic members of this group are reading.
+    ///
+    /// For tests of handlers (see `tidings_testkit::idempotency`) and for
+    /// tools that feed a consumer by hand. A message that keeps failing is
+    /// retried with the configured backoff, then dead-lettered, as in
+    /// [`Consumer::run`].
+    pub async fn deliver(&self, topic: &str, envelope: &Envelope) -> Settled {
+        let message = RawMessage {
+            topic: topic.to_owned(),
+            key: Some(envelope.aggregate_key.clone()),
+            headers: Default::default(),
+            body: tidings_core::cloudevents::to_json(envelope),
+        };
+        let worker = self.worker(String::new(), CancellationToken::new());
+        if let Err(e) = worker.load_holds(true).await {
+            tracing::warn!(consumer = %self.name, error = %e, "reading held keys failed; delivering as if none were held");
+        }
+        worker
+            .handle(Work {
+                delivery: Delivery::new(message, 1, Unsettled),
+                envelope: Ok(envelope.clone()),
+                claim: None,
+            })
+            .await
+    }
+
+    pub(super) fn worker(&self, member: String, stop: CancellationToken) -> Worker<S> {
+        Worker {
+            name: self.name.clone(),
+            member,
+            source: self.config.source.clone().unwrap_or_else(|| self.name.clone()),
+            store: self.store.clone(),
+            handler: self.handler.clone(),
+            config: self.config.clone(),
+            stats: self.stats.clone(),
+            holds: Holds::default(),
+            stop,
+        }
+    }
+}
+
+impl<S: ConsumerStore + ParkingStore + LeaseStore + ReplayStore + Clone> Consumer<S> {
+    /// Runs until `shutdown` is cancelled.
+    ///
+    /// The consumer joins its group: for each topic it takes the leases of
+    /// its share of the topic's partitions ([`tidings_core::lease`]) and
+    /// reads those, while other members of the group read the rest. When
+    /// members come or go, the shares move: each member stops reading
+    /// (finishing what it is handling), hands over what is no longer its
+    /// share and starts again with its new one. A member with no partition
+    /// free stands by and takes over when one is.
+    ///
+    /// On shutdown or a hand-over, each lane finishes the message it is
+    /// handling; queued messages are given back to the transport unhandled
+    /// and are delivered again, to whichever member reads their partition.
+    pub async fn run(
+        self,
+        subscriber: &dyn Subscriber,
+        shutdown: CancellationToken,
+    ) -> tidings_core::Result<()> {
+        if self.topics.is_empty() {
+            return Err(tidings_core::Error::Config {
+                key: format!("consumer {}.topics", self.name),
+                reason: "no topic to read".into(),
+            });
+        }
+        let member = self
+            .config
+            .member
+            .clone()
+            .unwrap_or_else(|| lease::unique_member("consumer"));
+        let scopes = self
+            .topics
+            .iter()
+            .map(|topic| Scope {
+                name: lease::scope(&self.name, topic).into(),
+                partitions: subscriber.partitions(topic),
+            })
+            .collect::<Vec<_>>();
+        let membership = Membership::new(self.store.clone(), member.clone(), self.config.lease_ttl, scopes);
+        let worker = self.worker(member.clone(), shutdown.clone());
+        // Replays stop with the group's reading, whichever way it ends.
+        let replays = shutdown.child_token();
+        let (result, ()) = tokio::join!(
+            async {
+                let result = self.read_group(membership, worker, subscriber, &shutdown).await;
+                replays.cancel();
+                result
+            },
+            self.serve_replays(&member, &replays)
+        );
+        result
+    }
+}
+
+/// The acknowledgement of a message no transport delivered ([`Consumer::deliver`]).
+pub(super) struct Unsettled;
+
+#[async_trait]
+impl Acker for Unsettled {
+    async fn ack(&self, _: AckKind) -> tidings_core::Result<()> {
+        Ok(())
+    }
+}

@@ -1,0 +1,175 @@
+//! The key lanes: a session's deliveries queue by key ([`KeyQueue`]), and
+//! each lane takes a waiting key no other lane holds and runs its jobs in
+//! order.
+
+use std::sync::Arc;
+
+use futures::StreamExt;
+use futures::stream::select_all;
+use tidings_core::lease::{Held, Membership};
+use tidings_core::{ConsumerStore, DecodeError, Delivery, Envelope, LeaseStore, ParkingStore, Subscriber};
+use tokio::task::JoinSet;
+
+use super::Worker;
+use super::config::OnDeadLetter;
+use super::group::{Leased, Partitions};
+use super::holds::{HOLDS_REFRESH, HoldKey};
+use super::keyed::KeyQueue;
+use super::stats::bump;
+use crate::membership::{Claim, claims};
+
+#[cfg(doc)]
+use super::{Consumer, ConsumerConfig};
+
+/// What a key lane does next.
+#[allow(
+    clippy::large_enum_variant,
+    reason = "deliveries are the common case: boxing them would allocate per message"
+)]
+pub(super) enum Job {
+    /// Handle a delivery.
+    Deliver(Work),
+    /// Handle what is parked behind a released key.
+    Drain { key: HoldKey, claim: Claim },
+}
+
+pub(super) struct Work {
+    pub(super) delivery: Delivery,
+    pub(super) envelope: Result<Envelope, DecodeError>,
+    /// The lease that allows handling it; none outside a group ([`Consumer::deliver`]).
+    pub(super) claim: Option<Claim>,
+}
+
+/// A key of the lanes' queue: the topic and the aggregate key.
+fn queue_key(topic: &str, key: &str) -> String {
+    format!("{topic}\u{1f}{key}")
+}
+
+impl<S: ConsumerStore + ParkingStore + LeaseStore + Clone> Worker<S> {
+    /// Reads the partitions `held` allows until the session stops, spreading
+    /// deliveries over the key lanes.
+    pub(super) async fn run<L: LeaseStore>(
+        self: Arc<Self>,
+        subscriber: &dyn Subscriber,
+        membership: &Membership<L>,
+        topics: &[String],
+        held: &Held,
+    ) -> tidings_core::Result<()> {
+        // Held keys first: no message of a held key may be handled before we know it is held.
+        self.load_holds(false).await?;
+        let mut leased = Vec::new();
+        let mut partitions = Partitions::default();
+        for (topic, partition, claim) in claims(membership, topics, held) {
+            partitions.add(topic, partition, &claim);
+            match subscriber.subscribe_partition(&self.name, topic, partition).await {
+                Ok(subscription) => leased.push(Leased { claim, subscription }),
+                Err(e) => {
+                    for open in leased {
+                        let _ = open.subscription.close().await;
+                    }
+                    return Err(e);
+                }
+            }
+        }
+        let mut deliveries = select_all(leased);
+        // Lanes take whichever key is waiting and no other lane holds: a
+        // key's messages run one at a time, in order; a slow key holds
+        // back only itself.
+        let queue = Arc::new(KeyQueue::<Job>::new(
+            self.config.lanes * self.config.lane_capacity,
+        ));
+        let mut tasks = JoinSet::new();
+        for _ in 0..self.config.lanes {
+            let (worker, queue) = (self.clone(), queue.clone());
+            tasks.spawn(async move {
+                while let Some((keys, jobs)) = queue.take(worker.config.batch).await {
+                    worker.run_jobs(jobs.into_iter()).await;
+                    queue.done(keys);
+                }
+            });
+        }
+        let holding = self.config.on_dead_letter == OnDeadLetter::HoldKey;
+        let mut refresh = tokio::time::interval(HOLDS_REFRESH);
+        refresh.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            let next = tokio::select! {
+                _ = self.stop.cancelled() => break,
+                _ = refresh.tick(), if holding => {
+                    for (key, claim) in self.released_holds(&partitions).await {
+                        tokio::select! {
+                            _ = self.stop.cancelled() => break,
+                            _ = queue.room() => {}
+                        }
+                        queue.put(queue_key(&key.0, &key.1), Job::Drain { key, claim });
+                    }
+                    continue;
+                }
+                next = deliveries.next() => next,
+            };
+            let (claim, delivery) = match next {
+                None => break,
+                Some((claim, Ok(d))) => (claim, d),
+                Some((_, Err(e))) => {
+                    tracing::warn!(consumer = %self.name, error = %e, "subscription error");
+                    continue;
+                }
+            };
+            bump(&self.stats.received);
+            let envelope = delivery.message.decode();
+            let key = match &envelope {
+                Ok(e) => e.aggregate_key.as_str(),
+                Err(_) => delivery.message.key.as_deref().unwrap_or(""),
+            };
+            let key = queue_key(&delivery.message.topic, key);
+            let work = Work {
+                delivery,
+                envelope,
+                claim: Some(claim),
+            };
+            let room = tokio::select! {
+                _ = self.stop.cancelled() => false,
+                _ = queue.room() => true,
+            };
+            if room {
+                queue.put(key, Job::Deliver(work));
+            } else {
+                self.give_back(&work.delivery).await;
+                break;
+            }
+        }
+        self.stop.cancel();
+        queue.close();
+        while tasks.join_next().await.is_some() {}
+        // Every lane is done: let the transport store the final acknowledgements.
+        for part in deliveries {
+            if let Err(e) = part.subscription.close().await {
+                tracing::warn!(consumer = %self.name, error = %e, "closing a subscription failed");
+            }
+        }
+        Ok(())
+    }
+
+    /// Runs a lane's jobs in order, batching the deliveries that may share a
+    /// transaction ([`ConsumerConfig::batch`]).
+    async fn run_jobs(&self, jobs: impl Iterator<Item = Job>) {
+        let mut batch = Vec::new();
+        for job in jobs {
+            match job {
+                // Given back unhandled: redelivered to whoever reads the partition next.
+                Job::Deliver(work) if self.stop.is_cancelled() => {
+                    self.give_back(&work.delivery).await;
+                }
+                Job::Deliver(work) if self.batchable(&work) => batch.push(work),
+                Job::Deliver(work) => {
+                    self.handle_batch(std::mem::take(&mut batch)).await;
+                    self.handle(work).await;
+                }
+                Job::Drain { key, claim } => {
+                    self.handle_batch(std::mem::take(&mut batch)).await;
+                    self.drain(&key, Some(&claim)).await;
+                }
+            }
+        }
+        self.handle_batch(batch).await;
+    }
+}

@@ -1,0 +1,63 @@
+//! The consumer runtime: reads a subscription, spreads messages over key
+//! lanes, and runs each through the stack documented in the crate root.
+//!
+//! One concern per file. Around the stack: `consumer` (the public
+//! [`Consumer`]: building, running, [`Consumer::deliver`]), `config`
+//! ([`ConsumerConfig`], [`OnDeadLetter`]), `stats` ([`ConsumerStats`]),
+//! `group` (membership of the group and hand-over: a member reads its
+//! share in sessions, one from each hand-over to the next) and `replay`
+//! (replays, fed in below the key lanes).
+//!
+//! The stack's layers, outermost first, numbered as in the crate root:
+//!
+//! - `lanes`: the key lanes (1), over the queue of `keyed`.
+//! - `retry`: decode (2), retry (3) and dead letter (4).
+//! - `holds`: the key a dead letter holds (4), its parked messages and
+//!   their release. A decoded message meets its key's hold before it goes
+//!   through decode, retry and dead letter.
+//! - `attempt`: the transaction, processed marker and fence (5), the
+//!   timeout (6) and the handler (7).
+//! - `batch`: several messages in one transaction (5,
+//!   [`ConsumerConfig::batch`]). A lane batches only decoded messages of
+//!   keys not held; a batch that fails goes through holds and the stack
+//!   one message at a time.
+
+use std::sync::Arc;
+
+use tidings_core::ConsumerStore;
+use tokio_util::sync::CancellationToken;
+
+use crate::handler::Handler;
+
+mod attempt;
+mod batch;
+mod config;
+mod consumer;
+mod group;
+mod holds;
+mod keyed;
+mod lanes;
+mod replay;
+mod retry;
+mod stats;
+
+pub use config::{ConsumerConfig, OnDeadLetter};
+pub use consumer::{Consumer, Settled};
+pub use stats::ConsumerStats;
+
+use holds::Holds;
+
+/// Handles deliveries for one session: the time between two hand-overs.
+struct Worker<S: ConsumerStore> {
+    name: String,
+    member: String,
+    source: String,
+    store: S,
+    handler: Arc<dyn Handler<S::Database>>,
+    config: ConsumerConfig,
+    stats: Arc<ConsumerStats>,
+    /// The keys held after a dead letter ([`OnDeadLetter::HoldKey`]).
+    holds: Holds,
+    /// Cancelled when the session ends (shutdown, hand-over, lost lease).
+    stop: CancellationToken,
+}

@@ -1,0 +1,254 @@
+//! Decode, retry and dead letter: a message that cannot be decoded, or was
+//! delivered too often, is dead-lettered at once; a failed attempt is
+//! retried after a backoff, and the last of them, or a permanent failure,
+//! dead-letters the message. Tidings' own store calls are retried too,
+//! without counting as attempts.
+
+use std::time::Duration;
+
+use chrono::Utc;
+use tidings_core::{
+    AckKind, ConsumerStore, DeadLetter, Delivery, Envelope, ErrorClass, Failure, LeaseStore, ParkingStore,
+};
+use tracing::Instrument;
+use uuid::Uuid;
+
+use super::Worker;
+use super::attempt::{AttemptError, Outcome};
+use super::config::OnDeadLetter;
+use super::consumer::Settled;
+use super::holds::Hold;
+use super::lanes::Work;
+use super::stats::bump;
+use crate::membership::Claim;
+
+impl<S: ConsumerStore + ParkingStore + LeaseStore + Clone> Worker<S> {
+    /// decode -> retry -> transaction + idempotency -> timeout -> handler; dead-letter; settle.
+    pub(super) async fn process(&self, work: Work) -> Settled {
+        let Work {
+            delivery,
+            envelope,
+            claim,
+        } = work;
+        let envelope = match envelope {
+            Ok(e) => e,
+            Err(e) => {
+                let failure = failure(1, ErrorClass::Permanent, &e.to_string());
+                tracing::warn!(consumer = %self.name, topic = %delivery.message.topic, error = %e, "undecodable message; dead-lettering");
+                return self.dead_letter(&delivery, None, vec![failure]).await;
+            }
+        };
+        let span = handle_span(&self.name, &delivery.message.topic, &envelope);
+        self.process_decoded(delivery, envelope, claim)
+            .instrument(span)
+            .await
+    }
+
+    /// [`Worker::process`] once the message decoded, inside its handling span.
+    async fn process_decoded(&self, delivery: Delivery, envelope: Envelope, claim: Option<Claim>) -> Settled {
+        if delivery.delivery_count > self.config.max_deliveries {
+            let error = format!(
+                "delivered {} times without being settled (more than {}): its handling may be crashing the consumer",
+                delivery.delivery_count, self.config.max_deliveries
+            );
+            tracing::error!(consumer = %self.name, message_id = %envelope.id, %error, "dead-lettering unhandled");
+            return self
+                .dead_letter(
+                    &delivery,
+                    Some(&envelope),
+                    vec![failure(0, ErrorClass::Permanent, &error)],
+                )
+                .await;
+        }
+        let mut failures = Vec::new();
+        let mut attempt = 0u32;
+        let mut store_failures = 0u32;
+        loop {
+            attempt += 1;
+            let error = match self.attempt(&envelope, claim.as_ref(), attempt).await {
+                Ok(outcome) => {
+                    let settled = match outcome {
+                        Outcome::Handled => {
+                            bump(&self.stats.handled);
+                            Settled::Handled
+                        }
+                        Outcome::Duplicate => {
+                            bump(&self.stats.duplicates);
+                            Settled::Duplicate
+                        }
+                    };
+                    self.settle(&delivery, AckKind::Ack).await;
+                    return settled;
+                }
+                Err(AttemptError::LeaseLost) => {
+                    // Another member reads the partition now: stop, and let it have the message.
+                    tracing::info!(consumer = %self.name, "partition lease lost; handing over");
+                    self.stop.cancel();
+                    return self.give_back(&delivery).await;
+                }
+                Err(AttemptError::Store(e)) => {
+                    // Our own database is unavailable: not the message's fault.
+                    attempt -= 1;
+                    store_failures += 1;
+                    bump(&self.stats.store_errors);
+                    let delay = self.config.backoff.delay(store_failures);
+                    tracing::warn!(consumer = %self.name, error = %e, retry_in_ms = delay.as_millis() as u64, "store unavailable; retrying");
+                    if !self.pause(delay).await {
+                        return self.give_back(&delivery).await;
+                    }
+                    continue;
+                }
+                Err(AttemptError::Handler(e)) => {
+                    bump(&self.stats.failed);
+                    (e.class(), e.to_string())
+                }
+            };
+            let (class, message) = error;
+            failures.push(failure(attempt, class, &message));
+            if class == ErrorClass::Permanent || attempt >= self.config.max_attempts {
+                tracing::warn!(consumer = %self.name, message_id = %envelope.id, message_type = %envelope.message_type, attempts = attempt, error = %message, "dead-lettering");
+                return self.dead_letter(&delivery, Some(&envelope), failures).await;
+            }
+            bump(&self.stats.retries);
+            let delay = match class {
+                ErrorClass::RetryAfter(d) => d.max(self.config.backoff.delay(attempt)),
+                _ => self.config.backoff.delay(attempt),
+            };
+            tracing::debug!(consumer = %self.name, message_id = %envelope.id, attempt, error = %message, retry_in_ms = delay.as_millis() as u64, "handler failed; retrying");
+            if !self.pause(delay).await {
+                return self.give_back(&delivery).await;
+            }
+        }
+    }
+
+    /// Stores the dead letter (holding its key, unless the policy is
+    /// [`OnDeadLetter::Continue`]), then settles the delivery.
+    pub(super) async fn dead_letter(
+        &self,
+        delivery: &Delivery,
+        envelope: Option<&Envelope>,
+        errors: Vec<Failure>,
+    ) -> Settled {
+        let letter = DeadLetter {
+            id: Uuid::now_v7(),
+            consumer: self.name.clone(),
+            topic: delivery.message.topic.clone(),
+            message_id: envelope.map(|e| e.id),
+            message_type: envelope.map(|e| e.message_type.clone()),
+            aggregate_key: envelope.map(|e| e.aggregate_key.clone()),
+            headers: delivery.message.headers.clone(),
+            body: delivery.message.body.clone(),
+            attempts: errors.len() as u32,
+            errors,
+            created_at: Utc::now(),
+            redrives: 0,
+            redriven_at: None,
+            skipped_at: None,
+        };
+        let hold = match (&letter.aggregate_key, letter.message_id) {
+            (Some(key), Some(id)) if self.config.on_dead_letter == OnDeadLetter::HoldKey => {
+                Some(((letter.topic.clone(), key.clone()), id))
+            }
+            _ => None,
+        };
+        // Retried until the store takes it: a message is never dropped.
+        let stored = self
+            .store_op("storing a dead letter", || async {
+                match hold {
+                    Some(_) => self.store.dead_letter_holding_key(&letter).await,
+                    None => self.store.dead_letter(&letter).await,
+                }
+            })
+            .await;
+        if stored.is_none() {
+            return self.give_back(delivery).await;
+        }
+        if let Some((key, message_id)) = hold {
+            let hold = Hold {
+                message_id,
+                released: false,
+            };
+            self.holds.lock().expect("holds lock").insert(key, hold);
+        }
+        bump(&self.stats.dead_lettered);
+        self.settle(delivery, AckKind::Term).await;
+        Settled::DeadLettered
+    }
+
+    /// Gives the delivery back unhandled, to be delivered again.
+    pub(super) async fn give_back(&self, delivery: &Delivery) -> Settled {
+        self.settle(delivery, AckKind::Nak(None)).await;
+        Settled::GivenBack
+    }
+
+    pub(super) async fn settle(&self, delivery: &Delivery, kind: AckKind) {
+        if let Err(e) = delivery.ack(kind).await {
+            // The transport will deliver it again; the marker makes that harmless.
+            tracing::warn!(consumer = %self.name, error = %e, ?kind, "settling a delivery failed");
+        }
+    }
+
+    /// Sleeps for `delay`; false if shutdown came first.
+    pub(super) async fn pause(&self, delay: Duration) -> bool {
+        tokio::select! {
+            _ = self.stop.cancelled() => false,
+            _ = tokio::time::sleep(delay) => true,
+        }
+    }
+
+    /// Runs one of Tidings' own store calls, retrying with backoff while it
+    /// fails; `None` if the session stopped first.
+    pub(super) async fn store_op<T, F, Fut>(&self, what: &str, op: F) -> Option<T>
+    where
+        F: Fn() -> Fut,
+        Fut: std::future::Future<Output = tidings_core::Result<T>>,
+    {
+        let mut failures = 0u32;
+        loop {
+            match op().await {
+                Ok(value) => return Some(value),
+                Err(e) => {
+                    failures += 1;
+                    bump(&self.stats.store_errors);
+                    tracing::warn!(consumer = %self.name, error = %e, "{what} failed; retrying");
+                    if !self.pause(self.config.backoff.delay(failures)).await {
+                        return None;
+                    }
+                }
+            }
+        }
+    }
+}
+
+fn failure(attempt: u32, class: ErrorClass, error: &str) -> Failure {
+    Failure {
+        attempt,
+        at: Utc::now(),
+        class: match class {
+            ErrorClass::Permanent => "permanent",
+            ErrorClass::Transient | ErrorClass::RetryAfter(_) => "transient",
+        }
+        .to_owned(),
+        error: error.to_owned(),
+    }
+}
+
+/// The span of handling one message: a child of its `traceparent` where a
+/// tracing backend can link it ([`tidings_core::trace`]).
+fn handle_span(consumer: &str, topic: &str, envelope: &Envelope) -> tracing::Span {
+    let trace = envelope.trace();
+    let span = tracing::info_span!(
+        "tidings.handle",
+        consumer = %consumer,
+        topic = %topic,
+        message_id = %envelope.id,
+        message_type = %envelope.message_type,
+        correlation_id = %envelope.correlation_id,
+        causation_id = %envelope.causation_id.map(|c| c.to_string()).unwrap_or_default(),
+        trace_id = %trace.map(|t| t.trace_id_hex()).unwrap_or_default(),
+    );
+    if let Some(parent) = trace {
+        tidings_core::trace::set_parent(&span, &parent);
+    }
+    span
+}
