@@ -22,6 +22,47 @@ pub struct Migration {
     pub sql: &'static str,
 }
 
+/// Tidings' migrations, in order: every dialect ships the same list, each
+/// file in its own SQL, in a `migrations/` folder beside its `src/`. Call
+/// it from the dialect's `src/*.rs` (paths resolve from there).
+#[macro_export]
+macro_rules! migrations {
+    () => {
+        &[
+            $crate::migrate::Migration {
+                version: 1,
+                name: "tidings",
+                sql: include_str!("../migrations/0001_tidings.sql"),
+            },
+            $crate::migrate::Migration {
+                version: 2,
+                name: "redrive",
+                sql: include_str!("../migrations/0002_redrive.sql"),
+            },
+            $crate::migrate::Migration {
+                version: 3,
+                name: "partitions",
+                sql: include_str!("../migrations/0003_partitions.sql"),
+            },
+            $crate::migrate::Migration {
+                version: 4,
+                name: "relay partitions",
+                sql: include_str!("../migrations/0004_relay_partitions.sql"),
+            },
+            $crate::migrate::Migration {
+                version: 5,
+                name: "parking",
+                sql: include_str!("../migrations/0005_parking.sql"),
+            },
+            $crate::migrate::Migration {
+                version: 6,
+                name: "replays",
+                sql: include_str!("../migrations/0006_replays.sql"),
+            },
+        ]
+    };
+}
+
 /// How one database runs migrations.
 #[derive(Debug, Clone, Copy)]
 pub struct MigrationPlan {

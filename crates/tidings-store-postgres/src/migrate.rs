@@ -1,6 +1,6 @@
 //! PostgreSQL's migration plan for the shared runner.
 
-use tidings_sql::migrate::{Migration, MigrationPlan};
+use tidings_sql::migrate::MigrationPlan;
 
 pub(crate) const PLAN: MigrationPlan = MigrationPlan {
     // Several processes may start at once: one migrates, the others wait and find it done.
@@ -9,36 +9,5 @@ pub(crate) const PLAN: MigrationPlan = MigrationPlan {
         version BIGINT PRIMARY KEY, name TEXT NOT NULL, applied_at TIMESTAMPTZ NOT NULL DEFAULT now())",
     applied: "SELECT version FROM tidings_migrations WHERE version = $1",
     record: "INSERT INTO tidings_migrations (version, name) VALUES ($1, $2)",
-    migrations: &[
-        Migration {
-            version: 1,
-            name: "tidings",
-            sql: include_str!("../migrations/0001_tidings.sql"),
-        },
-        Migration {
-            version: 2,
-            name: "redrive",
-            sql: include_str!("../migrations/0002_redrive.sql"),
-        },
-        Migration {
-            version: 3,
-            name: "partitions",
-            sql: include_str!("../migrations/0003_partitions.sql"),
-        },
-        Migration {
-            version: 4,
-            name: "relay partitions",
-            sql: include_str!("../migrations/0004_relay_partitions.sql"),
-        },
-        Migration {
-            version: 5,
-            name: "parking",
-            sql: include_str!("../migrations/0005_parking.sql"),
-        },
-        Migration {
-            version: 6,
-            name: "replays",
-            sql: include_str!("../migrations/0006_replays.sql"),
-        },
-    ],
+    migrations: tidings_sql::migrations!(),
 };

@@ -3,7 +3,8 @@
 //! - [`services`]: isolated stores on the real services (a fresh PostgreSQL
 //!   schema per test, a fresh SQLite file per test), with errors that name
 //!   the service and the URL when it cannot be reached.
-//! - [`conformance`]: the suite every transport must pass.
+//! - [`conformance`]: the suite every transport must pass;
+//!   [`database_log`] runs it over each dialect's database log.
 //! - [`faults`]: transport wrappers that inject the failures brokers really
 //!   have: redelivered duplicates, publishes that fail.
 //! - [`idempotency`]: a harness that delivers a handler's events twice, out
@@ -14,6 +15,7 @@
 #![warn(missing_docs, missing_debug_implementations, unreachable_pub)]
 
 pub mod conformance;
+pub mod database_log;
 pub mod faults;
 pub mod idempotency;
 pub mod kafka;

@@ -6,15 +6,64 @@
 use std::path::PathBuf;
 use std::str::FromStr;
 
+use async_trait::async_trait;
 use sqlx::Executor;
 use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
-use tidings_store_postgres::PgStore;
-use tidings_store_sqlite::SqliteStore;
+use tidings_sql::{Dialect, SqlStore};
+use tidings_store_postgres::{Pg, PgStore};
+use tidings_store_sqlite::{Lite, SqliteStore};
 use uuid::Uuid;
 
 /// The PostgreSQL URL tests use.
 pub fn postgres_url() -> String {
     std::env::var("DATABASE_URL").unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432/test".to_owned())
+}
+
+/// A fresh, migrated store on a real database: what a test written once
+/// for every dialect asks for.
+#[async_trait]
+pub trait TestDb: Send + Sync + Sized + 'static {
+    /// The database's dialect.
+    type Dialect: Dialect;
+
+    /// A fresh store, migrated.
+    async fn create() -> Self;
+
+    /// The store.
+    fn store(&self) -> &SqlStore<Self::Dialect>;
+
+    /// Cleans up what [`create`](Self::create) made, where dropping does not.
+    async fn teardown(&self) {}
+}
+
+#[async_trait]
+impl TestDb for PgTestDb {
+    type Dialect = Pg;
+
+    async fn create() -> Self {
+        PgTestDb::new().await
+    }
+
+    fn store(&self) -> &PgStore {
+        &self.store
+    }
+
+    async fn teardown(&self) {
+        self.drop_schema_ref().await;
+    }
+}
+
+#[async_trait]
+impl TestDb for SqliteTestDb {
+    type Dialect = Lite;
+
+    async fn create() -> Self {
+        SqliteTestDb::new().await
+    }
+
+    fn store(&self) -> &SqliteStore {
+        &self.store
+    }
 }
 
 /// A migrated [`PgStore`] in a schema of its own, dropped by [`PgTestDb::drop_schema`].
