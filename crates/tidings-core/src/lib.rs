@@ -11,6 +11,8 @@
 //! - [`Partition`]: how keys spread over the members of a group, and
 //!   [`lease`]: how the members share the partitions.
 //! - [`Backoff`]: capped exponential backoff with jitter.
+//! - [`duplicating`]: a subscriber that redelivers some messages twice, as
+//!   brokers do.
 //!
 //! Users normally depend on the `tidings` facade crate, which re-exports this one.
 //!
@@ -40,6 +42,7 @@
 pub mod backoff;
 pub mod cause;
 pub mod cloudevents;
+pub mod duplicating;
 pub mod envelope;
 pub mod error;
 pub mod guard;
