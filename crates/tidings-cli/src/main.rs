@@ -1,5 +1,6 @@
 //! `tidings`: the operator's command.
 
+mod cause;
 mod config;
 mod daemon;
 mod dlq;

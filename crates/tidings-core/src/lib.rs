@@ -40,7 +40,6 @@
 #![warn(missing_docs, missing_debug_implementations, unreachable_pub)]
 
 pub mod backoff;
-pub mod cause;
 pub mod cloudevents;
 pub mod duplicating;
 pub mod envelope;
@@ -63,12 +62,12 @@ pub mod transition;
 pub mod transport;
 
 pub use backoff::Backoff;
-pub use envelope::{Envelope, Headers, Kind};
+pub use envelope::{Envelope, Headers};
 pub use error::{DecodeError, Error, ErrorClass, Result, classify_sqlx};
 pub use guard::PublishGuard;
 pub use inspect::Inspect;
 pub use lease::{Lease, LeaseStore};
-pub use message::Message;
+pub use message::{Kind, Message};
 pub use partition::Partition;
 pub use replay::ReplayStore;
 pub use store::{

@@ -30,7 +30,7 @@ impl Outbox for PgStore {
         .bind(&e.message_type)
         .bind(cloudevents::to_json(e))
         .execute(conn)
-        .instrument(tidings_core::trace::enqueue_span(message))
+        .instrument(tidings_core::store::enqueue_span(message))
         .await
         .map_err(Error::db("inserting into the outbox"))?;
         Ok(())

@@ -31,7 +31,7 @@ impl Outbox for SqliteStore {
         .bind(cloudevents::to_json(e))
         .bind(now_millis())
         .execute(conn)
-        .instrument(tidings_core::trace::enqueue_span(message))
+        .instrument(tidings_core::store::enqueue_span(message))
         .await
         .map_err(Error::db("inserting into the outbox"))?;
         Ok(())
