@@ -7,9 +7,10 @@ use std::time::Duration;
 use chrono::{DateTime, Utc};
 use clap::{Args, Subcommand};
 use serde::Serialize;
-use tidings_core::cause::Cause;
 use tidings_core::{DeadLetter, DeadLetterFilter, FailureStore, Redrive, Skip};
 use uuid::Uuid;
+
+use crate::cause::Cause;
 
 /// The dead-letter commands.
 #[derive(Debug, Subcommand)]

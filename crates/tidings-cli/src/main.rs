@@ -1,6 +1,6 @@
 //! `tidings`: the operator's command.
 
-mod bench;
+mod cause;
 mod config;
 mod daemon;
 mod dlq;
@@ -50,7 +50,7 @@ enum Command {
     Migrate(DatabaseArg),
     /// Measure what Tidings costs, beside the raw limits measured in the same run.
     #[command(subcommand)]
-    Bench(Bench),
+    Bench(tidings_bench::Bench),
     /// Dead letters: list them grouped by cause, show one, redrive or skip them.
     Dlq {
         #[command(flatten)]
@@ -100,81 +100,6 @@ struct DatabaseArg {
     /// `postgres://user@host/db`, or `sqlite://path` (the embedded default).
     #[arg(long, global = true, env = "TIDINGS_DATABASE_URL", default_value = DEFAULT_DATABASE)]
     database: String,
-}
-
-#[derive(Debug, Subcommand)]
-enum Bench {
-    /// Every scenario below, one after the other, over the database log and
-    /// each `--broker` given; the figures, their raw limits and ratios.
-    All {
-        #[command(flatten)]
-        bench: bench::AllBench,
-        /// Print the figures as one JSON object on stdout.
-        #[arg(long)]
-        json: bool,
-    },
-    /// Relay throughput with 1, 2, 4... instances sharing the outbox's
-    /// partitions, beside the SQL-only drain and the brokers' raw publish.
-    Relays {
-        #[command(flatten)]
-        bench: bench::RelayBench,
-        /// Print the figures as one JSON object on stdout.
-        #[arg(long)]
-        json: bool,
-    },
-    /// What the outbox costs a producer: business-only transactions/s, beside
-    /// business + an outbox insert written by hand, beside business + `enqueue`.
-    Producer {
-        #[command(flatten)]
-        bench: bench::ProducerBench,
-        /// Print the figures as one JSON object on stdout.
-        #[arg(long)]
-        json: bool,
-    },
-    /// Commit-to-handler latency at fixed rates, with wake-ups and with polling.
-    Latency {
-        #[command(flatten)]
-        bench: bench::LatencyBench,
-        /// Print the figures as one JSON object on stdout.
-        #[arg(long)]
-        json: bool,
-    },
-    /// Handled events/s through the consumer runtime (processed marker,
-    /// fence, lanes) beside the same handler by hand without them, one
-    /// transaction per event and batched.
-    Consumer {
-        #[command(flatten)]
-        bench: bench::ConsumerBench,
-        /// Print the figures as one JSON object on stdout.
-        #[arg(long)]
-        json: bool,
-    },
-    /// The npm package `pg-transactional-outbox` beside Tidings on the same
-    /// PostgreSQL and RabbitMQ: drain rate and commit-to-confirmed latency
-    /// (needs Node.js and npm; installs the peer on first use).
-    Peer {
-        #[command(flatten)]
-        bench: bench::PeerBench,
-        /// Print the figures as one JSON object on stdout.
-        #[arg(long)]
-        json: bool,
-    },
-    /// One relay draining a bench's backlog in a process of its own (run by `bench relays`).
-    #[command(hide = true)]
-    RelayProcess {
-        #[command(flatten)]
-        bench: bench::RelayChild,
-    },
-    /// Producers at full speed with relays running: producer rate beside
-    /// producers alone, the largest backlog, and how soon the outbox is
-    /// empty once producers stop.
-    Steady {
-        #[command(flatten)]
-        bench: bench::SteadyBench,
-        /// Print the figures as one JSON object on stdout.
-        #[arg(long)]
-        json: bool,
-    },
 }
 
 #[derive(Debug, Subcommand)]
@@ -274,19 +199,6 @@ async fn serve_metrics(addr: std::net::SocketAddr) -> anyhow::Result<()> {
         CancellationToken::new(),
     ));
     Ok(())
-}
-
-/// Prints a bench's figures, as text or as one JSON object.
-fn print_figures(
-    json: bool,
-    figures: &(impl serde::Serialize + std::fmt::Display),
-) -> anyhow::Result<ExitCode> {
-    if json {
-        println!("{}", serde_json::to_string(figures)?);
-    } else {
-        print!("{figures}");
-    }
-    Ok(ExitCode::SUCCESS)
 }
 
 fn fraction(s: &str) -> Result<f64, String> {
@@ -420,38 +332,7 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
                 ExitCode::FAILURE
             })
         }
-        Command::Bench(Bench::All { bench, json }) => {
-            bench.check()?;
-            print_figures(json, &bench::all(bench).await?)
-        }
-        Command::Bench(Bench::Relays { bench, json }) => {
-            bench.check()?;
-            print_figures(json, &bench::relays(bench).await?)
-        }
-        Command::Bench(Bench::RelayProcess { bench }) => {
-            println!("{}", serde_json::to_string(&bench.run().await?)?);
-            Ok(ExitCode::SUCCESS)
-        }
-        Command::Bench(Bench::Peer { bench, json }) => {
-            bench.check()?;
-            print_figures(json, &bench::peer(bench).await?)
-        }
-        Command::Bench(Bench::Producer { bench, json }) => {
-            bench.check()?;
-            print_figures(json, &bench::producer(bench).await?)
-        }
-        Command::Bench(Bench::Steady { bench, json }) => {
-            bench.check()?;
-            print_figures(json, &bench::steady(bench).await?)
-        }
-        Command::Bench(Bench::Latency { bench, json }) => {
-            bench.check()?;
-            print_figures(json, &bench::latency(bench).await?)
-        }
-        Command::Bench(Bench::Consumer { bench, json }) => {
-            bench.check()?;
-            print_figures(json, &bench::consumer(bench).await?)
-        }
+        Command::Bench(bench) => bench.run().await,
         Command::Dlq { database, command } => {
             match open(&database.database).await? {
                 Store::Pg(s) => dlq::run(&s, command).await?,

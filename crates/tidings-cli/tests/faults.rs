@@ -30,6 +30,11 @@ use tidings_testkit::outage::PrivateBroker;
 use tidings_testkit::rabbitmq::PrivateRabbit;
 use tidings_testkit::services::PgTestDb;
 
+/// The `tidings` binary's error shapes, to group the dead letters a failure reports.
+#[path = "../src/cause.rs"]
+#[allow(dead_code)]
+mod cause;
+
 /// Orders per scenario: three commands and three events each, every event
 /// handled by four consumers.
 fn orders() -> usize {
@@ -385,7 +390,7 @@ impl Report {
             letters.iter().fold(Default::default(), |mut by, l| {
                 let last = l.errors.last().map_or("", |e| e.error.as_str());
                 let cause = format!("{} {:?}: {last}", l.consumer, l.message_type);
-                *by.entry(tidings_core::cause::error_shape(&cause)).or_default() += 1;
+                *by.entry(cause::error_shape(&cause)).or_default() += 1;
                 by
             });
         assert_eq!(

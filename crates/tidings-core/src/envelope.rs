@@ -4,50 +4,13 @@ use std::collections::BTreeMap;
 use std::fmt;
 
 use chrono::{DateTime, Utc};
-use serde::{Deserialize, Serialize};
 use uuid::Uuid;
 
 use crate::error::DecodeError;
 use crate::message::Message;
 
-/// Whether a message states a fact or asks for something to be done.
-///
-/// Events are named in the past tense (`OrderPlaced`) and fan out to every
-/// consumer group of their topic. Commands are named in the imperative
-/// (`PlaceOrder`) and go to exactly one handler's queue.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum Kind {
-    /// A fact that already happened.
-    Event,
-    /// A request addressed to one handler.
-    Command,
-}
-
-impl Kind {
-    /// The lower-case name used on the wire (`event` or `command`).
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Kind::Event => "event",
-            Kind::Command => "command",
-        }
-    }
-
-    /// Parses the wire name.
-    pub fn parse(s: &str) -> Option<Kind> {
-        match s {
-            "event" => Some(Kind::Event),
-            "command" => Some(Kind::Command),
-            _ => None,
-        }
-    }
-}
-
-impl fmt::Display for Kind {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.as_str())
-    }
-}
+/// Event or command: declared beside [`Message`], and reachable here too.
+pub use crate::message::Kind;
 
 /// Free-form string headers carried with a message (tracing context, tenant, ...).
 pub type Headers = BTreeMap<String, String>;

@@ -11,6 +11,8 @@
 //! - [`Partition`]: how keys spread over the members of a group, and
 //!   [`lease`]: how the members share the partitions.
 //! - [`Backoff`]: capped exponential backoff with jitter.
+//! - [`duplicating`]: a subscriber that redelivers some messages twice, as
+//!   brokers do.
 //!
 //! Users normally depend on the `tidings` facade crate, which re-exports this one.
 //!
@@ -38,8 +40,8 @@
 #![warn(missing_docs, missing_debug_implementations, unreachable_pub)]
 
 pub mod backoff;
-pub mod cause;
 pub mod cloudevents;
+pub mod duplicating;
 pub mod envelope;
 pub mod error;
 pub mod guard;
@@ -57,12 +59,12 @@ pub mod transition;
 pub mod transport;
 
 pub use backoff::Backoff;
-pub use envelope::{Envelope, Headers, Kind};
+pub use envelope::{Envelope, Headers};
 pub use error::{DecodeError, Error, ErrorClass, Result, classify_sqlx};
 pub use guard::PublishGuard;
 pub use inspect::Inspect;
 pub use lease::{Lease, LeaseStore};
-pub use message::Message;
+pub use message::{Kind, Message};
 pub use partition::Partition;
 pub use replay::ReplayStore;
 pub use store::{

@@ -1,9 +1,48 @@
 //! Typed events and commands.
 
-use serde::Serialize;
-use serde::de::DeserializeOwned;
+use std::fmt;
 
-use crate::envelope::Kind;
+use serde::de::DeserializeOwned;
+use serde::{Deserialize, Serialize};
+
+/// Whether a message states a fact or asks for something to be done.
+///
+/// Events are named in the past tense (`OrderPlaced`) and fan out to every
+/// consumer group of their topic. Commands are named in the imperative
+/// (`PlaceOrder`) and go to exactly one handler's queue.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Kind {
+    /// A fact that already happened.
+    Event,
+    /// A request addressed to one handler.
+    Command,
+}
+
+impl Kind {
+    /// The lower-case name used on the wire (`event` or `command`).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Kind::Event => "event",
+            Kind::Command => "command",
+        }
+    }
+
+    /// Parses the wire name.
+    pub fn parse(s: &str) -> Option<Kind> {
+        match s {
+            "event" => Some(Kind::Event),
+            "command" => Some(Kind::Command),
+            _ => None,
+        }
+    }
+}
+
+impl fmt::Display for Kind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
 
 /// A typed event or command, declared once in Rust.
 ///

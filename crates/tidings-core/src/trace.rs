@@ -23,8 +23,6 @@ use std::sync::OnceLock;
 
 use rand::Rng;
 
-use crate::transport::OutgoingMessage;
-
 /// The header carrying the trace context.
 pub const TRACEPARENT: &str = "traceparent";
 
@@ -153,19 +151,6 @@ pub fn set_parent(span: &tracing::Span, parent: &TraceContext) {
     if let Some(b) = BACKEND.get() {
         (b.set_parent)(span, parent);
     }
-}
-
-/// The span of writing `message` to the outbox.
-pub fn enqueue_span(message: &OutgoingMessage) -> tracing::Span {
-    let e = &message.envelope;
-    tracing::info_span!(
-        "tidings.enqueue",
-        message_id = %e.id,
-        message_type = %e.message_type,
-        topic = %message.topic,
-        correlation_id = %e.correlation_id,
-        trace_id = %e.trace().map(|t| t.trace_id_hex()).unwrap_or_default(),
-    )
 }
 
 #[cfg(test)]

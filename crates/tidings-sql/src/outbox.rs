@@ -33,7 +33,7 @@ impl<D: Dialect> Outbox for SqlStore<D> {
             .bind(e.message_type.as_str())
             .bind(body.as_slice())
             .execute(conn)
-            .instrument(tidings_core::trace::enqueue_span(message))
+            .instrument(tidings_core::store::enqueue_span(message))
             .await?;
         Ok(())
     }

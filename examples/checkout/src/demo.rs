@@ -15,13 +15,13 @@ use tidings_broker_kafka::{KafkaOptions, KafkaTransport};
 use tidings_broker_nats::{NatsOptions, NatsTransport};
 use tidings_broker_rabbitmq::{RabbitOptions, RabbitTransport};
 use tidings_consumer::{Consumer, ConsumerConfig, ConsumerStats, Handler};
+use tidings_core::duplicating::Duplicating;
 use tidings_core::log::{LogBackend, LogPublisher, LogReaderConfig, LogSubscriber};
 use tidings_core::secret::redact_url as redact;
 use tidings_core::{Backoff, Envelope, Message, OutgoingMessage, Publisher, Subscriber};
 use tidings_relay::{Relay, RelayConfig};
 use tidings_store_postgres::PgStore;
 use tidings_store_sqlite::SqliteStore;
-use tidings_testkit::faults::Duplicating;
 use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 

@@ -13,7 +13,7 @@ use super::{BenchEvent, Schema, create_orders, open_transport, relay_config, sta
 
 /// What the steady-state scenario runs.
 #[derive(Debug, Clone, clap::Args)]
-pub(crate) struct SteadyBench {
+pub struct SteadyBench {
     /// PostgreSQL (the bench works in a schema of its own, dropped at the end).
     #[arg(long, env = "TIDINGS_DATABASE_URL")]
     pub(crate) database: String,

@@ -1,39 +1,34 @@
 //! Why a message was dead-lettered, with what varies from one message to the
-//! next taken out, so that the dead letters of one bug share one [`Cause`].
+//! next taken out, so that the dead letters of one bug share one [`Cause`]:
+//! `tidings dlq` groups and selects dead letters by it.
 //!
-//! ```
-//! use tidings_core::cause::error_shape;
-//!
-//! assert_eq!(
-//!     error_shape("warehouse rejected sku POISON-14 for order 0193c1a2-8f3e-7cc1-9a6b-2f1d3e4c5b6a"),
-//!     "warehouse rejected sku POISON-<n> for order <id>"
-//! );
-//! assert_eq!(error_shape(r#"no such customer "ada""#), r#"no such customer "<s>""#);
-//! ```
+//! `warehouse rejected sku POISON-14 for order 0193c1a2-8f3e-7cc1-9a6b-2f1d3e4c5b6a`
+//! has the shape `warehouse rejected sku POISON-<n> for order <id>`
+//! ([`error_shape`]).
 
 use std::fmt;
 
 use serde::Serialize;
 
-use crate::store::DeadLetter;
+use tidings_core::DeadLetter;
 
 /// What dead letters of one bug have in common: the consumer, the message
 /// type, and the class and shape ([`error_shape`]) of the last error.
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
-pub struct Cause {
+pub(crate) struct Cause {
     /// The consumer that gave up.
-    pub consumer: String,
+    pub(crate) consumer: String,
     /// The message's type, if it could be decoded.
-    pub message_type: Option<String>,
+    pub(crate) message_type: Option<String>,
     /// `transient` or `permanent`: the last error's class.
-    pub class: String,
+    pub(crate) class: String,
     /// The last error with its varying parts replaced.
-    pub shape: String,
+    pub(crate) shape: String,
 }
 
 impl Cause {
     /// The cause of `letter`.
-    pub fn of(letter: &DeadLetter) -> Cause {
+    pub(crate) fn of(letter: &DeadLetter) -> Cause {
         let last = letter.errors.last();
         Cause {
             consumer: letter.consumer.clone(),
@@ -45,7 +40,7 @@ impl Cause {
 
     /// A short stable name for the cause (12 hex digits), the same from one
     /// run, process or machine to the next.
-    pub fn fingerprint(&self) -> String {
+    pub(crate) fn fingerprint(&self) -> String {
         // FNV-1a over the parts, each ended by a 0 byte: stable by definition.
         let mut hash: u64 = 0xcbf2_9ce4_8422_2325;
         let parts = [
@@ -70,7 +65,7 @@ impl fmt::Display for Cause {
 
 /// `error` with what usually varies between messages replaced: UUIDs by
 /// `<id>`, quoted text by `<s>` (quotes kept), runs of digits by `<n>`.
-pub fn error_shape(error: &str) -> String {
+pub(crate) fn error_shape(error: &str) -> String {
     let chars: Vec<char> = error.chars().collect();
     let mut shape = String::with_capacity(error.len());
     let mut i = 0;
@@ -125,6 +120,18 @@ fn is_uuid_at(chars: &[char], i: usize) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_shapes_of_the_module_documentation() {
+        assert_eq!(
+            error_shape("warehouse rejected sku POISON-14 for order 0193c1a2-8f3e-7cc1-9a6b-2f1d3e4c5b6a"),
+            "warehouse rejected sku POISON-<n> for order <id>"
+        );
+        assert_eq!(
+            error_shape(r#"no such customer "ada""#),
+            r#"no such customer "<s>""#
+        );
+    }
 
     #[test]
     fn shapes_keep_the_words_and_drop_the_values() {

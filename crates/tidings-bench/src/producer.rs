@@ -12,7 +12,7 @@ use super::{BenchEvent, Schema, create_orders};
 
 /// What the producer-tax scenario runs.
 #[derive(Debug, Clone, clap::Args)]
-pub(crate) struct ProducerBench {
+pub struct ProducerBench {
     /// PostgreSQL (the bench works in a schema of its own, dropped at the end).
     #[arg(long, env = "TIDINGS_DATABASE_URL")]
     pub(crate) database: String,

@@ -12,7 +12,7 @@ use super::{
 
 /// What `tidings bench all` runs.
 #[derive(Debug, Clone, clap::Args)]
-pub(crate) struct AllBench {
+pub struct AllBench {
     /// PostgreSQL (the bench works in schemas of its own, dropped at the end).
     #[arg(long, env = "TIDINGS_DATABASE_URL")]
     pub(crate) database: String,

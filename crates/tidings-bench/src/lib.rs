@@ -1,8 +1,12 @@
 //! `tidings bench`: what Tidings costs, each figure next to the raw limit
 //! measured in the same run on the same machine.
 //!
-//! Each scenario lives in a module of its own; this one holds what they share:
-//! the bench's schema, its event, the backlog filler and the transports.
+//! The `tidings` command runs [`Bench`], its `bench` subcommand. Each
+//! scenario lives in a module of its own; this one holds the subcommand and
+//! what the scenarios share: the bench's schema, its event, the backlog
+//! filler and the transports. Its tests run it through the `tidings`
+//! binary (`crates/tidings-cli/tests/bench.rs`): `bench relays` starts
+//! relay processes of that binary.
 
 mod all;
 mod consumer;
@@ -14,14 +18,23 @@ mod raw;
 mod relays;
 mod steady;
 
-pub(crate) use all::{AllBench, all};
-pub(crate) use consumer::{ConsumerBench, ConsumerCost, consumer};
-pub(crate) use latency::{Latencies, LatencyBench, latency};
-pub(crate) use peer::{PeerBench, PeerComparison, peer};
-pub(crate) use producer::{ProducerBench, ProducerTax, producer};
-pub(crate) use relays::{RelayBench, RelayChild, RelayScaling, relays};
-pub(crate) use steady::{SteadyBench, SteadyState, steady};
+pub use all::AllBench;
+pub use consumer::ConsumerBench;
+pub use latency::LatencyBench;
+pub use peer::PeerBench;
+pub use producer::ProducerBench;
+pub use relays::{RelayBench, RelayChild};
+pub use steady::SteadyBench;
 
+pub(crate) use all::all;
+pub(crate) use consumer::{ConsumerCost, consumer};
+pub(crate) use latency::{Latencies, latency};
+pub(crate) use peer::{PeerComparison, peer};
+pub(crate) use producer::{ProducerTax, producer};
+pub(crate) use relays::{RelayScaling, relays};
+pub(crate) use steady::{SteadyState, steady};
+
+use std::process::ExitCode;
 use std::str::FromStr;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -36,6 +49,135 @@ use tidings_relay::{Relay, RelayConfig};
 use tidings_store_postgres::PgStore;
 use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
+
+/// The scenarios, each a subcommand of `tidings bench`.
+#[derive(Debug, clap::Subcommand)]
+pub enum Bench {
+    /// Every scenario below, one after the other, over the database log and
+    /// each `--broker` given; the figures, their raw limits and ratios.
+    All {
+        #[command(flatten)]
+        bench: AllBench,
+        /// Print the figures as one JSON object on stdout.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Relay throughput with 1, 2, 4... instances sharing the outbox's
+    /// partitions, beside the SQL-only drain and the brokers' raw publish.
+    Relays {
+        #[command(flatten)]
+        bench: RelayBench,
+        /// Print the figures as one JSON object on stdout.
+        #[arg(long)]
+        json: bool,
+    },
+    /// What the outbox costs a producer: business-only transactions/s, beside
+    /// business + an outbox insert written by hand, beside business + `enqueue`.
+    Producer {
+        #[command(flatten)]
+        bench: ProducerBench,
+        /// Print the figures as one JSON object on stdout.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Commit-to-handler latency at fixed rates, with wake-ups and with polling.
+    Latency {
+        #[command(flatten)]
+        bench: LatencyBench,
+        /// Print the figures as one JSON object on stdout.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Handled events/s through the consumer runtime (processed marker,
+    /// fence, lanes) beside the same handler by hand without them, one
+    /// transaction per event and batched.
+    Consumer {
+        #[command(flatten)]
+        bench: ConsumerBench,
+        /// Print the figures as one JSON object on stdout.
+        #[arg(long)]
+        json: bool,
+    },
+    /// The npm package `pg-transactional-outbox` beside Tidings on the same
+    /// PostgreSQL and RabbitMQ: drain rate and commit-to-confirmed latency
+    /// (needs Node.js and npm; installs the peer on first use).
+    Peer {
+        #[command(flatten)]
+        bench: PeerBench,
+        /// Print the figures as one JSON object on stdout.
+        #[arg(long)]
+        json: bool,
+    },
+    /// One relay draining a bench's backlog in a process of its own (run by `bench relays`).
+    #[command(hide = true)]
+    RelayProcess {
+        #[command(flatten)]
+        bench: RelayChild,
+    },
+    /// Producers at full speed with relays running: producer rate beside
+    /// producers alone, the largest backlog, and how soon the outbox is
+    /// empty once producers stop.
+    Steady {
+        #[command(flatten)]
+        bench: SteadyBench,
+        /// Print the figures as one JSON object on stdout.
+        #[arg(long)]
+        json: bool,
+    },
+}
+
+impl Bench {
+    /// Runs the scenario and prints its figures on stdout, as text or as one
+    /// JSON object. `relays` runs its relay processes as `<this executable>
+    /// bench relay-process ...`: the executable must run [`Bench`] as its
+    /// `bench` subcommand.
+    pub async fn run(self) -> anyhow::Result<ExitCode> {
+        match self {
+            Bench::All { bench, json } => {
+                bench.check()?;
+                print_figures(json, &all(bench).await?)
+            }
+            Bench::Relays { bench, json } => {
+                bench.check()?;
+                print_figures(json, &relays(bench).await?)
+            }
+            Bench::RelayProcess { bench } => {
+                println!("{}", serde_json::to_string(&bench.run().await?)?);
+                Ok(ExitCode::SUCCESS)
+            }
+            Bench::Peer { bench, json } => {
+                bench.check()?;
+                print_figures(json, &peer(bench).await?)
+            }
+            Bench::Producer { bench, json } => {
+                bench.check()?;
+                print_figures(json, &producer(bench).await?)
+            }
+            Bench::Steady { bench, json } => {
+                bench.check()?;
+                print_figures(json, &steady(bench).await?)
+            }
+            Bench::Latency { bench, json } => {
+                bench.check()?;
+                print_figures(json, &latency(bench).await?)
+            }
+            Bench::Consumer { bench, json } => {
+                bench.check()?;
+                print_figures(json, &consumer(bench).await?)
+            }
+        }
+    }
+}
+
+/// Prints a bench's figures, as text or as one JSON object.
+fn print_figures(json: bool, figures: &(impl Serialize + std::fmt::Display)) -> anyhow::Result<ExitCode> {
+    if json {
+        println!("{}", serde_json::to_string(figures)?);
+    } else {
+        print!("{figures}");
+    }
+    Ok(ExitCode::SUCCESS)
+}
 
 /// One drain of the backlog.
 #[derive(Debug, Clone, Serialize)]

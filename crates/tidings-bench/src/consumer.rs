@@ -21,7 +21,7 @@ use super::{BenchEvent, CpuSample, CpuUse, Schema, event, open_transport, short_
 
 /// What the consumer-cost scenario runs.
 #[derive(Debug, Clone, clap::Args)]
-pub(crate) struct ConsumerBench {
+pub struct ConsumerBench {
     /// PostgreSQL (the bench works in a schema of its own, dropped at the end).
     #[arg(long, env = "TIDINGS_DATABASE_URL")]
     pub(crate) database: String,

@@ -14,7 +14,7 @@ use super::{LatencyBench, RelayBench, latency, relays};
 
 /// What the peer scenario runs.
 #[derive(Debug, Clone, clap::Args)]
-pub(crate) struct PeerBench {
+pub struct PeerBench {
     /// PostgreSQL (both sides work in schemas of their own, dropped at the end).
     #[arg(long, env = "TIDINGS_DATABASE_URL")]
     pub(crate) database: String,

@@ -17,7 +17,7 @@ use super::{Schema, event, open_transport, short_id};
 
 /// What the latency scenario runs.
 #[derive(Debug, Clone, clap::Args)]
-pub(crate) struct LatencyBench {
+pub struct LatencyBench {
     /// PostgreSQL (the bench works in a schema of its own, dropped at the end).
     #[arg(long, env = "TIDINGS_DATABASE_URL")]
     pub(crate) database: String,

@@ -19,7 +19,7 @@ use super::{
 
 /// What the relay-scaling scenario runs.
 #[derive(Debug, Clone, clap::Args)]
-pub(crate) struct RelayBench {
+pub struct RelayBench {
     /// PostgreSQL (the bench works in a schema of its own, dropped at the end).
     #[arg(long, env = "TIDINGS_DATABASE_URL")]
     pub(crate) database: String,
@@ -285,7 +285,7 @@ impl fmt::Display for RelayScaling {
 /// One relay run in a process of its own (`tidings bench relay-process`,
 /// hidden): the parent fills the backlog, the child drains it and reports.
 #[derive(Debug, Clone, clap::Args)]
-pub(crate) struct RelayChild {
+pub struct RelayChild {
     /// PostgreSQL.
     #[arg(long)]
     pub(crate) database: String,
