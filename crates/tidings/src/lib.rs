@@ -11,8 +11,8 @@
 //!    retried, dead-lettered and ordered per key by the runtime.
 //!
 //! The crates behind it: `tidings-core` (envelope, traits), `tidings-relay`,
-//! `tidings-consumer`, `tidings-schema` (event contracts), and one
-//! `tidings-store-*` per database.
+//! `tidings-consumer`, `tidings-schema` (event contracts), `tidings-sql` (the
+//! SQL store written once) and one `tidings-store-*` dialect per database.
 #![warn(missing_docs, missing_debug_implementations, unreachable_pub)]
 
 pub use tidings_core::*;
@@ -32,6 +32,12 @@ pub mod relay {
 #[cfg(feature = "schema")]
 pub mod schema {
     pub use tidings_schema::*;
+}
+
+/// The SQL store written once ([`sql::SqlStore`]) and the [`sql::Dialect`]
+/// each database supplies.
+pub mod sql {
+    pub use tidings_sql::*;
 }
 
 /// PostgreSQL store.
