@@ -75,3 +75,38 @@ pub use store::{
 pub use transport::{
     AckKind, Acker, Delivery, OutgoingMessage, Publisher, RawMessage, Subscriber, Subscription,
 };
+
+/// Every ability of a database store, in one bound: what the consumer
+/// runtime, the daemon and the reference systems ask of a store. Each
+/// ability stays its own small trait, for callers that need only one; a
+/// store that has them all (`tidings-sql`'s `SqlStore` over any dialect) is
+/// a `Store` without saying so.
+pub trait Store:
+    Outbox
+    + RelayStore
+    + ConsumerStore
+    + FailureStore
+    + ParkingStore
+    + LeaseStore
+    + LagSource
+    + Inspect
+    + ReplayStore
+    + log::LogBackend
+    + Clone
+{
+}
+
+impl<S> Store for S where
+    S: Outbox
+        + RelayStore
+        + ConsumerStore
+        + FailureStore
+        + ParkingStore
+        + LeaseStore
+        + LagSource
+        + Inspect
+        + ReplayStore
+        + log::LogBackend
+        + Clone
+{
+}

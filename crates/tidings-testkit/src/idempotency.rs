@@ -66,7 +66,8 @@ use async_trait::async_trait;
 use rand::SeedableRng;
 use rand::seq::SliceRandom;
 use tidings_consumer::{Consumer, ConsumerConfig, Context, Handler, HandlerError, Settled};
-use tidings_core::{Backoff, ConsumerStore, DeadLetterFilter, Envelope, LeaseStore, ParkingStore};
+use tidings_core::Store;
+use tidings_core::{Backoff, DeadLetterFilter, Envelope};
 
 /// What a run left behind, as the caller reads it: named values, compared
 /// key by key between runs. Build it from rows (`(key, value)` pairs) or
@@ -284,7 +285,7 @@ impl<F> Harness<F> {
         snapshot: impl AsyncFn(&S) -> State,
     ) -> Report
     where
-        S: ConsumerStore + ParkingStore + LeaseStore + Clone,
+        S: Store,
         F: Fn(&S) -> H,
         H: Handler<S::Database>,
     {
@@ -325,7 +326,7 @@ impl<F> Harness<F> {
         snapshot: &impl AsyncFn(&S) -> State,
     ) -> (Scenario, State)
     where
-        S: ConsumerStore + ParkingStore + LeaseStore + Clone,
+        S: Store,
         F: Fn(&S) -> H,
         H: Handler<S::Database>,
     {

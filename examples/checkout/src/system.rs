@@ -2,8 +2,7 @@
 //! and the figures read back from the database.
 
 use async_trait::async_trait;
-use tidings_core::log::LogBackend;
-use tidings_core::{ConsumerStore, Outbox, OutgoingMessage, ParkingStore, RelayStore};
+use tidings_core::{Outbox, OutgoingMessage};
 use tidings_store_postgres::PgStore;
 use tidings_store_sqlite::SqliteStore;
 
@@ -116,16 +115,7 @@ fn count_of(counts: &[(String, i64)], consumer: &str) -> i64 {
 /// What the demo needs from a database: Tidings' store abilities, the
 /// handlers implemented for it, and the checkout system's own SQL.
 #[async_trait]
-pub trait CheckoutStore:
-    ConsumerStore
-    + ParkingStore
-    + tidings_core::LeaseStore
-    + RelayStore
-    + LogBackend
-    + tidings_core::LagSource
-    + tidings_core::ReplayStore
-    + Clone
-{
+pub trait CheckoutStore: tidings_core::Store {
     /// Runs Tidings' migrations and creates the checkout tables.
     async fn setup(&self) -> anyhow::Result<()>;
 

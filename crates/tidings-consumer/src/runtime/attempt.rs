@@ -5,7 +5,8 @@
 use std::time::Instant;
 
 use sqlx::Transaction;
-use tidings_core::{ConsumerStore, Envelope, Fence, Handling, LeaseStore, ParkingStore};
+use tidings_core::Store;
+use tidings_core::{Envelope, Fence, Handling};
 
 use super::Worker;
 use super::stats::bump;
@@ -29,7 +30,7 @@ pub(super) enum AttemptError {
     LeaseLost,
 }
 
-impl<S: ConsumerStore + ParkingStore + LeaseStore + Clone> Worker<S> {
+impl<S: Store> Worker<S> {
     /// One attempt: a transaction holding the processed marker and the handler's writes.
     pub(super) async fn attempt(
         &self,

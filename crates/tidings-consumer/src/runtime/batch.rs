@@ -1,8 +1,9 @@
 //! Batching ([`ConsumerConfig::batch`]): a lane's queued deliveries in one
 //! transaction, or, if that fails, one at a time through the stack.
 
+use tidings_core::Store;
 use tidings_core::lease::Lease;
-use tidings_core::{AckKind, ConsumerStore, Envelope, LeaseStore, ParkingStore};
+use tidings_core::{AckKind, Envelope};
 use uuid::Uuid;
 
 use super::Worker;
@@ -14,7 +15,7 @@ use super::stats::bump;
 #[cfg(doc)]
 use super::ConsumerConfig;
 
-impl<S: ConsumerStore + ParkingStore + LeaseStore + Clone> Worker<S> {
+impl<S: Store> Worker<S> {
     /// Whether a delivery may join a batch: decoded, not delivered too
     /// often, its key not held.
     pub(super) fn batchable(&self, work: &Work) -> bool {

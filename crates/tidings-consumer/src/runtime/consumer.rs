@@ -5,11 +5,9 @@ use std::fmt;
 use std::sync::Arc;
 
 use async_trait::async_trait;
+use tidings_core::Store;
 use tidings_core::lease::{self, Membership, Scope};
-use tidings_core::replay::ReplayStore;
-use tidings_core::{
-    AckKind, Acker, ConsumerStore, Delivery, Envelope, LeaseStore, ParkingStore, RawMessage, Subscriber,
-};
+use tidings_core::{AckKind, Acker, ConsumerStore, Delivery, Envelope, RawMessage, Subscriber};
 use tokio_util::sync::CancellationToken;
 
 use super::Worker;
@@ -60,7 +58,7 @@ pub enum Settled {
     GivenBack,
 }
 
-impl<S: ConsumerStore + ParkingStore + LeaseStore + Clone> Consumer<S> {
+impl<S: Store> Consumer<S> {
     /// A consumer named `name` (its group name on the transport, and its key
     /// in the idempotency and effects records: keep it stable).
     pub fn new(name: impl Into<String>, store: S, handler: impl Handler<S::Database>) -> Self {
@@ -142,7 +140,7 @@ impl<S: ConsumerStore + ParkingStore + LeaseStore + Clone> Consumer<S> {
     }
 }
 
-impl<S: ConsumerStore + ParkingStore + LeaseStore + ReplayStore + Clone> Consumer<S> {
+impl<S: Store> Consumer<S> {
     /// Runs until `shutdown` is cancelled.
     ///
     /// The consumer joins its group: for each topic it takes the leases of

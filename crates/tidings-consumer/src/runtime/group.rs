@@ -5,16 +5,16 @@ use std::collections::HashMap;
 use std::sync::Arc;
 
 use futures::StreamExt;
+use tidings_core::Store;
 use tidings_core::lease::{Held, Membership, sleep_unless};
-use tidings_core::replay::ReplayStore;
-use tidings_core::{ConsumerStore, Delivery, LeaseStore, ParkingStore, Partition, Subscriber, Subscription};
+use tidings_core::{ConsumerStore, Delivery, Partition, Subscriber, Subscription};
 use tokio_util::sync::CancellationToken;
 
 use super::holds::Holds;
 use super::{Consumer, Worker};
 use crate::membership::Claim;
 
-impl<S: ConsumerStore + ParkingStore + LeaseStore + ReplayStore + Clone> Consumer<S> {
+impl<S: Store> Consumer<S> {
     /// Reads the group's share of the topics until `shutdown`.
     pub(super) async fn read_group(
         &self,

@@ -6,7 +6,8 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use tidings_core::{AckKind, ConsumerStore, Delivery, LeaseStore, ParkedMessage, ParkingStore};
+use tidings_core::Store;
+use tidings_core::{AckKind, Delivery, ParkedMessage};
 use uuid::Uuid;
 
 use super::Worker;
@@ -38,7 +39,7 @@ pub(super) type Holds = Arc<Mutex<HashMap<HoldKey, Hold>>>;
 /// How often a session looks for held keys released from outside (a skip).
 pub(super) const HOLDS_REFRESH: Duration = Duration::from_secs(1);
 
-impl<S: ConsumerStore + ParkingStore + LeaseStore + Clone> Worker<S> {
+impl<S: Store> Worker<S> {
     /// Applies the key's hold, if any ([`OnDeadLetter::HoldKey`]), then the stack.
     pub(super) async fn handle(&self, work: Work) -> Settled {
         let key = match &work.envelope {

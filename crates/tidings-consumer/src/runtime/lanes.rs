@@ -6,8 +6,9 @@ use std::sync::Arc;
 
 use futures::StreamExt;
 use futures::stream::select_all;
+use tidings_core::Store;
 use tidings_core::lease::{Held, Membership};
-use tidings_core::{ConsumerStore, DecodeError, Delivery, Envelope, LeaseStore, ParkingStore, Subscriber};
+use tidings_core::{DecodeError, Delivery, Envelope, LeaseStore, Subscriber};
 use tokio::task::JoinSet;
 
 use super::Worker;
@@ -45,7 +46,7 @@ fn queue_key(topic: &str, key: &str) -> String {
     format!("{topic}\u{1f}{key}")
 }
 
-impl<S: ConsumerStore + ParkingStore + LeaseStore + Clone> Worker<S> {
+impl<S: Store> Worker<S> {
     /// Reads the partitions `held` allows until the session stops, spreading
     /// deliveries over the key lanes.
     pub(super) async fn run<L: LeaseStore>(

@@ -10,9 +10,10 @@
 
 use std::time::{Duration, Instant};
 
+use tidings_core::Delivery;
+use tidings_core::Store;
 use tidings_core::lease::sleep_unless;
-use tidings_core::replay::{Replay, ReplayCounts, ReplayStore};
-use tidings_core::{ConsumerStore, Delivery, LeaseStore, ParkingStore};
+use tidings_core::replay::{Replay, ReplayCounts};
 use tokio_util::sync::CancellationToken;
 
 use super::consumer::{Consumer, Settled, Unsettled};
@@ -23,7 +24,7 @@ const PAGE: usize = 200;
 /// How often progress is stored.
 const REPORT_EVERY: Duration = Duration::from_millis(500);
 
-impl<S: ConsumerStore + ParkingStore + LeaseStore + ReplayStore + Clone> Consumer<S> {
+impl<S: Store> Consumer<S> {
     /// Until `shutdown`: takes up replays asked of this consumer, one at a time.
     pub(super) async fn serve_replays(&self, member: &str, shutdown: &CancellationToken) {
         let mut failures = 0u32;

@@ -7,9 +7,8 @@
 use std::time::Duration;
 
 use chrono::Utc;
-use tidings_core::{
-    AckKind, ConsumerStore, DeadLetter, Delivery, Envelope, ErrorClass, Failure, LeaseStore, ParkingStore,
-};
+use tidings_core::Store;
+use tidings_core::{AckKind, DeadLetter, Delivery, Envelope, ErrorClass, Failure};
 use tracing::Instrument;
 use uuid::Uuid;
 
@@ -22,7 +21,7 @@ use super::lanes::Work;
 use super::stats::bump;
 use crate::membership::Claim;
 
-impl<S: ConsumerStore + ParkingStore + LeaseStore + Clone> Worker<S> {
+impl<S: Store> Worker<S> {
     /// decode -> retry -> transaction + idempotency -> timeout -> handler; dead-letter; settle.
     pub(super) async fn process(&self, work: Work) -> Settled {
         let Work {

@@ -12,12 +12,7 @@ use async_trait::async_trait;
 use rand::Rng;
 use serde::{Deserialize, Serialize};
 use tidings::consumer::{Context, Handler, HandlerError};
-use tidings::log::LogBackend;
-use tidings::replay::ReplayStore;
-use tidings::{
-    ConsumerStore, Envelope, Kind, LagSource, LeaseStore, Message, Outbox, OutgoingMessage, ParkingStore,
-    RelayStore,
-};
+use tidings::{ConsumerStore, Envelope, Kind, Message, Outbox, OutgoingMessage};
 use tidings_store_postgres::{PgStore, PgStoreOptions};
 use tidings_store_sqlite::{SqliteStore, SqliteStoreOptions};
 
@@ -149,18 +144,7 @@ recorder_for!(sqlx::Sqlite);
 
 /// Store abilities the tests use, plus a few statements per database.
 #[async_trait]
-pub trait TestStore:
-    ConsumerStore
-    + ParkingStore
-    + LeaseStore
-    + RelayStore
-    + LogBackend
-    + LagSource
-    + ReplayStore
-    + Clone
-    + Send
-    + Sync
-{
+pub trait TestStore: tidings::Store + Send + Sync {
     async fn setup(&self);
     /// The same database, keeping sent outbox rows for `retention`.
     fn with_retention(&self, retention: Duration) -> Self;
