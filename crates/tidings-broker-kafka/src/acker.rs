@@ -6,12 +6,12 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use rdkafka::producer::FutureRecord;
-use tidings_core::{AckKind, Acker, RawMessage, Result};
+use tidings_core::{AckKind, Acker, Error, RawMessage, Result};
 use tokio::sync::mpsc;
 
 use crate::publisher::record_headers;
 use crate::window::{Redelivery, Shared};
-use crate::{KafkaTransport, transport_error};
+use crate::{KafkaTransport, TRANSPORT};
 
 pub(crate) struct KafkaAcker {
     pub(crate) shared: Arc<Shared>,
@@ -78,7 +78,7 @@ impl KafkaAcker {
             .producer
             .send(record, Duration::from_secs(30))
             .await
-            .map_err(|(e, _)| transport_error("copying a dead letter to its topic", e, true))?;
+            .map_err(|(e, _)| Error::transport(TRANSPORT, "copying a dead letter to its topic", e, true))?;
         Ok(())
     }
 }

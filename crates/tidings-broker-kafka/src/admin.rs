@@ -8,11 +8,11 @@ use rdkafka::admin::{AdminOptions, NewTopic, TopicReplication};
 use rdkafka::consumer::{BaseConsumer, Consumer};
 use rdkafka::error::RDKafkaErrorCode;
 use rdkafka::{Message as _, Offset, TopicPartitionList};
-use tidings_core::{RawMessage, Result};
+use tidings_core::{Error, RawMessage, Result};
 
 use crate::connection::client_config;
 use crate::subscriber::raw_message;
-use crate::{ADMIN_TIMEOUT, KafkaTransport, transport_error};
+use crate::{ADMIN_TIMEOUT, KafkaTransport, TRANSPORT};
 
 impl KafkaTransport {
     /// Creates the Kafka topic `topic` with the configured partitions if it
@@ -35,12 +35,17 @@ impl KafkaTransport {
                 &AdminOptions::new().operation_timeout(Some(ADMIN_TIMEOUT)),
             )
             .await
-            .map_err(|e| transport_error(&format!("creating topic {topic}"), e, true))?;
+            .map_err(|e| Error::transport(TRANSPORT, format!("creating topic {topic}"), e, true))?;
         for result in results {
             match result {
                 Ok(_) | Err((_, RDKafkaErrorCode::TopicAlreadyExists)) => {}
                 Err((name, code)) => {
-                    return Err(transport_error(&format!("creating topic {name}"), code, true));
+                    return Err(Error::transport(
+                        TRANSPORT,
+                        format!("creating topic {name}"),
+                        code,
+                        true,
+                    ));
                 }
             }
         }
@@ -78,7 +83,7 @@ impl KafkaTransport {
                 &AdminOptions::new().operation_timeout(Some(ADMIN_TIMEOUT)),
             )
             .await
-            .map_err(|e| transport_error(&format!("deleting topic {topic}"), e, true))?;
+            .map_err(|e| Error::transport(TRANSPORT, format!("deleting topic {topic}"), e, true))?;
         let mut topics = self.inner.topics.lock().expect("topics lock");
         topics.remove(topic);
         topics.remove(&dead);
@@ -103,7 +108,7 @@ impl KafkaTransport {
                 .collect())
         })
         .await
-        .map_err(|e| transport_error("reading committed offsets", e, true))?
+        .map_err(|e| Error::transport(TRANSPORT, "reading committed offsets", e, true))?
     }
 
     /// Every record in `topic`'s dead-letter topic, partition by partition
@@ -119,7 +124,7 @@ impl KafkaTransport {
             .set("enable.partition.eof", "false");
         let consumer: BaseConsumer = config
             .create()
-            .map_err(|e| transport_error("creating a consumer", e, false))?;
+            .map_err(|e| Error::transport(TRANSPORT, "creating a consumer", e, false))?;
         let (partitions, tidings_topic) = (self.inner.options.partitions, topic.to_owned());
         tokio::task::spawn_blocking(move || {
             let mut assignment = TopicPartitionList::new();
@@ -127,24 +132,25 @@ impl KafkaTransport {
             for p in 0..partitions as i32 {
                 let (low, high) = consumer
                     .fetch_watermarks(&dead, p, ADMIN_TIMEOUT)
-                    .map_err(|e| transport_error("reading watermarks", e, true))?;
+                    .map_err(|e| Error::transport(TRANSPORT, "reading watermarks", e, true))?;
                 if high > low {
                     remaining.insert(p, high);
                 }
                 assignment
                     .add_partition_offset(&dead, p, Offset::Beginning)
-                    .map_err(|e| transport_error("assigning a partition", e, false))?;
+                    .map_err(|e| Error::transport(TRANSPORT, "assigning a partition", e, false))?;
             }
             consumer
                 .assign(&assignment)
-                .map_err(|e| transport_error("assigning the dead-letter topic", e, true))?;
+                .map_err(|e| Error::transport(TRANSPORT, "assigning the dead-letter topic", e, true))?;
             let deadline = std::time::Instant::now() + ADMIN_TIMEOUT;
             let mut records = Vec::new();
             while !remaining.is_empty() && std::time::Instant::now() < deadline {
                 let Some(polled) = consumer.poll(Duration::from_millis(200)) else {
                     continue;
                 };
-                let m = polled.map_err(|e| transport_error("reading the dead-letter topic", e, true))?;
+                let m = polled
+                    .map_err(|e| Error::transport(TRANSPORT, "reading the dead-letter topic", e, true))?;
                 records.push(raw_message(&tidings_topic, &m));
                 if remaining
                     .get(&m.partition())
@@ -156,7 +162,7 @@ impl KafkaTransport {
             Ok(records)
         })
         .await
-        .map_err(|e| transport_error("reading the dead-letter topic", e, true))?
+        .map_err(|e| Error::transport(TRANSPORT, "reading the dead-letter topic", e, true))?
     }
 }
 
@@ -173,5 +179,5 @@ pub(crate) fn committed_offsets(
     }
     consumer
         .committed_offsets(tpl, ADMIN_TIMEOUT)
-        .map_err(|e| transport_error("reading committed offsets", e, true))
+        .map_err(|e| Error::transport(TRANSPORT, "reading committed offsets", e, true))
 }

@@ -10,10 +10,10 @@ use rdkafka::client::DefaultClientContext;
 use rdkafka::config::ClientConfig;
 use rdkafka::consumer::BaseConsumer;
 use rdkafka::producer::FutureProducer;
-use tidings_core::Result;
+use tidings_core::{Error, Result};
 
 use crate::options::bootstrap_servers;
-use crate::{ADMIN_TIMEOUT, KafkaOptions, transport_error};
+use crate::{ADMIN_TIMEOUT, KafkaOptions, TRANSPORT};
 
 /// A Kafka cluster, as a Tidings transport. Cheap to clone.
 #[derive(Clone)]
@@ -56,10 +56,10 @@ impl KafkaTransport {
             .set("message.timeout.ms", "30000");
         let producer: FutureProducer = config
             .create()
-            .map_err(|e| transport_error("creating the producer", e, false))?;
+            .map_err(|e| Error::transport(TRANSPORT, "creating the producer", e, false))?;
         let admin: AdminClient<DefaultClientContext> = client_config(&brokers, &options)
             .create()
-            .map_err(|e| transport_error("creating the admin client", e, false))?;
+            .map_err(|e| Error::transport(TRANSPORT, "creating the admin client", e, false))?;
         let transport = KafkaTransport {
             inner: Arc::new(Inner {
                 brokers,
@@ -75,8 +75,15 @@ impl KafkaTransport {
             producer.client().fetch_metadata(None, ADMIN_TIMEOUT)
         })
         .await
-        .map_err(|e| transport_error("reading the cluster's metadata", e, true))?
-        .map_err(|e| transport_error(&format!("reaching Kafka at {}", transport.inner.brokers), e, true))?;
+        .map_err(|e| Error::transport(TRANSPORT, "reading the cluster's metadata", e, true))?
+        .map_err(|e| {
+            Error::transport(
+                TRANSPORT,
+                format!("reaching Kafka at {}", transport.inner.brokers),
+                e,
+                true,
+            )
+        })?;
         Ok(transport)
     }
 
@@ -84,7 +91,7 @@ impl KafkaTransport {
     pub(crate) fn group_client(&self, group: &str) -> Result<BaseConsumer> {
         self.consumer_config(group)
             .create()
-            .map_err(|e| transport_error("creating a consumer", e, false))
+            .map_err(|e| Error::transport(TRANSPORT, "creating a consumer", e, false))
     }
 
     pub(crate) fn consumer_config(&self, group: &str) -> ClientConfig {

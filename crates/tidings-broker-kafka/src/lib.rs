@@ -81,13 +81,5 @@ pub use options::KafkaOptions;
 pub use rewind::{Rewind, RewoundPartition};
 
 const TRANSPORT: &str = "kafka";
-
-fn transport_error(what: &str, e: impl std::fmt::Display, retryable: bool) -> tidings_core::Error {
-    tidings_core::Error::Transport {
-        transport: TRANSPORT,
-        reason: format!("{what}: {e}"),
-        retryable,
-    }
-}
 /// How long a call to the cluster's metadata or group coordinator may take.
 const ADMIN_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(10);

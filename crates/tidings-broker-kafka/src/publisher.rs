@@ -6,9 +6,9 @@ use async_trait::async_trait;
 use rdkafka::error::{KafkaError, RDKafkaErrorCode};
 use rdkafka::message::{Header, OwnedHeaders};
 use rdkafka::producer::FutureRecord;
-use tidings_core::{OutgoingMessage, Partition, Publisher, Result, cloudevents};
+use tidings_core::{Error, OutgoingMessage, Partition, Publisher, Result, cloudevents};
 
-use crate::{KafkaTransport, transport_error};
+use crate::{KafkaTransport, TRANSPORT};
 
 pub(crate) fn record_headers(headers: &[(String, String)]) -> OwnedHeaders {
     headers.iter().fold(OwnedHeaders::new(), |h, (k, v)| {
@@ -48,15 +48,15 @@ impl Publisher for KafkaTransport {
                         record = back;
                         tokio::time::sleep(Duration::from_millis(5)).await;
                     }
-                    Err((e, _)) => return Err(transport_error("queueing a record", e, true)),
+                    Err((e, _)) => return Err(Error::transport(TRANSPORT, "queueing a record", e, true)),
                 }
             }
         }
         for report in reports {
             report
                 .await
-                .map_err(|e| transport_error("waiting for a delivery report", e, true))?
-                .map_err(|(e, _)| transport_error("delivering a record", e, true))?;
+                .map_err(|e| Error::transport(TRANSPORT, "waiting for a delivery report", e, true))?
+                .map_err(|(e, _)| Error::transport(TRANSPORT, "delivering a record", e, true))?;
         }
         Ok(())
     }

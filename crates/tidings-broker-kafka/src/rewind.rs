@@ -2,10 +2,10 @@
 
 use rdkafka::consumer::{CommitMode, Consumer};
 use rdkafka::{Offset, TopicPartitionList};
-use tidings_core::Result;
+use tidings_core::{Error, Result};
 
 use crate::admin::committed_offsets;
-use crate::{ADMIN_TIMEOUT, KafkaTransport, transport_error};
+use crate::{ADMIN_TIMEOUT, KafkaTransport, TRANSPORT};
 
 impl KafkaTransport {
     /// Rewinds `group` on `topic` to the first record written at or after
@@ -39,15 +39,15 @@ impl KafkaTransport {
         apply: bool,
     ) -> Result<Rewind> {
         if since > std::time::SystemTime::now() {
-            return Err(transport_error(
-                "rewinding",
-                "the time is in the future: a rewind goes back",
+            return Err(Error::transport_reason(
+                TRANSPORT,
+                "rewinding: the time is in the future: a rewind goes back",
                 false,
             ));
         }
         let millis = since
             .duration_since(std::time::UNIX_EPOCH)
-            .map_err(|e| transport_error("reading the rewind time", e, false))?
+            .map_err(|e| Error::transport(TRANSPORT, "reading the rewind time", e, false))?
             .as_millis() as i64;
         let consumer = self.group_client(group)?;
         let (topic, partitions) = (self.kafka_topic(topic), self.inner.options.partitions);
@@ -57,18 +57,20 @@ impl KafkaTransport {
             for p in 0..partitions as i32 {
                 wanted
                     .add_partition_offset(&topic, p, Offset::Offset(millis))
-                    .map_err(|e| transport_error("building an offsets-for-times request", e, false))?;
+                    .map_err(|e| {
+                        Error::transport(TRANSPORT, "building an offsets-for-times request", e, false)
+                    })?;
             }
-            let found = consumer
-                .offsets_for_times(wanted, ADMIN_TIMEOUT)
-                .map_err(|e| transport_error("looking up offsets for the rewind time", e, true))?;
+            let found = consumer.offsets_for_times(wanted, ADMIN_TIMEOUT).map_err(|e| {
+                Error::transport(TRANSPORT, "looking up offsets for the rewind time", e, true)
+            })?;
             let mut rewind = Rewind::default();
             let mut commit = TopicPartitionList::new();
             for element in found.elements() {
                 let partition = element.partition();
                 let (_, high) = consumer
                     .fetch_watermarks(&topic, partition, ADMIN_TIMEOUT)
-                    .map_err(|e| transport_error("reading watermarks", e, true))?;
+                    .map_err(|e| Error::transport(TRANSPORT, "reading watermarks", e, true))?;
                 let target = match element.offset() {
                     Offset::Offset(o) => o,
                     _ => high,
@@ -82,7 +84,7 @@ impl KafkaTransport {
                 let to = from.map_or(target, |f| f.min(target));
                 commit
                     .add_partition_offset(&topic, partition, Offset::Offset(to))
-                    .map_err(|e| transport_error("building an offset commit", e, false))?;
+                    .map_err(|e| Error::transport(TRANSPORT, "building an offset commit", e, false))?;
                 rewind.messages += from.map_or(0, |f| (f - to).max(0) as u64);
                 rewind.partitions.push(RewoundPartition {
                     partition: partition as u32,
@@ -93,12 +95,12 @@ impl KafkaTransport {
             if apply {
                 consumer
                     .commit(&commit, CommitMode::Sync)
-                    .map_err(|e| transport_error("committing the rewound offsets", e, true))?;
+                    .map_err(|e| Error::transport(TRANSPORT, "committing the rewound offsets", e, true))?;
             }
             Ok(rewind)
         })
         .await
-        .map_err(|e| transport_error("rewinding a group", e, true))?
+        .map_err(|e| Error::transport(TRANSPORT, "rewinding a group", e, true))?
     }
 }
 

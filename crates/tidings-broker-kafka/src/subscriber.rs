@@ -8,14 +8,14 @@ use async_trait::async_trait;
 use rdkafka::consumer::{CommitMode, Consumer, StreamConsumer};
 use rdkafka::message::{BorrowedMessage, Headers as _};
 use rdkafka::{Message as _, Offset, TopicPartitionList};
-use tidings_core::{Delivery, Headers, Partition, RawMessage, Result, Subscriber, Subscription};
+use tidings_core::{Delivery, Error, Headers, Partition, RawMessage, Result, Subscriber, Subscription};
 use tokio::sync::{Notify, mpsc};
 use tokio_stream::wrappers::ReceiverStream;
 
 use crate::acker::KafkaAcker;
 use crate::admin::committed_offsets;
 use crate::window::{Redelivery, Shared, Window};
-use crate::{ADMIN_TIMEOUT, KafkaTransport, transport_error};
+use crate::{ADMIN_TIMEOUT, KafkaTransport, TRANSPORT};
 
 pub(crate) fn raw_message(topic: &str, m: &BorrowedMessage<'_>) -> RawMessage {
     let mut headers = Headers::new();
@@ -38,10 +38,10 @@ pub(crate) fn raw_message(topic: &str, m: &BorrowedMessage<'_>) -> RawMessage {
 fn commit(consumer: &StreamConsumer, shared: &Shared, offset: i64, mode: CommitMode) -> Result<()> {
     let mut tpl = TopicPartitionList::new();
     tpl.add_partition_offset(&shared.kafka_topic, shared.partition, Offset::Offset(offset))
-        .map_err(|e| transport_error("building an offset commit", e, false))?;
+        .map_err(|e| Error::transport(TRANSPORT, "building an offset commit", e, false))?;
     consumer
         .commit(&tpl, mode)
-        .map_err(|e| transport_error("committing an offset", e, true))?;
+        .map_err(|e| Error::transport(TRANSPORT, "committing an offset", e, true))?;
     shared.window.lock().expect("window lock").committed = Some(offset);
     Ok(())
 }
@@ -68,21 +68,21 @@ impl Subscriber for KafkaTransport {
                 if !matches!(element.offset(), Offset::Offset(_)) {
                     let (low, _) = consumer
                         .fetch_watermarks(&topic, element.partition(), ADMIN_TIMEOUT)
-                        .map_err(|e| transport_error("reading watermarks", e, true))?;
+                        .map_err(|e| Error::transport(TRANSPORT, "reading watermarks", e, true))?;
                     start
                         .add_partition_offset(&topic, element.partition(), Offset::Offset(low))
-                        .map_err(|e| transport_error("building an offset commit", e, false))?;
+                        .map_err(|e| Error::transport(TRANSPORT, "building an offset commit", e, false))?;
                 }
             }
             if start.count() > 0 {
-                consumer
-                    .commit(&start, CommitMode::Sync)
-                    .map_err(|e| transport_error("committing the group's starting offsets", e, true))?;
+                consumer.commit(&start, CommitMode::Sync).map_err(|e| {
+                    Error::transport(TRANSPORT, "committing the group's starting offsets", e, true)
+                })?;
             }
             Ok(())
         })
         .await
-        .map_err(|e| transport_error("ensuring a group", e, true))?
+        .map_err(|e| Error::transport(TRANSPORT, "ensuring a group", e, true))?
     }
 
     /// Records behind the group's committed offsets (from the earliest
@@ -104,7 +104,7 @@ impl Subscriber for KafkaTransport {
             for element in committed.elements() {
                 let (low, high) = consumer
                     .fetch_watermarks(&topic, element.partition(), ADMIN_TIMEOUT)
-                    .map_err(|e| transport_error("reading watermarks", e, true))?;
+                    .map_err(|e| Error::transport(TRANSPORT, "reading watermarks", e, true))?;
                 let behind = match element.offset() {
                     Offset::Offset(o) => {
                         any_committed = true;
@@ -117,7 +117,7 @@ impl Subscriber for KafkaTransport {
             Ok(any_committed.then_some(total))
         })
         .await
-        .map_err(|e| transport_error("reading the group's lag", e, true))?
+        .map_err(|e| Error::transport(TRANSPORT, "reading the group's lag", e, true))?
     }
 
     async fn subscribe_partition(
@@ -131,13 +131,13 @@ impl Subscriber for KafkaTransport {
         let consumer: StreamConsumer = self
             .consumer_config(group)
             .create()
-            .map_err(|e| transport_error("creating a consumer", e, false))?;
+            .map_err(|e| Error::transport(TRANSPORT, "creating a consumer", e, false))?;
         let mut tpl = TopicPartitionList::new();
         tpl.add_partition_offset(&kafka_topic, partition.index as i32, Offset::Stored)
-            .map_err(|e| transport_error("assigning a partition", e, false))?;
+            .map_err(|e| Error::transport(TRANSPORT, "assigning a partition", e, false))?;
         consumer
             .assign(&tpl)
-            .map_err(|e| transport_error("assigning a partition", e, true))?;
+            .map_err(|e| Error::transport(TRANSPORT, "assigning a partition", e, true))?;
         let consumer = Arc::new(consumer);
         let shared = Arc::new(Shared {
             window: Mutex::new(Window::default()),
@@ -177,7 +177,7 @@ impl Subscriber for KafkaTransport {
                             if let Some(offset) = offset
                                 && let Err(e) = commit(&consumer, &shared, offset, CommitMode::Async)
                             {
-                                tracing::warn!(topic = %shared.topic, partition = shared.partition, error = %e, "Kafka offset commit failed; retrying");
+                                tracing::warn!(topic = %shared.topic, partition = shared.partition, error = &e as &dyn std::error::Error, "Kafka offset commit failed; retrying");
                             }
                         }
                         again = redeliver_rx.recv() => {
@@ -216,7 +216,7 @@ impl Subscriber for KafkaTransport {
                         commit(&consumer, &shared, offset, CommitMode::Sync)
                     })
                     .await
-                    .map_err(|e| transport_error("committing the final offset", e, true))?,
+                    .map_err(|e| Error::transport(TRANSPORT, "committing the final offset", e, true))?,
                     None => Ok(()),
                 }
             }),

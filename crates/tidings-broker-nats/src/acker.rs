@@ -2,9 +2,9 @@
 
 use async_nats::jetstream;
 use async_trait::async_trait;
-use tidings_core::{AckKind, Acker, Result};
+use tidings_core::{AckKind, Acker, Error, Result};
 
-use crate::transport_error;
+use crate::TRANSPORT;
 
 pub(crate) struct NatsAcker(pub(crate) jetstream::message::Acker);
 
@@ -20,6 +20,6 @@ impl Acker for NatsAcker {
         self.0
             .ack_with(kind)
             .await
-            .map_err(|e| transport_error("acknowledging", e, true))
+            .map_err(|e| Error::transport(TRANSPORT, "acknowledging", e, true))
     }
 }

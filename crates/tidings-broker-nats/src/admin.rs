@@ -1,10 +1,10 @@
 //! Creating streams and durable consumers, listing them, and deleting them.
 
 use async_nats::jetstream::{consumer, stream};
-use tidings_core::{Partition, Result};
+use tidings_core::{Error, Partition, Result};
 
 use crate::topology::durable_name;
-use crate::{NatsTransport, transport_error};
+use crate::{NatsTransport, TRANSPORT};
 
 impl NatsTransport {
     /// Streams this transport created or checked, by name.
@@ -28,7 +28,7 @@ impl NatsTransport {
         self.js
             .delete_stream(name)
             .await
-            .map_err(|e| transport_error("deleting a stream", e, true))?;
+            .map_err(|e| Error::transport(TRANSPORT, "deleting a stream", e, true))?;
         Ok(())
     }
 
@@ -44,7 +44,7 @@ impl NatsTransport {
                 ..Default::default()
             })
             .await
-            .map_err(|e| transport_error(&format!("creating stream {name}"), e, true))?;
+            .map_err(|e| Error::transport(TRANSPORT, format!("creating stream {name}"), e, true))?;
         self.streams.lock().expect("streams lock").insert(name);
         Ok(stream)
     }
@@ -90,7 +90,7 @@ impl NatsTransport {
                 },
             )
             .await
-            .map_err(|e| transport_error(&format!("creating consumer {durable}"), e, true))?;
+            .map_err(|e| Error::transport(TRANSPORT, format!("creating consumer {durable}"), e, true))?;
         Ok(consumer)
     }
 }

@@ -5,10 +5,10 @@ use std::fmt;
 use std::sync::{Arc, Mutex};
 
 use async_nats::jetstream;
-use tidings_core::Result;
+use tidings_core::{Error, Result};
 
 use crate::options::{Credentials, split_credentials};
-use crate::{NatsOptions, transport_error};
+use crate::{NatsOptions, TRANSPORT};
 
 /// A connection to NATS JetStream, usable as publisher and subscriber. Cheap to clone.
 #[derive(Clone)]
@@ -51,7 +51,7 @@ impl NatsTransport {
         let client = connect
             .connect(address.as_str())
             .await
-            .map_err(|e| transport_error(&format!("connecting to NATS at {address}"), e, true))?;
+            .map_err(|e| Error::transport(TRANSPORT, format!("connecting to NATS at {address}"), e, true))?;
         Ok(Self::new(client, options))
     }
 

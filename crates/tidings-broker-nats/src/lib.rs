@@ -65,11 +65,3 @@ pub use connection::NatsTransport;
 pub use options::NatsOptions;
 
 const TRANSPORT: &str = "nats";
-
-fn transport_error(what: &str, e: impl std::fmt::Display, retryable: bool) -> tidings_core::Error {
-    tidings_core::Error::Transport {
-        transport: TRANSPORT,
-        reason: format!("{what}: {e}"),
-        retryable,
-    }
-}

@@ -2,10 +2,10 @@
 
 use async_nats::HeaderMap;
 use async_trait::async_trait;
-use tidings_core::{OutgoingMessage, Partition, Publisher, Result, cloudevents};
+use tidings_core::{Error, OutgoingMessage, Partition, Publisher, Result, cloudevents};
 
 use crate::topology::subject_token;
-use crate::{NatsTransport, transport_error};
+use crate::{NatsTransport, TRANSPORT};
 
 #[async_trait]
 impl Publisher for NatsTransport {
@@ -37,12 +37,12 @@ impl Publisher for NatsTransport {
                 .js
                 .publish_with_headers(subject, headers, payload.into())
                 .await
-                .map_err(|e| transport_error("publishing", e, true))?;
+                .map_err(|e| Error::transport(TRANSPORT, "publishing", e, true))?;
             acks.push(ack);
         }
         for ack in acks {
             ack.await
-                .map_err(|e| transport_error("waiting for a PubAck", e, true))?;
+                .map_err(|e| Error::transport(TRANSPORT, "waiting for a PubAck", e, true))?;
         }
         Ok(())
     }

@@ -6,14 +6,16 @@ use async_nats::jetstream::{self, consumer};
 use async_nats::{HeaderMap, HeaderValue};
 use async_trait::async_trait;
 use futures::StreamExt;
-use tidings_core::{Backoff, Delivery, Headers, Partition, RawMessage, Result, Subscriber, Subscription};
+use tidings_core::{
+    Backoff, Delivery, Error, Headers, Partition, RawMessage, Result, Subscriber, Subscription,
+};
 use tokio::sync::mpsc;
 use tokio_stream::wrappers::ReceiverStream;
 
 use crate::acker::NatsAcker;
 use crate::takeover::Takeover;
 use crate::topology::durable_name;
-use crate::{NatsTransport, transport_error};
+use crate::{NatsTransport, TRANSPORT};
 
 const PULL_EXPIRES: Duration = Duration::from_secs(5);
 
@@ -78,7 +80,7 @@ impl Subscriber for NatsTransport {
             let info = consumer
                 .info()
                 .await
-                .map_err(|e| transport_error("reading consumer info", e, true))?;
+                .map_err(|e| Error::transport(TRANSPORT, "reading consumer info", e, true))?;
             if info.num_waiting == 0 || waited.elapsed() > PULL_EXPIRES * 2 {
                 break info.clone();
             }
@@ -100,7 +102,7 @@ impl Subscriber for NatsTransport {
                         Err(e) => {
                             failures += 1;
                             let delay = Backoff::default().delay(failures);
-                            tracing::warn!(%group, %topic, error = %e, retry_in_ms = delay.as_millis() as u64, "NATS pull failed; retrying");
+                            tracing::warn!(%group, %topic, error = &e as &dyn std::error::Error, retry_in_ms = delay.as_millis() as u64, "NATS pull failed; retrying");
                             tokio::select! {
                                 _ = tx.closed() => return,
                                 _ = tokio::time::sleep(delay) => continue,
@@ -164,7 +166,7 @@ impl Subscriber for NatsTransport {
                 client
                     .flush()
                     .await
-                    .map_err(|e| transport_error("flushing acknowledgements", e, true))
+                    .map_err(|e| Error::transport(TRANSPORT, "flushing acknowledgements", e, true))
             }),
         )
     }
@@ -188,7 +190,7 @@ impl NatsTransport {
             .expires(PULL_EXPIRES)
             .messages()
             .await
-            .map_err(|e| transport_error("pulling messages", e, true))
+            .map_err(|e| Error::transport(TRANSPORT, "pulling messages", e, true))
     }
 }
 

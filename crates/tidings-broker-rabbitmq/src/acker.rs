@@ -5,12 +5,12 @@ use async_trait::async_trait;
 use lapin::BasicProperties;
 use lapin::options::{BasicAckOptions, BasicNackOptions, BasicRejectOptions};
 use lapin::types::{AMQPValue, FieldTable};
-use tidings_core::{AckKind, Acker, Result};
+use tidings_core::{AckKind, Acker, Error, Result};
 
 use crate::marshal::{DELIVERY_COUNT, long};
 use crate::publisher::confirmed;
 use crate::topology::delay_bucket;
-use crate::{RabbitTransport, transport_error};
+use crate::{RabbitTransport, TRANSPORT};
 
 pub(crate) struct RabbitAcker {
     pub(crate) acker: lapin::Acker,
@@ -24,7 +24,7 @@ pub(crate) struct RabbitAcker {
 #[async_trait]
 impl Acker for RabbitAcker {
     async fn ack(&self, kind: AckKind) -> Result<()> {
-        let settle = |e| transport_error("settling a delivery", e, true);
+        let settle = |e| Error::transport(TRANSPORT, "settling a delivery", e, true);
         match kind {
             AckKind::Ack => self
                 .acker

@@ -4,10 +4,10 @@
 use lapin::options::{ExchangeDeclareOptions, QueueBindOptions, QueueDeclareOptions, QueueDeleteOptions};
 use lapin::types::{AMQPValue, FieldTable};
 use lapin::{Channel, ExchangeKind};
-use tidings_core::{Partition, Result};
+use tidings_core::{Error, Partition, Result};
 
 use crate::marshal::long;
-use crate::{RabbitTransport, transport_error};
+use crate::{RabbitTransport, TRANSPORT};
 
 impl RabbitTransport {
     /// Queues this transport declared, by name.
@@ -35,7 +35,7 @@ impl RabbitTransport {
             .await?
             .queue_delete(name.into(), QueueDeleteOptions::default())
             .await
-            .map_err(|e| transport_error("deleting a queue", e, true))?;
+            .map_err(|e| Error::transport(TRANSPORT, "deleting a queue", e, true))?;
         Ok(())
     }
 
@@ -58,7 +58,7 @@ impl RabbitTransport {
                 None => connection
                     .create_channel()
                     .await
-                    .map_err(|e| transport_error("opening a channel", e, true))?,
+                    .map_err(|e| Error::transport(TRANSPORT, "opening a channel", e, true))?,
             };
             // A name that does not exist closes the channel: the next one opens another.
             if c.queue_delete(name.as_str().into(), QueueDeleteOptions::default())
@@ -77,7 +77,7 @@ impl RabbitTransport {
             .await?
             .exchange_delete(name.into(), Default::default())
             .await
-            .map_err(|e| transport_error("deleting an exchange", e, true))?;
+            .map_err(|e| Error::transport(TRANSPORT, "deleting an exchange", e, true))?;
         Ok(())
     }
 
@@ -102,7 +102,7 @@ impl RabbitTransport {
                     FieldTable::default(),
                 )
                 .await
-                .map_err(|e| transport_error(&format!("declaring exchange {name}"), e, true))?;
+                .map_err(|e| Error::transport(TRANSPORT, format!("declaring exchange {name}"), e, true))?;
             self.declared.lock().expect("declared lock").insert(key);
         }
         Ok(())
@@ -145,7 +145,7 @@ impl RabbitTransport {
                 FieldTable::default(),
             )
             .await
-            .map_err(|e| transport_error(&format!("binding {queue} to {exchange}"), e, true))
+            .map_err(|e| Error::transport(TRANSPORT, format!("binding {queue} to {exchange}"), e, true))
     }
 
     pub(crate) async fn declare_queue(
@@ -164,7 +164,7 @@ impl RabbitTransport {
                 arguments,
             )
             .await
-            .map_err(|e| transport_error(&format!("declaring queue {name}"), e, true))?;
+            .map_err(|e| Error::transport(TRANSPORT, format!("declaring queue {name}"), e, true))?;
         self.declared
             .lock()
             .expect("declared lock")

@@ -7,9 +7,9 @@ use std::sync::{Arc, Mutex};
 
 use lapin::options::ConfirmSelectOptions;
 use lapin::{Channel, Connection, ConnectionProperties};
-use tidings_core::Result;
+use tidings_core::{Error, Result};
 
-use crate::{RabbitOptions, transport_error};
+use crate::{RabbitOptions, TRANSPORT};
 
 /// A connection to RabbitMQ, usable as publisher and subscriber. Cheap to clone.
 ///
@@ -86,11 +86,9 @@ impl RabbitTransport {
         if let Some(name) = &self.options.connection_name {
             properties = properties.with_connection_name(name.as_str().into());
         }
-        let connection = Arc::new(
-            Connection::connect(&self.url, properties)
-                .await
-                .map_err(|e| transport_error(&format!("connecting to {}", redact(&self.url)), e, true))?,
-        );
+        let connection = Arc::new(Connection::connect(&self.url, properties).await.map_err(|e| {
+            Error::transport(TRANSPORT, format!("connecting to {}", redact(&self.url)), e, true)
+        })?);
         link.connection = Some(connection.clone());
         Ok(connection)
     }
@@ -105,11 +103,11 @@ impl RabbitTransport {
         let channel = connection
             .create_channel()
             .await
-            .map_err(|e| transport_error("opening a channel", e, true))?;
+            .map_err(|e| Error::transport(TRANSPORT, "opening a channel", e, true))?;
         channel
             .confirm_select(ConfirmSelectOptions::default())
             .await
-            .map_err(|e| transport_error("enabling publisher confirms", e, true))?;
+            .map_err(|e| Error::transport(TRANSPORT, "enabling publisher confirms", e, true))?;
         link.confirms = Some(channel.clone());
         Ok(channel)
     }

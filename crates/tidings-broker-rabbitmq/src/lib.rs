@@ -52,11 +52,3 @@ pub use connection::RabbitTransport;
 pub use options::RabbitOptions;
 
 const TRANSPORT: &str = "rabbitmq";
-
-fn transport_error(what: &str, e: impl std::fmt::Display, retryable: bool) -> tidings_core::Error {
-    tidings_core::Error::Transport {
-        transport: TRANSPORT,
-        reason: format!("{what}: {e}"),
-        retryable,
-    }
-}

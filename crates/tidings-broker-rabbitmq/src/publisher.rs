@@ -4,10 +4,10 @@ use async_trait::async_trait;
 use lapin::BasicProperties;
 use lapin::options::BasicPublishOptions;
 use lapin::types::{FieldTable, ShortString};
-use tidings_core::{OutgoingMessage, Partition, Publisher, Result, cloudevents};
+use tidings_core::{Error, OutgoingMessage, Partition, Publisher, Result, cloudevents};
 
 use crate::marshal::long;
-use crate::{RabbitTransport, transport_error};
+use crate::{RabbitTransport, TRANSPORT};
 
 impl RabbitTransport {
     /// Publishes one message with confirms on, returning the confirmation to await.
@@ -33,34 +33,36 @@ impl RabbitTransport {
                 properties,
             )
             .await
-            .map_err(|e| transport_error("publishing", e, true))
+            .map_err(|e| Error::transport(TRANSPORT, "publishing", e, true))
     }
 }
 
 pub(crate) async fn confirmed(confirm: lapin::PublisherConfirm) -> Result<()> {
     match confirm
         .await
-        .map_err(|e| transport_error("waiting for a publisher confirm", e, true))?
+        .map_err(|e| Error::transport(TRANSPORT, "waiting for a publisher confirm", e, true))?
     {
         lapin::Confirmation::Ack(None) => Ok(()),
-        lapin::Confirmation::Ack(Some(returned)) => Err(transport_error(
-            "publishing",
+        lapin::Confirmation::Ack(Some(returned)) => Err(Error::transport_reason(
+            TRANSPORT,
             format!(
-                "no queue is bound to exchange {:?} (routing key {:?}): subscribe the consumer groups \
-                 (which declares their queues) before publishing; the message stays in the outbox",
+                "publishing: no queue is bound to exchange {:?} (routing key {:?}): subscribe the consumer \
+                 groups (which declares their queues) before publishing; the message stays in the outbox",
                 returned.delivery.exchange.as_str(),
                 returned.delivery.routing_key.as_str()
             ),
             true,
         )),
-        lapin::Confirmation::Nack(_) => Err(transport_error(
-            "publishing",
-            "the broker refused the message (nack)",
+        lapin::Confirmation::Nack(_) => Err(Error::transport_reason(
+            TRANSPORT,
+            "publishing: the broker refused the message (nack)",
             true,
         )),
-        lapin::Confirmation::NotRequested => {
-            Err(transport_error("publishing", "publisher confirms are off", false))
-        }
+        lapin::Confirmation::NotRequested => Err(Error::transport_reason(
+            TRANSPORT,
+            "publishing: publisher confirms are off",
+            false,
+        )),
     }
 }
 

@@ -6,13 +6,13 @@ use futures::StreamExt;
 use lapin::Channel;
 use lapin::options::{BasicConsumeOptions, BasicQosOptions, QueueDeclareOptions};
 use lapin::types::FieldTable;
-use tidings_core::{Backoff, Delivery, Partition, RawMessage, Result, Subscriber, Subscription};
+use tidings_core::{Backoff, Delivery, Error, Partition, RawMessage, Result, Subscriber, Subscription};
 use tokio::sync::mpsc;
 use tokio_stream::wrappers::ReceiverStream;
 
 use crate::acker::RabbitAcker;
 use crate::marshal::{delivery_count, headers_of};
-use crate::{RabbitTransport, transport_error};
+use crate::{RabbitTransport, TRANSPORT};
 
 #[async_trait]
 impl Subscriber for RabbitTransport {
@@ -30,7 +30,7 @@ impl Subscriber for RabbitTransport {
             let channel = connection
                 .create_channel()
                 .await
-                .map_err(|e| transport_error("opening a channel", e, true))?;
+                .map_err(|e| Error::transport(TRANSPORT, "opening a channel", e, true))?;
             let queue = self.partition_queue(topic, group, partition);
             let declared = channel
                 .queue_declare(
@@ -57,7 +57,7 @@ impl Subscriber for RabbitTransport {
             .await?
             .create_channel()
             .await
-            .map_err(|e| transport_error("opening a channel", e, true))?;
+            .map_err(|e| Error::transport(TRANSPORT, "opening a channel", e, true))?;
         self.declare_group(&channel, topic, group).await?;
         let _ = channel.close(200, "group declared".into()).await;
         Ok(())
@@ -86,7 +86,7 @@ impl Subscriber for RabbitTransport {
                         Err(e) => {
                             failures += 1;
                             let delay = Backoff::default().delay(failures);
-                            tracing::warn!(%group, %topic, error = %e, retry_in_ms = delay.as_millis() as u64, "RabbitMQ consumer lost; reconnecting");
+                            tracing::warn!(%group, %topic, error = &e as &dyn std::error::Error, retry_in_ms = delay.as_millis() as u64, "RabbitMQ consumer lost; reconnecting");
                             tokio::select! {
                                 _ = tx.closed() => return None,
                                 _ = tokio::time::sleep(delay) => continue,
@@ -142,7 +142,7 @@ impl Subscriber for RabbitTransport {
                         // Already closing (the consumer's cancel got there first) or
                         // gone: either way its unacknowledged messages are requeued.
                         Err(_) if !channel.status().connected() => Ok(()),
-                        Err(e) => Err(transport_error("closing a channel", e, true)),
+                        Err(e) => Err(Error::transport(TRANSPORT, "closing a channel", e, true)),
                     },
                     _ => Ok(()),
                 }
@@ -164,11 +164,11 @@ impl RabbitTransport {
             .await?
             .create_channel()
             .await
-            .map_err(|e| transport_error("opening a channel", e, true))?;
+            .map_err(|e| Error::transport(TRANSPORT, "opening a channel", e, true))?;
         channel
             .basic_qos(self.options.prefetch, BasicQosOptions::default())
             .await
-            .map_err(|e| transport_error("setting the prefetch", e, true))?;
+            .map_err(|e| Error::transport(TRANSPORT, "setting the prefetch", e, true))?;
         self.declare_group(&channel, topic, group).await?;
         let queue = self.partition_queue(topic, group, partition);
         let consumer = channel
@@ -179,7 +179,7 @@ impl RabbitTransport {
                 FieldTable::default(),
             )
             .await
-            .map_err(|e| transport_error(&format!("consuming {queue}"), e, true))?;
+            .map_err(|e| Error::transport(TRANSPORT, format!("consuming {queue}"), e, true))?;
         Ok((channel, queue, consumer))
     }
 }

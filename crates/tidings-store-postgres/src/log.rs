@@ -35,10 +35,14 @@ impl LogBackend for PgStore {
         .bind(&bodies)
         .execute(&self.inner.pool)
         .await
-        .map_err(|e| Error::Transport {
-            transport: "pg-log",
-            reason: format!("appending {} messages failed: {e}", batch.len()),
-            retryable: tidings_core::classify_sqlx(&e).is_retryable(),
+        .map_err(|e| {
+            let retryable = tidings_core::classify_sqlx(&e).is_retryable();
+            Error::transport(
+                "pg-log",
+                format!("appending {} messages failed", batch.len()),
+                e,
+                retryable,
+            )
         })?;
         self.inner.wake.log_appended();
         Ok(())

@@ -18,10 +18,14 @@ impl LogBackend for SqliteStore {
     }
 
     async fn append(&self, batch: &[OutgoingMessage]) -> Result<()> {
-        let transport_error = |e: sqlx::Error| Error::Transport {
-            transport: "sqlite-log",
-            reason: format!("appending {} messages failed: {e}", batch.len()),
-            retryable: tidings_core::classify_sqlx(&e).is_retryable(),
+        let transport_error = |e: sqlx::Error| {
+            let retryable = tidings_core::classify_sqlx(&e).is_retryable();
+            Error::transport(
+                "sqlite-log",
+                format!("appending {} messages failed", batch.len()),
+                e,
+                retryable,
+            )
         };
         let mut tx = self.inner.pool.begin().await.map_err(transport_error)?;
         let now = now_millis();

@@ -98,11 +98,7 @@ impl<S: Subscriber> Subscriber for Duplicating<S> {
             Subscription::new(ReceiverStream::new(rx)).on_close(move || async move {
                 match task.await {
                     Ok(inner) => inner.close().await,
-                    Err(e) => Err(Error::Transport {
-                        transport: "duplicating",
-                        reason: format!("task failed: {e}"),
-                        retryable: false,
-                    }),
+                    Err(e) => Err(Error::transport("duplicating", "task failed", e, false)),
                 }
             }),
         )
@@ -143,11 +139,7 @@ impl<P: Publisher> Publisher for Switchable<P> {
     async fn publish(&self, batch: &[OutgoingMessage]) -> Result<()> {
         if !self.up.load(Ordering::SeqCst) {
             self.refused.fetch_add(1, Ordering::Relaxed);
-            return Err(Error::Transport {
-                transport: "switchable",
-                reason: "switched off".into(),
-                retryable: true,
-            });
+            return Err(Error::transport_reason("switchable", "switched off", true));
         }
         self.inner.publish(batch).await
     }
