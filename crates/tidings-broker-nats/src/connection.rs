@@ -5,6 +5,7 @@ use std::fmt;
 use std::sync::{Arc, Mutex};
 
 use async_nats::jetstream;
+use tidings_core::secret::redact_url;
 use tidings_core::{Error, Result};
 
 use crate::options::{Credentials, split_credentials};
@@ -48,10 +49,14 @@ impl NatsTransport {
             Some(Credentials::Token(token)) => async_nats::ConnectOptions::with_token(token),
             None => async_nats::ConnectOptions::new(),
         };
-        let client = connect
-            .connect(address.as_str())
-            .await
-            .map_err(|e| Error::transport(TRANSPORT, format!("connecting to NATS at {address}"), e, true))?;
+        let client = connect.connect(address.as_str()).await.map_err(|e| {
+            Error::transport(
+                TRANSPORT,
+                format!("connecting to NATS at {}", redact_url(&address)),
+                e,
+                true,
+            )
+        })?;
         Ok(Self::new(client, options))
     }
 

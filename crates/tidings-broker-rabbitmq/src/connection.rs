@@ -7,6 +7,7 @@ use std::sync::{Arc, Mutex};
 
 use lapin::options::ConfirmSelectOptions;
 use lapin::{Channel, Connection, ConnectionProperties};
+use tidings_core::secret::redact_url;
 use tidings_core::{Error, Result};
 
 use crate::{RabbitOptions, TRANSPORT};
@@ -39,17 +40,6 @@ impl fmt::Debug for RabbitTransport {
         f.debug_struct("RabbitTransport")
             .field("options", &self.options)
             .finish_non_exhaustive()
-    }
-}
-
-/// `amqp://user:pw@host/vhost` -> `amqp://user@host/vhost`, for messages.
-fn redact(url: &str) -> String {
-    match (url.find("://"), url.rfind('@')) {
-        (Some(scheme), Some(at)) if at > scheme => {
-            let user = url[scheme + 3..at].split(':').next().unwrap_or("");
-            format!("{}{}{}", &url[..scheme + 3], user, &url[at..])
-        }
-        _ => url.to_owned(),
     }
 }
 
@@ -87,7 +77,12 @@ impl RabbitTransport {
             properties = properties.with_connection_name(name.as_str().into());
         }
         let connection = Arc::new(Connection::connect(&self.url, properties).await.map_err(|e| {
-            Error::transport(TRANSPORT, format!("connecting to {}", redact(&self.url)), e, true)
+            Error::transport(
+                TRANSPORT,
+                format!("connecting to {}", redact_url(&self.url)),
+                e,
+                true,
+            )
         })?);
         link.connection = Some(connection.clone());
         Ok(connection)
@@ -120,7 +115,7 @@ mod tests {
     #[test]
     fn passwords_are_redacted() {
         assert_eq!(
-            redact("amqp://guest:secret@127.0.0.1:5672/%2f"),
+            redact_url("amqp://guest:secret@127.0.0.1:5672/%2f"),
             "amqp://guest@127.0.0.1:5672/%2f"
         );
     }
