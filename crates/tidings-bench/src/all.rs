@@ -3,6 +3,7 @@
 use std::fmt;
 
 use serde::Serialize;
+use tidings_core::secret::redact_url;
 
 use super::{
     ConsumerBench, ConsumerCost, Latencies, LatencyBench, PeerBench, PeerComparison, ProducerBench,
@@ -74,7 +75,9 @@ pub(crate) async fn all(bench: AllBench) -> anyhow::Result<AllFigures> {
     .await?;
     let mut transports = Vec::new();
     for broker in std::iter::once(None).chain(bench.broker.iter().map(|b| Some(b.clone()))) {
-        let over = broker.as_deref().map_or("the database log".to_owned(), redact);
+        let over = broker
+            .as_deref()
+            .map_or("the database log".to_owned(), redact_url);
         eprintln!("bench: relay drain over {over}");
         let relays = relays(RelayBench {
             database: database.clone(),
@@ -150,14 +153,6 @@ pub(crate) async fn all(bench: AllBench) -> anyhow::Result<AllFigures> {
         eprintln!("bench: latency plot written to {}", path.display());
     }
     Ok(figures)
-}
-
-/// A URL without its credentials.
-fn redact(url: &str) -> String {
-    match (url.find("://"), url.rfind('@')) {
-        (Some(scheme), Some(at)) if at > scheme => format!("{}://{}", &url[..scheme], &url[at + 1..]),
-        _ => url.to_owned(),
-    }
 }
 
 impl fmt::Display for AllFigures {

@@ -240,7 +240,7 @@ impl Schema {
             .with_context(|| {
                 format!(
                     "connecting to PostgreSQL at {}",
-                    url.split('@').next_back().unwrap_or(url)
+                    tidings_core::secret::redact_url(url)
                 )
             })?;
         let name = format!("tidings_bench_{}", uuid::Uuid::new_v4().simple());

@@ -39,7 +39,7 @@ pub(super) async fn publish(url: Option<&str>, n: usize) -> anyhow::Result<Optio
 async fn nats(url: &str, n: usize) -> anyhow::Result<Drain> {
     let client = async_nats::connect(url)
         .await
-        .with_context(|| format!("connecting to NATS at {url}"))?;
+        .with_context(|| format!("connecting to NATS at {}", tidings_core::secret::redact_url(url)))?;
     let js = async_nats::jetstream::new(client);
     let id = short_id();
     let name = format!("BENCH_RAW_{}", id.to_uppercase());
@@ -88,7 +88,7 @@ async fn rabbitmq(url: &str, n: usize) -> anyhow::Result<Drain> {
         .with_context(|| {
             format!(
                 "connecting to RabbitMQ at {}",
-                url.split('@').next_back().unwrap_or(url)
+                tidings_core::secret::redact_url(url)
             )
         })?;
     let channel = connection.create_channel().await?;

@@ -375,10 +375,7 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
                 Store::Pg(s) => s.migrate().await?,
                 Store::Sqlite(s) => s.migrate().await?,
             }
-            println!(
-                "migrated {}",
-                db.database.split('@').next_back().unwrap_or_default()
-            );
+            println!("migrated {}", tidings_core::secret::redact_url(&db.database));
             Ok(ExitCode::SUCCESS)
         }
         Command::Lag { database, json } => {
@@ -431,9 +428,11 @@ enum Store {
 
 async fn open(url: &str) -> anyhow::Result<Store> {
     if url.starts_with("postgres:") || url.starts_with("postgresql:") {
-        let host = url.split('@').next_back().unwrap_or(url);
         Ok(Store::Pg(PgStore::connect(url).await.with_context(|| {
-            format!("connecting to PostgreSQL at {host}")
+            format!(
+                "connecting to PostgreSQL at {}",
+                tidings_core::secret::redact_url(url)
+            )
         })?))
     } else {
         Ok(Store::Sqlite(

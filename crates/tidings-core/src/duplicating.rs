@@ -101,11 +101,7 @@ impl<S: Subscriber> Subscriber for Duplicating<S> {
             Subscription::new(ReceiverStream::new(rx)).on_close(move || async move {
                 match task.await {
                     Ok(inner) => inner.close().await,
-                    Err(e) => Err(Error::Transport {
-                        transport: "duplicating",
-                        reason: format!("task failed: {e}"),
-                        retryable: false,
-                    }),
+                    Err(e) => Err(Error::transport("duplicating", "task failed", e, false)),
                 }
             }),
         )

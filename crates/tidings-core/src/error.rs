@@ -91,14 +91,26 @@ pub enum Error {
     #[error(transparent)]
     Decode(#[from] DecodeError),
     /// A transport (broker or database log) failed.
+    ///
+    /// Build it with [`Error::transport`] (a client or driver error caused
+    /// it) or [`Error::transport_reason`] (nothing underneath). The message
+    /// says what failed; the underlying error is the [`source`], not
+    /// repeated in the message: print the chain (`{:#}` of `anyhow`, or
+    /// walking [`std::error::Error::source`]) to see both.
+    ///
+    /// [`source`]: std::error::Error::source
     #[error("{transport} transport error: {reason}")]
     Transport {
         /// Which transport (`nats`, `pg-log`).
         transport: &'static str,
-        /// What happened.
+        /// What Tidings was doing, or what went wrong when there is no
+        /// underlying error.
         reason: String,
         /// Whether trying again may help.
         retryable: bool,
+        /// The client's or driver's error, if one caused it.
+        #[source]
+        source: Option<Box<dyn std::error::Error + Send + Sync>>,
     },
     /// A configuration value is wrong.
     #[error("invalid configuration {key}: {reason}")]
@@ -129,6 +141,57 @@ impl Error {
     /// Wraps a database error with what Tidings was doing.
     pub fn db(operation: &'static str) -> impl FnOnce(sqlx::Error) -> Error {
         move |source| Error::Database { operation, source }
+    }
+
+    /// A transport failure caused by `source`, a client or driver error:
+    /// `what` says what Tidings was doing (`publishing`, `connecting to
+    /// NATS at nats://host:4222`), without the source's text, which stays
+    /// reachable as [`std::error::Error::source`]. `source` is any error,
+    /// boxed or not (a client's `Box<dyn Error + Send + Sync>` too); text
+    /// that is the whole story belongs in [`Error::transport_reason`]
+    /// instead, or it would show only where the chain is printed.
+    ///
+    /// ```
+    /// use std::error::Error as _;
+    /// use tidings_core::Error;
+    ///
+    /// let io = std::io::Error::new(std::io::ErrorKind::ConnectionRefused, "connection refused");
+    /// let e = Error::transport("nats", "connecting to NATS at nats://127.0.0.1:4222", io, true);
+    /// assert_eq!(e.to_string(), "nats transport error: connecting to NATS at nats://127.0.0.1:4222");
+    /// assert_eq!(e.source().unwrap().to_string(), "connection refused");
+    /// assert!(e.class().is_retryable());
+    /// ```
+    pub fn transport(
+        transport: &'static str,
+        what: impl Into<String>,
+        source: impl Into<Box<dyn std::error::Error + Send + Sync>>,
+        retryable: bool,
+    ) -> Error {
+        Error::Transport {
+            transport,
+            reason: what.into(),
+            retryable,
+            source: Some(source.into()),
+        }
+    }
+
+    /// A transport failure with no underlying error: `reason` says all
+    /// there is (`no confirmation within 5s`, `switched off`).
+    ///
+    /// ```
+    /// use tidings_core::Error;
+    ///
+    /// let e = Error::transport_reason("relay", "no confirmation within 5s", true);
+    /// assert_eq!(e.to_string(), "relay transport error: no confirmation within 5s");
+    /// assert!(std::error::Error::source(&e).is_none());
+    /// ```
+    pub fn transport_reason(transport: &'static str, reason: impl Into<String>, retryable: bool) -> Error {
+        Error::Transport {
+            transport,
+            reason: reason.into(),
+            retryable,
+            source: None,
+        }
     }
 
     /// Whether and when to try again.
@@ -184,3 +247,42 @@ pub fn classify_sqlx(error: &sqlx::Error) -> ErrorClass {
 
 /// Shorthand for results in Tidings.
 pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// `{:#}` of `anyhow`, or any report walking the sources.
+    fn chain(e: &dyn std::error::Error) -> String {
+        let mut out = e.to_string();
+        let mut next = e.source();
+        while let Some(cause) = next {
+            out.push_str(": ");
+            out.push_str(&cause.to_string());
+            next = cause.source();
+        }
+        out
+    }
+
+    #[test]
+    fn a_transport_error_prints_each_cause_once() {
+        let io = std::io::Error::new(std::io::ErrorKind::ConnectionRefused, "connection refused");
+        let e = Error::transport(
+            "rabbitmq",
+            "connecting to amqp://guest@127.0.0.1:5672/%2f",
+            io,
+            true,
+        );
+        assert_eq!(
+            chain(&e),
+            "rabbitmq transport error: connecting to amqp://guest@127.0.0.1:5672/%2f: connection refused"
+        );
+        assert_eq!(e.class(), ErrorClass::Transient);
+        let boxed: Box<dyn std::error::Error + Send + Sync> = "no responders".into();
+        let e = Error::transport("nats", "publishing", boxed, false);
+        assert_eq!(chain(&e), "nats transport error: publishing: no responders");
+        assert_eq!(e.class(), ErrorClass::Permanent);
+        let e = Error::transport_reason("relay", "no confirmation within 5s", true);
+        assert_eq!(chain(&e), "relay transport error: no confirmation within 5s");
+    }
+}

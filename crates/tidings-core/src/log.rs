@@ -304,11 +304,8 @@ impl<B: LogBackend> Subscriber for LogSubscriber<B> {
         // the settled offset one last time before the task ends.
         Ok(
             Subscription::new(ReceiverStream::new(receiver)).on_close(move || async move {
-                task.await.map_err(|e| crate::Error::Transport {
-                    transport: "log",
-                    reason: format!("log reader task failed: {e}"),
-                    retryable: false,
-                })
+                task.await
+                    .map_err(|e| crate::Error::transport("log", "log reader task failed", e, false))
             }),
         )
     }

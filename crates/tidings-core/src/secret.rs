@@ -32,23 +32,103 @@ impl fmt::Display for Secret {
     }
 }
 
-/// `scheme://user:password@host/path` -> `scheme://user@host/path`: a URL
-/// fit to print. URLs without a password come back unchanged.
+/// Query parameters whose values are secrets, compared without regard to case.
+const SECRET_PARAMETERS: [&str; 5] = ["password", "sslpassword", "token", "secret", "sslkey"];
+
+/// A URL fit to print: the password of its userinfo is taken out
+/// (`scheme://user:password@host` -> `scheme://user@host`), so is a NATS
+/// token (`nats://token@host` -> `nats://host`, also for `tls://`), and the
+/// values of the query parameters `password`, `sslpassword`, `token`,
+/// `secret` and `sslkey` (in any case) become `***`. Everything else comes
+/// back unchanged, and so does a URL without any of these.
+///
+/// Passwords holding a `/`, `@` or `?` that is not percent-encoded are
+/// still hidden: the userinfo is taken to end at the last `@` before the
+/// query (or, when the part before the query holds none and no `/`
+/// either, at the last `@` at all). A hidden password is never given back,
+/// at the price of printing such a malformed URL oddly.
 ///
 /// ```
 /// use tidings_core::secret::redact_url;
 /// assert_eq!(redact_url("postgres://app:hunter2@db:5432/shop"), "postgres://app@db:5432/shop");
 /// assert_eq!(redact_url("nats://127.0.0.1:4222"), "nats://127.0.0.1:4222");
+/// assert_eq!(
+///     redact_url("postgres://app@db/shop?sslmode=require&sslpassword=hunter2"),
+///     "postgres://app@db/shop?sslmode=require&sslpassword=***"
+/// );
 /// ```
 pub fn redact_url(url: &str) -> String {
-    match (url.find("://"), url.rfind('@')) {
-        (Some(scheme), Some(at)) if at > scheme => {
-            let userinfo = &url[scheme + 3..at];
-            let user = userinfo.split(':').next().unwrap_or("");
-            format!("{}{}{}", &url[..scheme + 3], user, &url[at..])
+    let (head, rest) = match scheme_end(url) {
+        Some(end) => url.split_at(end),
+        None => ("", url),
+    };
+    let scheme = head.strip_suffix("://").unwrap_or("");
+    let mut out = String::with_capacity(url.len());
+    out.push_str(head);
+    let after_userinfo = match (!head.is_empty()).then(|| userinfo_end(rest)).flatten() {
+        Some(at) => {
+            let userinfo = &rest[..at];
+            match userinfo.split_once(':') {
+                Some((user, _password)) => {
+                    out.push_str(user);
+                    out.push('@');
+                }
+                // A NATS URL's lone userinfo is a token, not a user name.
+                None if scheme.eq_ignore_ascii_case("nats") || scheme.eq_ignore_ascii_case("tls") => {}
+                None => {
+                    out.push_str(userinfo);
+                    out.push('@');
+                }
+            }
+            &rest[at + 1..]
         }
-        _ => url.to_owned(),
+        None => rest,
+    };
+    let (before_query, query) = match after_userinfo.find('?') {
+        Some(q) => after_userinfo.split_at(q + 1),
+        None => (after_userinfo, ""),
+    };
+    out.push_str(before_query);
+    let (query, fragment) = match query.find('#') {
+        Some(f) => query.split_at(f),
+        None => (query, ""),
+    };
+    for (i, pair) in query.split('&').enumerate() {
+        if i > 0 {
+            out.push('&');
+        }
+        match pair.split_once('=') {
+            Some((key, _value)) if SECRET_PARAMETERS.iter().any(|s| key.eq_ignore_ascii_case(s)) => {
+                out.push_str(key);
+                out.push_str("=***");
+            }
+            _ => out.push_str(pair),
+        }
     }
+    out.push_str(fragment);
+    out
+}
+
+/// Where the authority starts (just after `scheme://`), if `url` has a scheme.
+fn scheme_end(url: &str) -> Option<usize> {
+    let colon = url.find("://")?;
+    let scheme = &url[..colon];
+    let mut chars = scheme.chars();
+    let valid = chars.next().is_some_and(|c| c.is_ascii_alphabetic())
+        && chars.all(|c| c.is_ascii_alphanumeric() || matches!(c, '+' | '-' | '.'));
+    valid.then_some(colon + 3)
+}
+
+/// The `@` that ends the userinfo of `rest` (what follows `scheme://`), if any.
+fn userinfo_end(rest: &str) -> Option<usize> {
+    let query = rest.find(['?', '#']).unwrap_or(rest.len());
+    rest[..query].rfind('@').or_else(|| {
+        // `user:pa?ss@host`: an unencoded `?` or `#` in the password. A
+        // path (`host/db?to=a@b`) means the `@` is the query's.
+        (query < rest.len() && !rest[..query].contains('/'))
+            .then(|| rest.rfind('@'))
+            .flatten()
+    })
 }
 
 /// Whether `url` carries a password (`scheme://user:password@host`).
@@ -62,5 +142,90 @@ pub fn has_password(url: &str) -> bool {
     match (url.find("://"), url.rfind('@')) {
         (Some(scheme), Some(at)) if at > scheme => url[scheme + 3..at].contains(':'),
         _ => false,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn userinfo_passwords_are_taken_out() {
+        assert_eq!(
+            redact_url("amqp://guest:secret@127.0.0.1:5672/%2f"),
+            "amqp://guest@127.0.0.1:5672/%2f"
+        );
+        assert_eq!(redact_url("postgres://:pw@db/shop"), "postgres://@db/shop");
+        assert_eq!(
+            redact_url("nats://me:pw@127.0.0.1:4222"),
+            "nats://me@127.0.0.1:4222"
+        );
+        // Unencoded `@`, `/`, `?` or `#` in the password: still hidden.
+        assert_eq!(redact_url("amqp://u:p@ss@host/%2f"), "amqp://u@host/%2f");
+        assert_eq!(redact_url("amqp://u:pa/ss@host/%2f"), "amqp://u@host/%2f");
+        assert_eq!(redact_url("amqp://u:pa?ss@host/%2f"), "amqp://u@host/%2f");
+        assert_eq!(redact_url("amqp://u:pa#ss@host"), "amqp://u@host");
+    }
+
+    #[test]
+    fn nats_tokens_are_taken_out() {
+        assert_eq!(
+            redact_url("nats://s3cret@127.0.0.1:4222"),
+            "nats://127.0.0.1:4222"
+        );
+        assert_eq!(
+            redact_url("TLS://s3cret@nats.example:4222"),
+            "TLS://nats.example:4222"
+        );
+        // Elsewhere a lone userinfo is a user name.
+        assert_eq!(redact_url("postgres://app@db/shop"), "postgres://app@db/shop");
+    }
+
+    #[test]
+    fn secret_query_values_are_hidden() {
+        assert_eq!(
+            redact_url("postgres://db/shop?password=hunter2&sslmode=require"),
+            "postgres://db/shop?password=***&sslmode=require"
+        );
+        assert_eq!(
+            redact_url(
+                "postgres://app@db/shop?sslmode=verify-full&SSLPassword=a&sslkey=/k.pem&Token=t&secret=s#top"
+            ),
+            "postgres://app@db/shop?sslmode=verify-full&SSLPassword=***&sslkey=***&Token=***&secret=***#top"
+        );
+        assert_eq!(
+            redact_url("postgres://db/shop?password="),
+            "postgres://db/shop?password=***"
+        );
+        // Both forms at once.
+        assert_eq!(
+            redact_url("postgres://app:pw@db/shop?token=t"),
+            "postgres://app@db/shop?token=***"
+        );
+        // A name that only contains a secret one is not secret.
+        assert_eq!(
+            redact_url("postgres://db/shop?password_file=/run/pw&passwords"),
+            "postgres://db/shop?password_file=/run/pw&passwords"
+        );
+        // No scheme: the query is still looked at.
+        assert_eq!(redact_url("db/shop?password=pw"), "db/shop?password=***");
+    }
+
+    #[test]
+    fn urls_without_secrets_come_back_unchanged() {
+        for url in [
+            "nats://127.0.0.1:4222",
+            "kafka://a:9092,b:9092",
+            "127.0.0.1:9092",
+            "amqp://guest@127.0.0.1:5672/%2f",
+            "postgres://postgres@127.0.0.1:5432/test?sslmode=disable&application_name=tidings",
+            "postgres://db:5432/shop?options=a@b",
+            "sqlite://data.db",
+            "sqlite::memory:",
+            "log",
+            "",
+        ] {
+            assert_eq!(redact_url(url), url);
+        }
     }
 }

@@ -316,11 +316,11 @@ impl<S: RelayStore + LeaseStore + Clone, P: Publisher> Relay<S, P> {
             .instrument(tracing::info_span!("tidings.publish", records = n));
         let published = match tokio::time::timeout(self.config.publish_timeout, publish).await {
             Ok(result) => result,
-            Err(_) => Err(tidings_core::Error::Transport {
-                transport: "relay",
-                reason: format!("no confirmation within {:?}", self.config.publish_timeout),
-                retryable: true,
-            }),
+            Err(_) => Err(tidings_core::Error::transport_reason(
+                "relay",
+                format!("no confirmation within {:?}", self.config.publish_timeout),
+                true,
+            )),
         };
         let publish_time = started.elapsed();
         if let Err(e) = published {

@@ -23,10 +23,14 @@ pub(crate) async fn append(store: &PgStore, batch: &[OutgoingMessage]) -> Result
     .bind(&bodies)
     .execute(store.pool())
     .await
-    .map_err(|e| Error::Transport {
-        transport: "pg-log",
-        reason: format!("appending {} messages failed: {e}", batch.len()),
-        retryable: tidings_core::classify_sqlx(&e).is_retryable(),
+    .map_err(|e| {
+        let retryable = tidings_core::classify_sqlx(&e).is_retryable();
+        Error::transport(
+            "pg-log",
+            format!("appending {} messages failed", batch.len()),
+            e,
+            retryable,
+        )
     })?;
     Ok(())
 }

@@ -125,13 +125,11 @@ impl ClaimedBatch for SqliteBatch {
         } else {
             // Published, but another relay holds these partitions now: it
             // publishes the records again (a duplicate, never a loss).
-            Err(Error::Transport {
-                transport: "relay",
-                reason: format!(
-                    "partitions {fenced:?} changed hands during the batch; left for their new holder"
-                ),
-                retryable: true,
-            })
+            Err(Error::transport_reason(
+                "relay",
+                format!("partitions {fenced:?} changed hands during the batch; left for their new holder"),
+                true,
+            ))
         }
     }
 

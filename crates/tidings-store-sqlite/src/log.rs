@@ -7,10 +7,14 @@ use tidings_core::{Error, OutgoingMessage, Result, cloudevents};
 use crate::{SqliteStore, now_millis};
 
 pub(crate) async fn append(store: &SqliteStore, batch: &[OutgoingMessage]) -> Result<()> {
-    let transport_error = |e: sqlx::Error| Error::Transport {
-        transport: "sqlite-log",
-        reason: format!("appending {} messages failed: {e}", batch.len()),
-        retryable: tidings_core::classify_sqlx(&e).is_retryable(),
+    let transport_error = |e: sqlx::Error| {
+        let retryable = tidings_core::classify_sqlx(&e).is_retryable();
+        Error::transport(
+            "sqlite-log",
+            format!("appending {} messages failed", batch.len()),
+            e,
+            retryable,
+        )
     };
     let mut tx = store.pool().begin().await.map_err(transport_error)?;
     let now = now_millis();

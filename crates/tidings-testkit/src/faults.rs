@@ -43,11 +43,7 @@ impl<P: Publisher> Publisher for Switchable<P> {
     async fn publish(&self, batch: &[OutgoingMessage]) -> Result<()> {
         if !self.up.load(Ordering::SeqCst) {
             self.refused.fetch_add(1, Ordering::Relaxed);
-            return Err(Error::Transport {
-                transport: "switchable",
-                reason: "switched off".into(),
-                retryable: true,
-            });
+            return Err(Error::transport_reason("switchable", "switched off", true));
         }
         self.inner.publish(batch).await
     }

@@ -12,7 +12,7 @@ use async_trait::async_trait;
 use rand::Rng;
 use serde::{Deserialize, Serialize};
 use tidings::consumer::{Context, Handler, HandlerError};
-use tidings::{ConsumerStore, Envelope, Kind, Message, Outbox, OutgoingMessage};
+use tidings::{Envelope, Kind, Message, Outbox, OutgoingMessage};
 use tidings_store_postgres::{PgStore, PgStoreOptions};
 use tidings_store_sqlite::{SqliteStore, SqliteStoreOptions};
 

@@ -1,0 +1,183 @@
+//! Creating and deleting topics, reading a group's committed offsets, and
+//! reading a dead-letter topic.
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use rdkafka::admin::{AdminOptions, NewTopic, TopicReplication};
+use rdkafka::consumer::{BaseConsumer, Consumer};
+use rdkafka::error::RDKafkaErrorCode;
+use rdkafka::{Message as _, Offset, TopicPartitionList};
+use tidings_core::{Error, RawMessage, Result};
+
+use crate::connection::client_config;
+use crate::subscriber::raw_message;
+use crate::{ADMIN_TIMEOUT, KafkaTransport, TRANSPORT};
+
+impl KafkaTransport {
+    /// Creates the Kafka topic `topic` with the configured partitions if it
+    /// does not exist.
+    pub(crate) async fn ensure_topic(&self, topic: &str) -> Result<()> {
+        if self.inner.topics.lock().expect("topics lock").contains(topic) {
+            return Ok(());
+        }
+        let options = &self.inner.options;
+        let new = NewTopic::new(
+            topic,
+            options.partitions as i32,
+            TopicReplication::Fixed(options.replication),
+        );
+        let results = self
+            .inner
+            .admin
+            .create_topics(
+                [&new],
+                &AdminOptions::new().operation_timeout(Some(ADMIN_TIMEOUT)),
+            )
+            .await
+            .map_err(|e| Error::transport(TRANSPORT, format!("creating topic {topic}"), e, true))?;
+        for result in results {
+            match result {
+                Ok(_) | Err((_, RDKafkaErrorCode::TopicAlreadyExists)) => {}
+                Err((name, code)) => {
+                    return Err(Error::transport(
+                        TRANSPORT,
+                        format!("creating topic {name}"),
+                        code,
+                        true,
+                    ));
+                }
+            }
+        }
+        self.inner
+            .topics
+            .lock()
+            .expect("topics lock")
+            .insert(topic.to_owned());
+        Ok(())
+    }
+
+    /// The Kafka topics this transport created or found, dead-letter topics included.
+    pub fn topics(&self) -> Vec<String> {
+        let mut topics: Vec<String> = self
+            .inner
+            .topics
+            .lock()
+            .expect("topics lock")
+            .iter()
+            .cloned()
+            .collect();
+        topics.sort();
+        topics
+    }
+
+    /// Deletes the Kafka topic of `topic` and its dead-letter topic (tests
+    /// and benches clean up with it).
+    pub async fn delete_topic(&self, topic: &str) -> Result<()> {
+        let dead = self.dead_letter_topic(topic);
+        let topic = &self.kafka_topic(topic);
+        self.inner
+            .admin
+            .delete_topics(
+                &[topic, dead.as_str()],
+                &AdminOptions::new().operation_timeout(Some(ADMIN_TIMEOUT)),
+            )
+            .await
+            .map_err(|e| Error::transport(TRANSPORT, format!("deleting topic {topic}"), e, true))?;
+        let mut topics = self.inner.topics.lock().expect("topics lock");
+        topics.remove(topic);
+        topics.remove(&dead);
+        Ok(())
+    }
+
+    /// The offsets `group` has committed on each partition of `topic`
+    /// (`None` where it has none): where a member taking the partition
+    /// starts reading.
+    pub async fn committed(&self, group: &str, topic: &str) -> Result<Vec<Option<i64>>> {
+        let consumer = self.group_client(group)?;
+        let (topic, partitions) = (self.kafka_topic(topic), self.inner.options.partitions);
+        tokio::task::spawn_blocking(move || {
+            let committed = committed_offsets(&consumer, &topic, partitions)?;
+            Ok(committed
+                .elements()
+                .iter()
+                .map(|e| match e.offset() {
+                    Offset::Offset(o) => Some(o),
+                    _ => None,
+                })
+                .collect())
+        })
+        .await
+        .map_err(|e| Error::transport(TRANSPORT, "reading committed offsets", e, true))?
+    }
+
+    /// Every record in `topic`'s dead-letter topic, partition by partition
+    /// (the dead-letter API of the failure store lists the same messages,
+    /// with their error history).
+    pub async fn dead_letter_records(&self, topic: &str) -> Result<Vec<RawMessage>> {
+        let dead = self.dead_letter_topic(topic);
+        self.ensure_topic(&dead).await?;
+        let mut config = client_config(&self.inner.brokers, &self.inner.options);
+        config
+            .set("group.id", format!("{dead}.reader"))
+            .set("enable.auto.commit", "false")
+            .set("enable.partition.eof", "false");
+        let consumer: BaseConsumer = config
+            .create()
+            .map_err(|e| Error::transport(TRANSPORT, "creating a consumer", e, false))?;
+        let (partitions, tidings_topic) = (self.inner.options.partitions, topic.to_owned());
+        tokio::task::spawn_blocking(move || {
+            let mut assignment = TopicPartitionList::new();
+            let mut remaining = BTreeMap::new();
+            for p in 0..partitions as i32 {
+                let (low, high) = consumer
+                    .fetch_watermarks(&dead, p, ADMIN_TIMEOUT)
+                    .map_err(|e| Error::transport(TRANSPORT, "reading watermarks", e, true))?;
+                if high > low {
+                    remaining.insert(p, high);
+                }
+                assignment
+                    .add_partition_offset(&dead, p, Offset::Beginning)
+                    .map_err(|e| Error::transport(TRANSPORT, "assigning a partition", e, false))?;
+            }
+            consumer
+                .assign(&assignment)
+                .map_err(|e| Error::transport(TRANSPORT, "assigning the dead-letter topic", e, true))?;
+            let deadline = std::time::Instant::now() + ADMIN_TIMEOUT;
+            let mut records = Vec::new();
+            while !remaining.is_empty() && std::time::Instant::now() < deadline {
+                let Some(polled) = consumer.poll(Duration::from_millis(200)) else {
+                    continue;
+                };
+                let m = polled
+                    .map_err(|e| Error::transport(TRANSPORT, "reading the dead-letter topic", e, true))?;
+                records.push(raw_message(&tidings_topic, &m));
+                if remaining
+                    .get(&m.partition())
+                    .is_some_and(|high| m.offset() + 1 >= *high)
+                {
+                    remaining.remove(&m.partition());
+                }
+            }
+            Ok(records)
+        })
+        .await
+        .map_err(|e| Error::transport(TRANSPORT, "reading the dead-letter topic", e, true))?
+    }
+}
+
+/// The group's committed offsets on every partition of `topic` (invalid
+/// where it has none).
+pub(crate) fn committed_offsets(
+    consumer: &BaseConsumer,
+    topic: &str,
+    partitions: u32,
+) -> Result<TopicPartitionList> {
+    let mut tpl = TopicPartitionList::new();
+    for p in 0..partitions as i32 {
+        tpl.add_partition(topic, p);
+    }
+    consumer
+        .committed_offsets(tpl, ADMIN_TIMEOUT)
+        .map_err(|e| Error::transport(TRANSPORT, "reading committed offsets", e, true))
+}

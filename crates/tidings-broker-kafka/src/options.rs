@@ -1,0 +1,100 @@
+//! [`KafkaOptions`], and the cluster's address from a `kafka://` URL.
+
+use std::time::Duration;
+
+/// Options of a [`KafkaTransport`](crate::KafkaTransport).
+#[derive(Debug, Clone)]
+pub struct KafkaOptions {
+    pub(crate) prefix: String,
+    pub(crate) partitions: u32,
+    pub(crate) replication: i32,
+    pub(crate) dead_letter_suffix: String,
+    pub(crate) max_in_flight: usize,
+    pub(crate) commit_interval: Duration,
+    pub(crate) client: Vec<(String, String)>,
+}
+
+impl Default for KafkaOptions {
+    /// One partition per topic, replication factor 1 (set 3 on a real
+    /// cluster), dead letters in `<topic>.dlq`, at most 1000 unsettled
+    /// messages per partition, offsets committed every 200 ms.
+    fn default() -> Self {
+        KafkaOptions {
+            prefix: String::new(),
+            partitions: 1,
+            replication: 1,
+            dead_letter_suffix: ".dlq".to_owned(),
+            max_in_flight: 1000,
+            commit_interval: Duration::from_millis(200),
+            client: Vec::new(),
+        }
+    }
+}
+
+impl KafkaOptions {
+    /// Starts every Kafka topic and consumer group id this transport uses
+    /// (`shop.` makes topic `orders` Kafka's `shop.orders`, group `email`
+    /// `shop.email`), so that systems sharing a cluster stay apart.
+    pub fn prefix(mut self, prefix: impl Into<String>) -> Self {
+        self.prefix = prefix.into();
+        self
+    }
+
+    /// Partitions of the topics this transport creates, and the count every
+    /// publisher and subscriber of a topic must agree on.
+    pub fn partitions(mut self, n: u32) -> Self {
+        self.partitions = n.max(1);
+        self
+    }
+
+    /// Replication factor of the topics this transport creates.
+    pub fn replication(mut self, n: i32) -> Self {
+        self.replication = n.max(1);
+        self
+    }
+
+    /// The dead-letter topic's name is the topic's plus this suffix.
+    pub fn dead_letter_suffix(mut self, suffix: impl Into<String>) -> Self {
+        self.dead_letter_suffix = suffix.into();
+        self
+    }
+
+    /// Unsettled messages per partition before reading waits.
+    pub fn max_in_flight(mut self, n: usize) -> Self {
+        self.max_in_flight = n.max(1);
+        self
+    }
+
+    /// How often a subscription commits the offset it has reached.
+    pub fn commit_interval(mut self, every: Duration) -> Self {
+        self.commit_interval = every;
+        self
+    }
+
+    /// Any other librdkafka setting, for producers and consumers alike
+    /// (`security.protocol`, `sasl.mechanisms`, ...).
+    pub fn client_setting(mut self, key: impl Into<String>, value: impl Into<String>) -> Self {
+        self.client.push((key.into(), value.into()));
+        self
+    }
+}
+
+/// `kafka://host:port[,host:port]` (or a bare list) as `bootstrap.servers`.
+pub(crate) fn bootstrap_servers(url: &str) -> String {
+    url.strip_prefix("kafka://")
+        .unwrap_or(url)
+        .trim_end_matches('/')
+        .to_owned()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn urls_become_bootstrap_servers() {
+        assert_eq!(bootstrap_servers("kafka://127.0.0.1:9092"), "127.0.0.1:9092");
+        assert_eq!(bootstrap_servers("kafka://a:9092,b:9092/"), "a:9092,b:9092");
+        assert_eq!(bootstrap_servers("a:9092"), "a:9092");
+    }
+}

@@ -1,0 +1,216 @@
+//! Reading a group's durable pull consumer, pulled again when interrupted.
+
+use std::time::Duration;
+
+use async_nats::jetstream::{self, consumer};
+use async_nats::{HeaderMap, HeaderValue};
+use async_trait::async_trait;
+use futures::StreamExt;
+use tidings_core::{
+    Backoff, Delivery, Error, Headers, Partition, RawMessage, Result, Subscriber, Subscription,
+};
+use tokio::sync::mpsc;
+use tokio_stream::wrappers::ReceiverStream;
+
+use crate::acker::NatsAcker;
+use crate::takeover::Takeover;
+use crate::topology::durable_name;
+use crate::{NatsTransport, TRANSPORT};
+
+const PULL_EXPIRES: Duration = Duration::from_secs(5);
+
+fn headers_of(map: Option<&HeaderMap>) -> Headers {
+    let mut out = Headers::new();
+    for (name, values) in map.into_iter().flat_map(|m| m.iter()) {
+        let name: &str = name.as_ref();
+        // JetStream's own headers are the transport's business, not the message's.
+        if name.starts_with("Nats-") {
+            continue;
+        }
+        if let Some(v) = values.first() {
+            out.insert(name.to_owned(), HeaderValue::as_str(v).to_owned());
+        }
+    }
+    out
+}
+
+#[async_trait]
+impl Subscriber for NatsTransport {
+    fn partitions(&self, _topic: &str) -> u32 {
+        self.options.partitions
+    }
+
+    /// Pending (not yet delivered) plus delivered and unacknowledged, over
+    /// the group's durable consumers; creates nothing.
+    async fn pending(&self, group: &str, topic: &str) -> Result<Option<u64>> {
+        let Ok(stream) = self.js.get_stream(self.stream_name(topic)).await else {
+            return Ok(None);
+        };
+        let mut total = None;
+        for partition in Partition::all(self.options.partitions) {
+            if let Ok(info) = stream.consumer_info(durable_name(group, partition)).await {
+                *total.get_or_insert(0) += info.num_pending + info.num_ack_pending as u64;
+            }
+        }
+        Ok(total)
+    }
+
+    /// Creates the stream and the group's durable consumers, reading nothing.
+    async fn ensure_group(&self, group: &str, topic: &str) -> Result<()> {
+        for partition in Partition::all(self.options.partitions) {
+            self.durable(group, topic, partition).await?;
+        }
+        Ok(())
+    }
+
+    async fn subscribe_partition(
+        &self,
+        group: &str,
+        topic: &str,
+        partition: Partition,
+    ) -> Result<Subscription> {
+        // The first pull is set up here, so that a refused configuration is
+        // an error of `subscribe`; later failures are retried in the background.
+        let mut consumer = self.durable(group, topic, partition).await?;
+        // A pull request a closed reader left behind still takes messages
+        // until it expires: let it expire first, so that nothing reaches it
+        // after the snapshot below.
+        let waited = tokio::time::Instant::now();
+        let info = loop {
+            let info = consumer
+                .info()
+                .await
+                .map_err(|e| Error::transport(TRANSPORT, "reading consumer info", e, true))?;
+            if info.num_waiting == 0 || waited.elapsed() > PULL_EXPIRES * 2 {
+                break info.clone();
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        };
+        let mut takeover = Takeover::new(&info, self.options.ack_wait * 4);
+        let first = self.messages(&consumer).await?;
+        let (tx, rx) = mpsc::channel(self.options.prefetch.max(1));
+        let this = self.clone();
+        let (group, topic) = (group.to_owned(), topic.to_owned());
+        let task = tokio::spawn(async move {
+            let mut messages = Some(first);
+            let mut failures = 0u32;
+            loop {
+                let mut current = match messages.take() {
+                    Some(m) => m,
+                    None => match this.pull(&group, &topic, partition).await {
+                        Ok(m) => m,
+                        Err(e) => {
+                            failures += 1;
+                            let delay = Backoff::default().delay(failures);
+                            tracing::warn!(%group, %topic, error = &e as &dyn std::error::Error, retry_in_ms = delay.as_millis() as u64, "NATS pull failed; retrying");
+                            tokio::select! {
+                                _ = tx.closed() => return,
+                                _ = tokio::time::sleep(delay) => continue,
+                            }
+                        }
+                    },
+                };
+                loop {
+                    let give_up = takeover.as_ref().map(|t| t.give_up_at);
+                    let next = tokio::select! {
+                        _ = tx.closed() => return,
+                        next = current.next() => next,
+                        _ = sleep_until(give_up), if give_up.is_some() => {
+                            let mut t = takeover.take().expect("a takeover in progress");
+                            tracing::warn!(%group, %topic, missing = t.outstanding - t.seen_old.len(), "messages an earlier reader left unacknowledged did not come back; going on without them");
+                            for m in t.release() {
+                                if tx.send(Ok(delivery(&topic, m))).await.is_err() {
+                                    return;
+                                }
+                            }
+                            continue;
+                        }
+                    };
+                    match next {
+                        Some(Ok(m)) => {
+                            failures = 0;
+                            let ready = match takeover.as_mut() {
+                                Some(t) => {
+                                    // Held for a while: restart its ack wait, so that
+                                    // holding it does not make JetStream send it again.
+                                    let _ = m.ack_with(jetstream::AckKind::Progress).await;
+                                    t.admit(m)
+                                }
+                                None => vec![m],
+                            };
+                            if takeover.as_ref().is_some_and(Takeover::complete) {
+                                tracing::debug!(%group, %topic, "the earlier reader's unacknowledged messages are back");
+                                takeover = None;
+                            }
+                            for m in ready {
+                                if tx.send(Ok(delivery(&topic, m))).await.is_err() {
+                                    return;
+                                }
+                            }
+                        }
+                        Some(Err(e)) => {
+                            // Missed heartbeats, a reconnect: the pull is re-established.
+                            tracing::debug!(%group, %topic, error = %e, "NATS pull interrupted");
+                            break;
+                        }
+                        None => break,
+                    }
+                }
+            }
+        });
+        let client = self.client.clone();
+        Ok(
+            Subscription::new(ReceiverStream::new(rx)).on_close(move || async move {
+                let _ = task.await;
+                // Acks are fire-and-forget publishes: make sure they left.
+                client
+                    .flush()
+                    .await
+                    .map_err(|e| Error::transport(TRANSPORT, "flushing acknowledgements", e, true))
+            }),
+        )
+    }
+}
+
+impl NatsTransport {
+    /// Creates (or finds) the durable consumer of the group's partition and starts pulling.
+    async fn pull(&self, group: &str, topic: &str, partition: Partition) -> Result<consumer::pull::Stream> {
+        let consumer = self.durable(group, topic, partition).await?;
+        self.messages(&consumer).await
+    }
+
+    /// Starts pulling. Pull requests expire after a few seconds and are
+    /// renewed: the server keeps a closed reader's last request until it
+    /// expires, handing it messages nobody reads (they come back after the
+    /// ack wait), so a short life cuts that waste at hand-overs.
+    async fn messages(&self, consumer: &consumer::PullConsumer) -> Result<consumer::pull::Stream> {
+        consumer
+            .stream()
+            .max_messages_per_batch(self.options.prefetch)
+            .expires(PULL_EXPIRES)
+            .messages()
+            .await
+            .map_err(|e| Error::transport(TRANSPORT, "pulling messages", e, true))
+    }
+}
+
+async fn sleep_until(at: Option<tokio::time::Instant>) {
+    match at {
+        Some(at) => tokio::time::sleep_until(at).await,
+        None => std::future::pending().await,
+    }
+}
+
+fn delivery(topic: &str, m: jetstream::Message) -> Delivery {
+    let delivery_count = m.info().map(|i| i.delivered as u32).unwrap_or(0);
+    let (message, acker) = m.split();
+    let headers = headers_of(message.headers.as_ref());
+    let key = headers.get("ce-subject").cloned();
+    let raw = RawMessage {
+        topic: topic.to_owned(),
+        key,
+        headers,
+        body: message.payload.to_vec(),
+    };
+    Delivery::new(raw, delivery_count, NatsAcker(acker))
+}

@@ -1,0 +1,74 @@
+//! Taking a partition over from a reader that left messages
+//! unacknowledged, keeping each key in order.
+
+use std::collections::HashSet;
+use std::time::Duration;
+
+use async_nats::jetstream::{self, consumer};
+
+/// A partition taken over from a reader that left messages unacknowledged
+/// (it crashed, or handed over with a pull in flight). JetStream redelivers
+/// those only once their ack wait runs out, and meanwhile hands out newer
+/// messages: delivering those at once would put a key's later message before
+/// its earlier one. So newer messages are held back until as many old ones
+/// as were unacknowledged came back (or, if some never do, for a while).
+pub(crate) struct Takeover {
+    /// Unacknowledged when the reader started.
+    pub(crate) outstanding: usize,
+    /// The last stream sequence delivered before: anything up to it is old.
+    pub(crate) last_delivered: u64,
+    pub(crate) seen_old: HashSet<u64>,
+    pub(crate) held: Vec<jetstream::Message>,
+    pub(crate) give_up_at: tokio::time::Instant,
+}
+
+impl Takeover {
+    pub(crate) fn new(info: &consumer::Info, patience: Duration) -> Option<Self> {
+        (info.num_ack_pending > 0).then(|| {
+            tracing::info!(
+                consumer = %info.name,
+                unacknowledged = info.num_ack_pending,
+                "an earlier reader left messages unacknowledged; holding newer ones back until they return"
+            );
+            Takeover {
+                outstanding: info.num_ack_pending,
+                last_delivered: info.delivered.stream_sequence,
+                seen_old: HashSet::new(),
+                held: Vec::new(),
+                give_up_at: tokio::time::Instant::now() + patience,
+            }
+        })
+    }
+
+    /// Takes a message in; once every old one is in, returns all held, in
+    /// stream order (old ones come back in whatever order their ack waits
+    /// ran out, so they are held and sorted too).
+    pub(crate) fn admit(&mut self, m: jetstream::Message) -> Vec<jetstream::Message> {
+        let seq = stream_sequence(&m);
+        if seq <= self.last_delivered && !self.seen_old.insert(seq) {
+            // Redelivered again while held: the copy in hand will do.
+            return Vec::new();
+        }
+        self.held.push(m);
+        if self.complete() {
+            self.release()
+        } else {
+            Vec::new()
+        }
+    }
+
+    /// Everything held, in stream order.
+    pub(crate) fn release(&mut self) -> Vec<jetstream::Message> {
+        let mut ready = std::mem::take(&mut self.held);
+        ready.sort_by_key(stream_sequence);
+        ready
+    }
+
+    pub(crate) fn complete(&self) -> bool {
+        self.seen_old.len() >= self.outstanding
+    }
+}
+
+fn stream_sequence(m: &jetstream::Message) -> u64 {
+    m.info().map(|i| i.stream_sequence).unwrap_or(0)
+}

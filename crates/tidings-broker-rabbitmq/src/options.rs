@@ -1,0 +1,49 @@
+//! [`RabbitOptions`]: prefix, prefetch, connection name, partitions.
+
+/// Options of a [`RabbitTransport`](crate::RabbitTransport).
+#[derive(Debug, Clone)]
+pub struct RabbitOptions {
+    pub(crate) prefix: String,
+    pub(crate) prefetch: u16,
+    pub(crate) connection_name: Option<String>,
+    pub(crate) partitions: u32,
+}
+
+impl Default for RabbitOptions {
+    /// Names prefixed `tidings.`, 64 unacknowledged messages per member, one partition per topic.
+    fn default() -> Self {
+        RabbitOptions {
+            prefix: "tidings".into(),
+            prefetch: 64,
+            connection_name: None,
+            partitions: 1,
+        }
+    }
+}
+
+impl RabbitOptions {
+    /// The prefix of exchange and queue names.
+    pub fn prefix(mut self, prefix: impl Into<String>) -> Self {
+        self.prefix = prefix.into();
+        self
+    }
+
+    /// The name the broker shows for this transport's connections.
+    pub fn connection_name(mut self, name: impl Into<String>) -> Self {
+        self.connection_name = Some(name.into());
+        self
+    }
+
+    /// Partitions of every topic: up to this many members of one group share
+    /// a topic's work. Publishers and subscribers must use the same count.
+    pub fn partitions(mut self, n: u32) -> Self {
+        self.partitions = n.max(1);
+        self
+    }
+
+    /// Unacknowledged messages one member may hold (backpressure).
+    pub fn prefetch(mut self, n: u16) -> Self {
+        self.prefetch = n.max(1);
+        self
+    }
+}
