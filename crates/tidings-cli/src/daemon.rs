@@ -261,7 +261,7 @@ async fn trim_log<S: LogBackend>(
                     }
                 }
                 Err(e) => {
-                    tracing::warn!(error = %e, "log retention cleanup failed; trying again later");
+                    tracing::warn!(error = %e.report(), "log retention cleanup failed; trying again later");
                     break;
                 }
             }

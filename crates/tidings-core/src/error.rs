@@ -245,6 +245,30 @@ pub fn classify_sqlx(error: &sqlx::Error) -> ErrorClass {
     }
 }
 
+/// An error with its whole chain of causes, each printed once
+/// (`relay transport error: publishing: connection reset`): what logs show.
+#[derive(Debug, Clone, Copy)]
+pub struct Report<'a>(pub &'a (dyn std::error::Error + 'static));
+
+impl std::fmt::Display for Report<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}", self.0)?;
+        let mut next = self.0.source();
+        while let Some(cause) = next {
+            write!(f, ": {cause}")?;
+            next = cause.source();
+        }
+        Ok(())
+    }
+}
+
+impl Error {
+    /// The error and its causes, for a log line: `error = %e.report()`.
+    pub fn report(&self) -> Report<'_> {
+        Report(self)
+    }
+}
+
 /// Shorthand for results in Tidings.
 pub type Result<T, E = Error> = std::result::Result<T, E>;
 

@@ -211,7 +211,7 @@ impl<S: LeaseStore> Membership<S> {
                     return;
                 }
                 Err(e) => {
-                    tracing::warn!(member = %self.member, error = %e, "renewing partition leases failed");
+                    tracing::warn!(member = %self.member, error = %e.report(), "renewing partition leases failed");
                     // Stop reading before the leases can lapse and pass to another member.
                     if renewed.elapsed() >= self.ttl.mul_f32(0.66) {
                         tracing::warn!(member = %self.member, "leases may lapse: stopping until they are renewed");
@@ -249,7 +249,7 @@ impl<S: LeaseStore> Membership<S> {
     pub async fn leave(&self) {
         for scope in &self.scopes {
             if let Err(e) = self.store.leave(&scope.name, &self.member).await {
-                tracing::warn!(member = %self.member, scope = %scope.name, error = %e, "leaving the group failed; its leases will lapse");
+                tracing::warn!(member = %self.member, scope = %scope.name, error = %e.report(), "leaving the group failed; its leases will lapse");
             }
         }
     }

@@ -356,7 +356,7 @@ impl<B: LogBackend> Reader<B> {
                 }
                 Err(e) => {
                     failures += 1;
-                    tracing::warn!(transport = self.backend.name(), topic = %self.topic, group = %self.group, error = %e, "reading the log failed; retrying");
+                    tracing::warn!(transport = self.backend.name(), topic = %self.topic, group = %self.group, error = %e.report(), "reading the log failed; retrying");
                     tokio::time::sleep(backoff.delay(failures)).await;
                     continue;
                 }
@@ -414,7 +414,7 @@ impl<B: LogBackend> Reader<B> {
                 *last = Instant::now();
             }
             Err(e) => {
-                tracing::warn!(transport = self.backend.name(), topic = %self.topic, group = %self.group, error = %e, "storing the log offset failed; will retry");
+                tracing::warn!(transport = self.backend.name(), topic = %self.topic, group = %self.group, error = %e.report(), "storing the log offset failed; will retry");
             }
         }
     }

@@ -202,7 +202,7 @@ pub async fn sample_lag(source: impl LagSource, every: Duration, shutdown: Cance
             }
             Err(e) => {
                 errors.increment(1);
-                tracing::warn!(error = %e, "measuring lag failed");
+                tracing::warn!(error = %e.report(), "measuring lag failed");
             }
         }
         crate::lease::sleep_unless(&shutdown, every).await;
@@ -230,7 +230,7 @@ pub async fn sample_broker_lag(
             })),
             Err(e) => {
                 errors.increment(1);
-                tracing::warn!(error = %e, "listing consumer groups failed");
+                tracing::warn!(error = %e.report(), "listing consumer groups failed");
             }
         }
         for (group, topic) in &groups {
@@ -242,7 +242,7 @@ pub async fn sample_broker_lag(
                 Ok(None) => {}
                 Err(e) => {
                     errors.increment(1);
-                    tracing::warn!(error = %e, consumer = %group, %topic, "measuring a group's lag on the broker failed");
+                    tracing::warn!(error = %e.report(), consumer = %group, %topic, "measuring a group's lag on the broker failed");
                 }
             }
         }

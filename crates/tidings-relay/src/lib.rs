@@ -369,7 +369,7 @@ impl<S: RelayStore + LeaseStore + Clone, P: Publisher> Relay<S, P> {
                 Err(e) => {
                     failures += 1;
                     let delay = self.config.backoff.delay(failures);
-                    tracing::warn!(error = %e, retry_in_ms = delay.as_millis() as u64, "joining the relays failed; retrying");
+                    tracing::warn!(error = %e.report(), retry_in_ms = delay.as_millis() as u64, "joining the relays failed; retrying");
                     sleep_unless(&shutdown, delay).await;
                     continue;
                 }
@@ -400,7 +400,7 @@ impl<S: RelayStore + LeaseStore + Clone, P: Publisher> Relay<S, P> {
                 match self.store.cleanup().await {
                     Ok(0) => {}
                     Ok(n) => tracing::debug!(deleted = n, "deleted sent outbox records past retention"),
-                    Err(e) => tracing::warn!(error = %e, "outbox retention cleanup failed"),
+                    Err(e) => tracing::warn!(error = %e.report(), "outbox retention cleanup failed"),
                 }
             }
             match self.round().await {
@@ -415,7 +415,7 @@ impl<S: RelayStore + LeaseStore + Clone, P: Publisher> Relay<S, P> {
                 Err(e) => {
                     failures += 1;
                     let delay = self.config.backoff.delay(failures);
-                    tracing::warn!(error = %e, attempt = failures, retry_in_ms = delay.as_millis() as u64, "relay round failed; retrying");
+                    tracing::warn!(error = %e.report(), attempt = failures, retry_in_ms = delay.as_millis() as u64, "relay round failed; retrying");
                     sleep_unless(stop, delay).await;
                 }
             }

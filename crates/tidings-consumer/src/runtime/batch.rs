@@ -59,7 +59,7 @@ impl<S: Store> Worker<S> {
             }
             Err(e) => {
                 let error = match e {
-                    AttemptError::Store(e) => e.to_string(),
+                    AttemptError::Store(e) => e.report().to_string(),
                     AttemptError::Handler(e) => e.to_string(),
                     AttemptError::LeaseLost => "partition lease lost".to_owned(),
                 };

@@ -114,7 +114,7 @@ impl<S: Store> Consumer<S> {
         };
         let worker = self.worker(String::new(), CancellationToken::new());
         if let Err(e) = worker.load_holds(true).await {
-            tracing::warn!(consumer = %self.name, error = %e, "reading held keys failed; delivering as if none were held");
+            tracing::warn!(consumer = %self.name, error = %e.report(), "reading held keys failed; delivering as if none were held");
         }
         worker
             .handle(Work {

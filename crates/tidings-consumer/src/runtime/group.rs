@@ -32,7 +32,7 @@ impl<S: Store> Consumer<S> {
                 Err(e) => {
                     failures += 1;
                     let delay = self.config.backoff.delay(failures);
-                    tracing::warn!(consumer = %self.name, error = %e, retry_in_ms = delay.as_millis() as u64, "joining the group failed; retrying");
+                    tracing::warn!(consumer = %self.name, error = %e.report(), retry_in_ms = delay.as_millis() as u64, "joining the group failed; retrying");
                     sleep_unless(shutdown, delay).await;
                     continue;
                 }
@@ -60,7 +60,7 @@ impl<S: Store> Consumer<S> {
                 Err(e) => {
                     failures += 1;
                     let delay = self.config.backoff.delay(failures);
-                    tracing::warn!(consumer = %self.name, error = %e, retry_in_ms = delay.as_millis() as u64, "subscribing failed; retrying");
+                    tracing::warn!(consumer = %self.name, error = %e.report(), retry_in_ms = delay.as_millis() as u64, "subscribing failed; retrying");
                     sleep_unless(shutdown, delay).await;
                 }
             }

@@ -179,7 +179,7 @@ impl<S: Store> Worker<S> {
         let stored = match self.store.held_keys(&self.name).await {
             Ok(stored) => stored,
             Err(e) => {
-                tracing::warn!(consumer = %self.name, error = %e, "reading held keys failed");
+                tracing::warn!(consumer = %self.name, error = %e.report(), "reading held keys failed");
                 return Vec::new();
             }
         };

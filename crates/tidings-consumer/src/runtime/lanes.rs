@@ -111,7 +111,7 @@ impl<S: Store> Worker<S> {
                 None => break,
                 Some((claim, Ok(d))) => (claim, d),
                 Some((_, Err(e))) => {
-                    tracing::warn!(consumer = %self.name, error = %e, "subscription error");
+                    tracing::warn!(consumer = %self.name, error = %e.report(), "subscription error");
                     continue;
                 }
             };
@@ -144,7 +144,7 @@ impl<S: Store> Worker<S> {
         // Every lane is done: let the transport store the final acknowledgements.
         for part in deliveries {
             if let Err(e) = part.subscription.close().await {
-                tracing::warn!(consumer = %self.name, error = %e, "closing a subscription failed");
+                tracing::warn!(consumer = %self.name, error = %e.report(), "closing a subscription failed");
             }
         }
         Ok(())

@@ -44,7 +44,7 @@ impl<S: Store> Consumer<S> {
                 }
                 Err(e) => {
                     failures += 1;
-                    tracing::warn!(consumer = %self.name, error = %e, "looking for replays failed");
+                    tracing::warn!(consumer = %self.name, error = %e.report(), "looking for replays failed");
                     sleep_unless(
                         shutdown,
                         self.config.backoff.delay(failures).max(self.config.replay_poll),
@@ -70,7 +70,7 @@ impl<S: Store> Consumer<S> {
         );
         let worker = self.worker(format!("{member}/replay"), shutdown.clone());
         if let Err(e) = worker.load_holds(true).await {
-            tracing::warn!(consumer = %self.name, error = %e, "reading held keys failed; replaying as if none were held");
+            tracing::warn!(consumer = %self.name, error = %e.report(), "reading held keys failed; replaying as if none were held");
         }
         let interval = Duration::from_secs_f64(1.0 / request.rate.max(0.001));
         let mut next = tokio::time::Instant::now();
@@ -95,7 +95,7 @@ impl<S: Store> Consumer<S> {
             {
                 Ok(page) => page,
                 Err(e) => {
-                    tracing::warn!(consumer = %self.name, error = %e, "reading retained events failed; retrying");
+                    tracing::warn!(consumer = %self.name, error = %e.report(), "reading retained events failed; retrying");
                     sleep_unless(shutdown, self.config.replay_poll).await;
                     if shutdown.is_cancelled() {
                         return;
@@ -112,7 +112,7 @@ impl<S: Store> Consumer<S> {
                         tracing::info!(consumer = %self.name, replay = %replay.id, "replay cancelled")
                     }
                     Err(e) => {
-                        tracing::warn!(consumer = %self.name, error = %e, "recording the end of a replay failed")
+                        tracing::warn!(consumer = %self.name, error = %e.report(), "recording the end of a replay failed")
                     }
                 }
                 return;
@@ -164,7 +164,7 @@ impl<S: Store> Consumer<S> {
                             return;
                         }
                         Err(e) => {
-                            tracing::warn!(consumer = %self.name, error = %e, "recording a replay's progress failed")
+                            tracing::warn!(consumer = %self.name, error = %e.report(), "recording a replay's progress failed")
                         }
                     }
                 }

@@ -91,7 +91,7 @@ impl<S: Store> Worker<S> {
                     store_failures += 1;
                     bump(&self.stats.store_errors);
                     let delay = self.config.backoff.delay(store_failures);
-                    tracing::warn!(consumer = %self.name, error = %e, retry_in_ms = delay.as_millis() as u64, "store unavailable; retrying");
+                    tracing::warn!(consumer = %self.name, error = %e.report(), retry_in_ms = delay.as_millis() as u64, "store unavailable; retrying");
                     if !self.pause(delay).await {
                         return self.give_back(&delivery).await;
                     }
@@ -183,7 +183,7 @@ impl<S: Store> Worker<S> {
     pub(super) async fn settle(&self, delivery: &Delivery, kind: AckKind) {
         if let Err(e) = delivery.ack(kind).await {
             // The transport will deliver it again; the marker makes that harmless.
-            tracing::warn!(consumer = %self.name, error = %e, ?kind, "settling a delivery failed");
+            tracing::warn!(consumer = %self.name, error = %e.report(), ?kind, "settling a delivery failed");
         }
     }
 
@@ -209,7 +209,7 @@ impl<S: Store> Worker<S> {
                 Err(e) => {
                     failures += 1;
                     bump(&self.stats.store_errors);
-                    tracing::warn!(consumer = %self.name, error = %e, "{what} failed; retrying");
+                    tracing::warn!(consumer = %self.name, error = %e.report(), "{what} failed; retrying");
                     if !self.pause(self.config.backoff.delay(failures)).await {
                         return None;
                     }
