@@ -9,7 +9,7 @@ use rdkafka::producer::FutureRecord;
 use tidings_core::{AckKind, Acker, Error, RawMessage, Result};
 use tokio::sync::mpsc;
 
-use crate::publisher::record_headers;
+use crate::marshal::record_headers;
 use crate::window::{Redelivery, Shared};
 use crate::{KafkaTransport, TRANSPORT};
 

@@ -11,7 +11,7 @@ use rdkafka::{Message as _, Offset, TopicPartitionList};
 use tidings_core::{Error, RawMessage, Result};
 
 use crate::connection::client_config;
-use crate::subscriber::raw_message;
+use crate::marshal::raw_message;
 use crate::{ADMIN_TIMEOUT, KafkaTransport, TRANSPORT};
 
 impl KafkaTransport {

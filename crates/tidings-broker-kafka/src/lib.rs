@@ -69,6 +69,7 @@
 mod acker;
 mod admin;
 mod connection;
+mod marshal;
 mod options;
 mod publisher;
 mod rewind;

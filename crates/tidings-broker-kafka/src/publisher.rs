@@ -4,20 +4,11 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use rdkafka::error::{KafkaError, RDKafkaErrorCode};
-use rdkafka::message::{Header, OwnedHeaders};
 use rdkafka::producer::FutureRecord;
 use tidings_core::{Error, OutgoingMessage, Partition, Publisher, Result, cloudevents};
 
+use crate::marshal::record_headers;
 use crate::{KafkaTransport, TRANSPORT};
-
-pub(crate) fn record_headers(headers: &[(String, String)]) -> OwnedHeaders {
-    headers.iter().fold(OwnedHeaders::new(), |h, (k, v)| {
-        h.insert(Header {
-            key: k.as_str(),
-            value: Some(v.as_bytes()),
-        })
-    })
-}
 
 #[async_trait]
 impl Publisher for KafkaTransport {

@@ -6,33 +6,16 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use rdkafka::consumer::{CommitMode, Consumer, StreamConsumer};
-use rdkafka::message::{BorrowedMessage, Headers as _};
 use rdkafka::{Message as _, Offset, TopicPartitionList};
-use tidings_core::{Delivery, Error, Headers, Partition, RawMessage, Result, Subscriber, Subscription};
+use tidings_core::{Delivery, Error, Partition, RawMessage, Result, Subscriber, Subscription};
 use tokio::sync::{Notify, mpsc};
 use tokio_stream::wrappers::ReceiverStream;
 
 use crate::acker::KafkaAcker;
 use crate::admin::committed_offsets;
+use crate::marshal::raw_message;
 use crate::window::{Redelivery, Shared, Window};
 use crate::{ADMIN_TIMEOUT, KafkaTransport, TRANSPORT};
-
-pub(crate) fn raw_message(topic: &str, m: &BorrowedMessage<'_>) -> RawMessage {
-    let mut headers = Headers::new();
-    if let Some(h) = m.headers() {
-        for header in h.iter() {
-            if let Some(value) = header.value {
-                headers.insert(header.key.to_owned(), String::from_utf8_lossy(value).into_owned());
-            }
-        }
-    }
-    RawMessage {
-        topic: topic.to_owned(),
-        key: m.key().map(|k| String::from_utf8_lossy(k).into_owned()),
-        headers,
-        body: m.payload().unwrap_or_default().to_vec(),
-    }
-}
 
 /// Commits `offset` for the subscription's partition.
 fn commit(consumer: &StreamConsumer, shared: &Shared, offset: i64, mode: CommitMode) -> Result<()> {

@@ -9,8 +9,8 @@ use uuid::Uuid;
 use super::Worker;
 use super::attempt::AttemptError;
 use super::config::OnDeadLetter;
-use super::lanes::Work;
 use super::stats::bump;
+use super::work::Work;
 
 #[cfg(doc)]
 use super::ConsumerConfig;

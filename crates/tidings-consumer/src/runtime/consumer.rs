@@ -4,17 +4,16 @@
 use std::fmt;
 use std::sync::Arc;
 
-use async_trait::async_trait;
 use tidings_core::Store;
 use tidings_core::lease::{self, Membership, Scope};
-use tidings_core::{AckKind, Acker, ConsumerStore, Delivery, Envelope, RawMessage, Subscriber};
+use tidings_core::{ConsumerStore, Delivery, Envelope, RawMessage, Subscriber};
 use tokio_util::sync::CancellationToken;
 
 use super::Worker;
 use super::config::ConsumerConfig;
 use super::holds::Holds;
-use super::lanes::Work;
 use super::stats::ConsumerStats;
+use super::work::{Settled, Unsettled, Work};
 use crate::handler::Handler;
 
 #[cfg(doc)]
@@ -38,24 +37,6 @@ impl<S: ConsumerStore> fmt::Debug for Consumer<S> {
             .field("config", &self.config)
             .finish_non_exhaustive()
     }
-}
-
-/// How one delivery ended (see [`Consumer::deliver`]).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-#[non_exhaustive]
-pub enum Settled {
-    /// The handler ran and its transaction committed, with the processed marker.
-    Handled,
-    /// The message was already processed: nothing ran.
-    Duplicate,
-    /// The message was given up on and stored in the failure store.
-    DeadLettered,
-    /// The message's key is held behind a dead letter: it waits, unhandled,
-    /// in the parking store ([`OnDeadLetter::HoldKey`]).
-    Parked,
-    /// The message was given back to the transport unhandled (shutdown,
-    /// hand-over, lost lease), to be delivered again.
-    GivenBack,
 }
 
 impl<S: Store> Consumer<S> {
@@ -191,15 +172,5 @@ impl<S: Store> Consumer<S> {
             self.serve_replays(&member, &replays)
         );
         result
-    }
-}
-
-/// The acknowledgement of a message no transport delivered ([`Consumer::deliver`]).
-pub(super) struct Unsettled;
-
-#[async_trait]
-impl Acker for Unsettled {
-    async fn ack(&self, _: AckKind) -> tidings_core::Result<()> {
-        Ok(())
     }
 }

@@ -1,18 +1,15 @@
 //! Membership of the group and hand-over: a member reads its share of the
 //! partitions in sessions, one from each hand-over to the next.
 
-use std::collections::HashMap;
 use std::sync::Arc;
 
-use futures::StreamExt;
 use tidings_core::Store;
 use tidings_core::lease::{Held, Membership, sleep_unless};
-use tidings_core::{ConsumerStore, Delivery, Partition, Subscriber, Subscription};
+use tidings_core::{ConsumerStore, Subscriber};
 use tokio_util::sync::CancellationToken;
 
 use super::holds::Holds;
 use super::{Consumer, Worker};
-use crate::membership::Claim;
 
 impl<S: Store> Consumer<S> {
     /// Reads the group's share of the topics until `shutdown`.
@@ -84,47 +81,5 @@ impl<S: ConsumerStore + Clone> Worker<S> {
             holds: Holds::default(),
             stop,
         }
-    }
-}
-
-/// A subscription to one partition, tagging each delivery with the lease that allows it.
-pub(super) struct Leased {
-    pub(super) claim: Claim,
-    pub(super) subscription: Subscription,
-}
-
-impl futures::Stream for Leased {
-    type Item = (Claim, tidings_core::Result<Delivery>);
-
-    fn poll_next(
-        mut self: std::pin::Pin<&mut Self>,
-        cx: &mut std::task::Context<'_>,
-    ) -> std::task::Poll<Option<Self::Item>> {
-        let claim = self.claim.clone();
-        self.subscription
-            .poll_next_unpin(cx)
-            .map(|next| next.map(|item| (claim, item)))
-    }
-}
-
-/// The partitions a session reads, to find the claim covering a key.
-#[derive(Default)]
-pub(super) struct Partitions {
-    counts: HashMap<String, u32>,
-    claims: HashMap<(String, u32), Claim>,
-}
-
-impl Partitions {
-    pub(super) fn add(&mut self, topic: &str, partition: Partition, claim: &Claim) {
-        self.counts.insert(topic.to_owned(), partition.count);
-        self.claims
-            .insert((topic.to_owned(), partition.index), claim.clone());
-    }
-
-    /// The claim under which this session handles `key` of `topic`, if it reads it.
-    pub(super) fn claim(&self, topic: &str, key: &str) -> Option<Claim> {
-        let count = *self.counts.get(topic)?;
-        let index = Partition::of(key, count).index;
-        self.claims.get(&(topic.to_owned(), index)).cloned()
     }
 }

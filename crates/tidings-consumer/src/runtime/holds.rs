@@ -12,10 +12,10 @@ use uuid::Uuid;
 
 use super::Worker;
 use super::config::OnDeadLetter;
-use super::consumer::{Settled, Unsettled};
-use super::group::Partitions;
-use super::lanes::Work;
 use super::stats::bump;
+use super::work::Partitions;
+use super::work::Work;
+use super::work::{Settled, Unsettled};
 use crate::membership::Claim;
 
 /// A key as a consumer holds it: (topic, aggregate key).

@@ -8,15 +8,15 @@ use futures::StreamExt;
 use futures::stream::select_all;
 use tidings_core::Store;
 use tidings_core::lease::{Held, Membership};
-use tidings_core::{DecodeError, Delivery, Envelope, LeaseStore, Subscriber};
+use tidings_core::{LeaseStore, Subscriber};
 use tokio::task::JoinSet;
 
 use super::Worker;
 use super::config::OnDeadLetter;
-use super::group::{Leased, Partitions};
 use super::holds::{HOLDS_REFRESH, HoldKey};
 use super::keyed::KeyQueue;
 use super::stats::bump;
+use super::work::{Leased, Partitions, Work};
 use crate::membership::{Claim, claims};
 
 #[cfg(doc)]
@@ -32,13 +32,6 @@ pub(super) enum Job {
     Deliver(Work),
     /// Handle what is parked behind a released key.
     Drain { key: HoldKey, claim: Claim },
-}
-
-pub(super) struct Work {
-    pub(super) delivery: Delivery,
-    pub(super) envelope: Result<Envelope, DecodeError>,
-    /// The lease that allows handling it; none outside a group ([`Consumer::deliver`]).
-    pub(super) claim: Option<Claim>,
 }
 
 /// A key of the lanes' queue: the topic and the aggregate key.

@@ -40,10 +40,12 @@ mod lanes;
 mod replay;
 mod retry;
 mod stats;
+mod work;
 
 pub use config::{ConsumerConfig, OnDeadLetter};
-pub use consumer::{Consumer, Settled};
+pub use consumer::Consumer;
 pub use stats::ConsumerStats;
+pub use work::Settled;
 
 use holds::Holds;
 

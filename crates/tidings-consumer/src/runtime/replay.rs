@@ -16,8 +16,9 @@ use tidings_core::lease::sleep_unless;
 use tidings_core::replay::{Replay, ReplayCounts};
 use tokio_util::sync::CancellationToken;
 
-use super::consumer::{Consumer, Settled, Unsettled};
-use super::lanes::Work;
+use super::Consumer;
+use super::work::Work;
+use super::work::{Settled, Unsettled};
 
 /// Retained events read per query.
 const PAGE: usize = 200;

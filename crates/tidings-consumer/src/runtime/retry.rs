@@ -15,10 +15,10 @@ use uuid::Uuid;
 use super::Worker;
 use super::attempt::{AttemptError, Outcome};
 use super::config::OnDeadLetter;
-use super::consumer::Settled;
 use super::holds::Hold;
-use super::lanes::Work;
 use super::stats::bump;
+use super::work::Settled;
+use super::work::Work;
 use crate::membership::Claim;
 
 impl<S: Store> Worker<S> {
