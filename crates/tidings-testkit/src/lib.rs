@@ -5,6 +5,10 @@
 //!   the service and the URL when it cannot be reached.
 //! - [`conformance`]: the suite every transport must pass;
 //!   [`database_log`] runs it over each dialect's database log.
+//! - [`store_conformance`]: the suite every SQL dialect's store must pass
+//!   (outbox and relays, the database log, the consumer runtime, dead
+//!   letters and parking, leases and members, replay), run per dialect by
+//!   [`store_conformance!`].
 //! - [`faults`]: transport wrappers that inject the failures brokers really
 //!   have: redelivered duplicates, publishes that fail.
 //! - [`idempotency`]: a harness that delivers a handler's events twice, out
@@ -24,3 +28,4 @@ pub mod otlp;
 pub mod outage;
 pub mod rabbitmq;
 pub mod services;
+pub mod store_conformance;

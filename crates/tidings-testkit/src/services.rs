@@ -26,6 +26,11 @@ pub trait TestDb: Send + Sync + Sized + 'static {
     /// The database's dialect.
     type Dialect: Dialect;
 
+    /// ($1 topic, $2 key, $3 body): appends one entry of any body to the
+    /// database log, as the dialect's own append would but without its
+    /// encoding (the store checks feed readers bad input with it).
+    const LOG_APPEND_RAW: &'static str;
+
     /// A fresh store, migrated.
     async fn create() -> Self;
 
@@ -39,6 +44,9 @@ pub trait TestDb: Send + Sync + Sized + 'static {
 #[async_trait]
 impl TestDb for PgTestDb {
     type Dialect = Pg;
+
+    const LOG_APPEND_RAW: &'static str =
+        "INSERT INTO tidings_log (topic, aggregate_key, body) VALUES ($1, $2, $3)";
 
     async fn create() -> Self {
         PgTestDb::new().await
@@ -56,6 +64,9 @@ impl TestDb for PgTestDb {
 #[async_trait]
 impl TestDb for SqliteTestDb {
     type Dialect = Lite;
+
+    const LOG_APPEND_RAW: &'static str =
+        "INSERT INTO tidings_log (topic, aggregate_key, body, created_at) VALUES ($1, $2, $3, 0)";
 
     async fn create() -> Self {
         SqliteTestDb::new().await

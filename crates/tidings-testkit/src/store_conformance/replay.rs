@@ -1,21 +1,19 @@
-//! Replay, on the real PostgreSQL and on a SQLite file: a running member
-//! takes up a replay asked of its consumer and re-delivers the range in
-//! order; what the consumer processed is suppressed, what the broker lost is
-//! handled, once.
-
-#[macro_use]
-mod common;
+//! Replay: a running member takes up a replay asked of its consumer and
+//! re-delivers the range in order; what the consumer processed is
+//! suppressed, what the broker lost is handled, once.
 
 use std::time::Duration;
 
 use chrono::Utc;
-use common::{Recorder, TOPIC, TestStore, eventually, message};
-use tidings::consumer::{Consumer, ConsumerConfig};
-use tidings::log::{LogPublisher, LogReaderConfig, LogSubscriber};
-use tidings::relay::{Relay, RelayConfig, Round};
-use tidings::replay::{ReplayRequest, ReplaySource, ReplayState};
-use tidings::{OutgoingMessage, Publisher};
+use tidings_consumer::{Consumer, ConsumerConfig};
+use tidings_core::log::{LogPublisher, LogReaderConfig, LogSubscriber};
+use tidings_core::replay::{ReplayRequest, ReplaySource, ReplayState};
+use tidings_core::{OutgoingMessage, Publisher, ReplayStore};
+use tidings_relay::{Relay, RelayConfig, Round};
 use tokio_util::sync::CancellationToken;
+
+use super::fixtures::{Recorder, StoreExt, TOPIC, eventually, message, setup};
+use crate::services::TestDb;
 
 const WAIT: Duration = Duration::from_secs(30);
 
@@ -24,17 +22,15 @@ struct Forgetful;
 
 #[async_trait::async_trait]
 impl Publisher for Forgetful {
-    async fn publish(&self, _batch: &[OutgoingMessage]) -> tidings::Result<()> {
+    async fn publish(&self, _batch: &[OutgoingMessage]) -> tidings_core::Result<()> {
         Ok(())
     }
 }
 
-on_both_databases!(a_replay_suppresses_what_was_processed_and_handles_what_was_lost);
-
-async fn a_replay_suppresses_what_was_processed_and_handles_what_was_lost<S: TestStore>(store: S)
-where
-    Recorder: tidings::consumer::Handler<S::Database>,
-{
+/// A replay from the outbox re-delivers a range in order: what the consumer
+/// processed is suppressed, what the broker lost is handled, once.
+pub async fn a_replay_suppresses_what_was_processed_and_handles_what_was_lost<T: TestDb>(db: &T) {
+    let store = setup(db).await;
     // Sent outbox records are kept: the outbox is the replay's source.
     let store = store.with_retention(Duration::from_secs(3600));
     let since = Utc::now() - chrono::Duration::seconds(1);

@@ -1,31 +1,25 @@
-//! Several members of one consumer group, on PostgreSQL and on SQLite: the
-//! leases that share a topic's partitions among them, and the runtime that
-//! splits the work, keeps each key in order across hand-overs, and fails
-//! over when a member leaves.
-
-#[macro_use]
-mod common;
+//! Several members of one consumer group: the leases that share a topic's
+//! partitions among them, and the runtime that splits the work, keeps each
+//! key in order across hand-overs, and fails over when a member leaves.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 
-use common::{Recorder, TOPIC, TestStore, eventually, message};
-use tidings::consumer::{Consumer, ConsumerConfig, ConsumerStats, Handler};
-use tidings::log::{LogPublisher, LogReaderConfig, LogSubscriber};
-use tidings::relay::{Relay, RelayConfig};
-use tidings::{Backoff, Fence, Handling, Lease};
+use tidings_consumer::{Consumer, ConsumerConfig, ConsumerStats};
+use tidings_core::log::{LogPublisher, LogReaderConfig, LogSubscriber};
+use tidings_core::{Backoff, ConsumerStore, Fence, Handling, LagSource, Lease, LeaseStore};
+use tidings_relay::{Relay, RelayConfig};
+use tidings_sql::{Dialect, SqlStore};
 use tokio_util::sync::CancellationToken;
+
+use super::fixtures::{Recorder, StoreExt, TOPIC, eventually, produce, setup};
+use crate::services::TestDb;
 
 const WAIT: Duration = Duration::from_secs(60);
 const PARTITIONS: u32 = 4;
 
-on_both_databases!(
-    leases_go_to_one_member_and_fences_grow,
-    members_split_the_partitions_and_keep_each_key_in_order,
-);
-
-async fn holds<S: TestStore>(store: &S, member: &str, lease: Lease) -> bool {
+async fn holds<D: Dialect>(store: &SqlStore<D>, member: &str, lease: Lease) -> bool {
     let mut tx = store.begin().await.unwrap();
     let held = store.holds_lease(&mut *tx, "g@t", member, lease).await.unwrap();
     tx.rollback().await.unwrap();
@@ -36,7 +30,10 @@ fn lease(partition: u32, fence: i64) -> Lease {
     Lease { partition, fence }
 }
 
-async fn leases_go_to_one_member_and_fences_grow<S: TestStore>(store: S) {
+/// Membership, leases and fences: a live lease has one holder, a lapsed or
+/// released one passes on with a higher fence, and handling under a stale fence is refused.
+pub async fn leases_go_to_one_member_and_fences_grow<T: TestDb>(db: &T) {
+    let store = setup(db).await;
     let ttl = Duration::from_secs(30);
     let (s, a, b) = ("g@t", "member-a", "member-b");
     store.heartbeat(s, a, ttl).await.unwrap();
@@ -115,7 +112,11 @@ async fn leases_go_to_one_member_and_fences_grow<S: TestStore>(store: S) {
 }
 
 /// Opens the handling of `id` as the runtime does: commits if fresh, else rolls back.
-async fn begin_handling<S: TestStore>(store: &S, id: uuid::Uuid, fence: Option<Fence<'_>>) -> Handling {
+async fn begin_handling<D: Dialect>(
+    store: &SqlStore<D>,
+    id: uuid::Uuid,
+    fence: Option<Fence<'_>>,
+) -> Handling {
     let mut tx = store.begin().await.unwrap();
     let handling = store.begin_handling(&mut *tx, "g", id, fence).await.unwrap();
     if handling == Handling::Fresh {
@@ -126,7 +127,7 @@ async fn begin_handling<S: TestStore>(store: &S, id: uuid::Uuid, fence: Option<F
     handling
 }
 
-fn subscriber<S: TestStore>(store: &S) -> LogSubscriber<S> {
+fn subscriber<D: Dialect>(store: &SqlStore<D>) -> LogSubscriber<SqlStore<D>> {
     LogSubscriber::new(
         Arc::new(store.clone()),
         LogReaderConfig::default()
@@ -143,10 +144,7 @@ struct Member {
 }
 
 impl Member {
-    fn start<S: TestStore>(store: &S, id: &str, recorder: &Recorder) -> Member
-    where
-        Recorder: Handler<S::Database>,
-    {
+    fn start<D: Dialect>(store: &SqlStore<D>, id: &str, recorder: &Recorder) -> Member {
         let consumer = Consumer::new("shared", store.clone(), recorder.clone())
             .topic(TOPIC)
             .config(
@@ -172,34 +170,16 @@ impl Member {
     }
 }
 
-async fn produce<S: TestStore>(store: &S, keys: usize, seqs: std::ops::RangeInclusive<i64>) {
-    let producers: Vec<_> = (0..keys)
-        .map(|k| {
-            let (store, seqs) = (store.clone(), seqs.clone());
-            tokio::spawn(async move {
-                for seq in seqs {
-                    store
-                        .enqueue_in_tx(&message(&format!("key-{k}"), seq), true)
-                        .await;
-                }
-            })
-        })
-        .collect();
-    for p in producers {
-        p.await.unwrap();
-    }
-}
-
-async fn applied<S: TestStore>(store: &S) -> i64 {
+async fn applied<D: Dialect>(store: &SqlStore<D>) -> i64 {
     store
         .count("SELECT CAST(count(*) AS BIGINT) FROM test_applied WHERE consumer = 'shared'")
         .await
 }
 
-async fn members_split_the_partitions_and_keep_each_key_in_order<S: TestStore>(store: S)
-where
-    Recorder: Handler<S::Database>,
-{
+/// Two members split a topic's partitions, hand them over as one joins and the
+/// other leaves, and handle each event once, each key in order.
+pub async fn members_split_the_partitions_and_keep_each_key_in_order<T: TestDb>(db: &T) {
+    let store = setup(db).await;
     const KEYS: usize = 12;
     let stop = CancellationToken::new();
     let relay = Relay::new(store.clone(), LogPublisher::new(Arc::new(store.clone())))

@@ -1,30 +1,23 @@
-//! Several relays on one database, on PostgreSQL and on SQLite: the outbox's
-//! partitions are leased among them, each key's records go out in commit
-//! order while relays come and go, and a relay whose lease was taken over
-//! publishes nothing more.
-
-#[macro_use]
-mod common;
+//! Several relays on one database: the outbox's partitions are leased
+//! among them, each key's records go out in commit order while relays come
+//! and go, and a relay whose lease was taken over publishes nothing more.
 
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use async_trait::async_trait;
-use common::{TestEvent, TestStore, eventually, message};
-use tidings::log::LogPublisher;
-use tidings::relay::{Relay, RelayConfig, Round};
-use tidings::{OutgoingMessage, Publisher};
+use tidings_core::log::{LogBackend, LogPublisher};
+use tidings_core::{LagSource, OutgoingMessage, Publisher};
+use tidings_relay::{Relay, RelayConfig, Round};
+use tidings_sql::{Dialect, SqlStore};
 use tokio_util::sync::CancellationToken;
+
+use super::fixtures::{StoreExt, TestEvent, eventually, produce, setup};
+use crate::services::TestDb;
 
 const WAIT: Duration = Duration::from_secs(60);
 const PARTITIONS: u32 = 4;
-
-on_both_databases!(
-    relays_share_the_partitions_and_keep_each_key_in_order,
-    a_relay_whose_lease_was_taken_publishes_nothing,
-    a_relay_stalled_mid_batch_marks_nothing_it_no_longer_holds,
-);
 
 /// (relay, key, seq) in the order the transport confirmed them.
 type PublishLog = Arc<Mutex<Vec<(&'static str, String, i64)>>>;
@@ -39,8 +32,8 @@ struct Recorded<S> {
 }
 
 #[async_trait]
-impl<S: TestStore> Publisher for Recorded<S> {
-    async fn publish(&self, batch: &[OutgoingMessage]) -> tidings::Result<()> {
+impl<B: LogBackend> Publisher for Recorded<B> {
+    async fn publish(&self, batch: &[OutgoingMessage]) -> tidings_core::Result<()> {
         // Slow enough that batches of different relays overlap.
         tokio::time::sleep(Duration::from_millis(5)).await;
         self.inner.publish(batch).await?;
@@ -64,10 +57,10 @@ fn config(id: &str) -> RelayConfig {
 
 struct Running {
     stop: CancellationToken,
-    task: tokio::task::JoinHandle<tidings::Result<()>>,
+    task: tokio::task::JoinHandle<tidings_core::Result<()>>,
 }
 
-fn start<S: TestStore>(store: &S, id: &'static str, log: &PublishLog) -> Running {
+fn start<D: Dialect>(store: &SqlStore<D>, id: &'static str, log: &PublishLog) -> Running {
     let publisher = Recorded {
         relay: id,
         inner: LogPublisher::new(Arc::new(store.clone())),
@@ -79,26 +72,8 @@ fn start<S: TestStore>(store: &S, id: &'static str, log: &PublishLog) -> Running
     Running { stop, task }
 }
 
-async fn produce<S: TestStore>(store: &S, keys: usize, seqs: std::ops::RangeInclusive<i64>) {
-    let producers: Vec<_> = (0..keys)
-        .map(|k| {
-            let (store, seqs) = (store.clone(), seqs.clone());
-            tokio::spawn(async move {
-                for seq in seqs {
-                    store
-                        .enqueue_in_tx(&message(&format!("key-{k}"), seq), true)
-                        .await;
-                }
-            })
-        })
-        .collect();
-    for p in producers {
-        p.await.unwrap();
-    }
-}
-
 /// Whether relay `id` has taken a partition (lease rows keep their last owner).
-async fn holds<S: TestStore>(store: &S, id: &str) -> bool {
+async fn holds<D: Dialect>(store: &SqlStore<D>, id: &str) -> bool {
     let sql = match id {
         "r1" => "SELECT CAST(count(*) AS BIGINT) FROM tidings_leases WHERE owner = 'r1'",
         "r2" => "SELECT CAST(count(*) AS BIGINT) FROM tidings_leases WHERE owner = 'r2'",
@@ -107,7 +82,10 @@ async fn holds<S: TestStore>(store: &S, id: &str) -> bool {
     store.count(sql).await > 0
 }
 
-async fn relays_share_the_partitions_and_keep_each_key_in_order<S: TestStore>(store: S) {
+/// Three relays, coming and going, share the outbox's partitions: every record
+/// is published, each key's first publishes in commit order.
+pub async fn relays_share_the_partitions_and_keep_each_key_in_order<T: TestDb>(db: &T) {
+    let store = setup(db).await;
     const KEYS: usize = 16;
     let log: PublishLog = Arc::default();
     let r1 = start(&store, "r1", &log);
@@ -170,7 +148,9 @@ async fn relays_share_the_partitions_and_keep_each_key_in_order<S: TestStore>(st
     }
 }
 
-async fn a_relay_whose_lease_was_taken_publishes_nothing<S: TestStore>(store: S) {
+/// A relay whose leases lapsed and were taken over claims and publishes nothing.
+pub async fn a_relay_whose_lease_was_taken_publishes_nothing<T: TestDb>(db: &T) {
+    let store = setup(db).await;
     let log: PublishLog = Arc::default();
     let relay = |id: &'static str| {
         let publisher = Recorded {
@@ -204,14 +184,17 @@ struct Gated<S> {
 }
 
 #[async_trait]
-impl<S: TestStore> Publisher for Gated<S> {
-    async fn publish(&self, batch: &[OutgoingMessage]) -> tidings::Result<()> {
+impl<B: LogBackend> Publisher for Gated<B> {
+    async fn publish(&self, batch: &[OutgoingMessage]) -> tidings_core::Result<()> {
         let _pass = self.gate.acquire().await.unwrap();
         self.inner.publish(batch).await
     }
 }
 
-async fn a_relay_stalled_mid_batch_marks_nothing_it_no_longer_holds<S: TestStore>(store: S) {
+/// A relay stalled in the middle of a batch while its leases lapse either
+/// finishes before they change hands or marks nothing; every record goes out.
+pub async fn a_relay_stalled_mid_batch_marks_nothing_it_no_longer_holds<T: TestDb>(db: &T) {
+    let store = setup(db).await;
     let log: PublishLog = Arc::default();
     let recorded = |id: &'static str| Recorded {
         relay: id,

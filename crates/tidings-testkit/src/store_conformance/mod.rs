@@ -1,0 +1,109 @@
+//! The store conformance suite: the checks every SQL dialect's store must
+//! pass, written once over [`TestDb`](crate::services::TestDb).
+//!
+//! A dialect crate proves its store by expanding
+//! [`store_conformance!`](crate::store_conformance) once in its tests,
+//! naming its test database type:
+//!
+//! ```ignore
+//! tidings_testkit::store_conformance!(tidings_testkit::services::PgTestDb);
+//! ```
+//!
+//! Each check runs on a fresh, migrated database of its own, against the
+//! real service, with the store's own relay, database log and the consumer
+//! runtime on top. By concern:
+//!
+//! - [`outbox`]: the outbox and one relay, the database log;
+//! - [`relays`]: several relays sharing the outbox's partitions;
+//! - [`consumer`]: the consumer runtime: order, duplicates, effects,
+//!   timeouts, batches;
+//! - [`dead_letters`]: dead letters, redrive, parking, skipping;
+//! - [`members`]: leases and several members of one group;
+//! - [`replay`]: replays from the outbox;
+//! - [`versions`]: upcasting and dual publishing.
+//!
+//! What the checks share (a test event, a recording handler, helpers over
+//! any store) is in [`fixtures`].
+
+pub mod consumer;
+pub mod dead_letters;
+pub mod fixtures;
+pub mod members;
+pub mod outbox;
+pub mod relays;
+pub mod replay;
+pub mod versions;
+
+/// Expands the store conformance suite into one `#[tokio::test]` per
+/// check, each on a fresh database of the test database type `$db` (a
+/// [`TestDb`](crate::services::TestDb)), torn down after a passing check.
+///
+/// The tests are named `store_conformance::<concern>::<check>`, so that
+/// `cargo test store_conformance::dead_letters` runs one concern.
+#[macro_export]
+macro_rules! store_conformance {
+    ($db:ty) => {
+        $crate::store_conformance!(@cases $db;
+            outbox: [
+                outbox_is_atomic_with_the_business_transaction,
+                relay_retries_until_the_transport_confirms,
+                retention_keeps_sent_rows_until_cleanup,
+                shutdown_finishes_the_batch_being_published,
+                log_readers_never_skip_late_commits,
+                log_retention_keeps_what_a_group_has_not_read,
+            ],
+            relays: [
+                relays_share_the_partitions_and_keep_each_key_in_order,
+                a_relay_whose_lease_was_taken_publishes_nothing,
+                a_relay_stalled_mid_batch_marks_nothing_it_no_longer_holds,
+            ],
+            consumer: [
+                per_key_order_holds_with_parallel_lanes,
+                redelivered_duplicates_change_nothing,
+                effects_ledger_reuses_one_key_and_skips_recorded_effects,
+                a_handler_past_its_timeout_is_rolled_back_and_retried,
+                batches_handle_each_message_once_in_key_order,
+                a_failing_batch_falls_back_to_one_message_at_a_time,
+            ],
+            dead_letters: [
+                poison_is_dead_lettered_without_blocking_other_keys,
+                bad_input_reaches_the_failure_store_with_a_clear_error,
+                a_redriven_dead_letter_is_handled_once,
+                a_dead_letter_holds_its_key_until_redriven,
+                a_skipped_dead_letter_lets_its_key_go_on,
+                a_consumer_may_continue_past_a_dead_letter,
+            ],
+            members: [
+                leases_go_to_one_member_and_fences_grow,
+                members_split_the_partitions_and_keep_each_key_in_order,
+            ],
+            replay: [
+                a_replay_suppresses_what_was_processed_and_handles_what_was_lost,
+            ],
+            versions: [
+                an_older_version_is_upcast_and_an_unreadable_one_dead_lettered,
+                dual_publishing_feeds_each_version_once,
+            ],
+        );
+    };
+    (@cases $db:ty; $($concern:ident: [$($case:ident),* $(,)?]),* $(,)?) => {
+        mod store_conformance {
+            #[allow(unused_imports)]
+            use super::*;
+            $(
+                mod $concern {
+                    #[allow(unused_imports)]
+                    use super::*;
+                    $(
+                        #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+                        async fn $case() {
+                            let db = <$db as $crate::services::TestDb>::create().await;
+                            $crate::store_conformance::$concern::$case(&db).await;
+                            $crate::services::TestDb::teardown(&db).await;
+                        }
+                    )*
+                }
+            )*
+        }
+    };
+}
