@@ -72,6 +72,16 @@ pub use store::{
     FailureStore, Fence, Handling, HeldKey, LagReport, LagSource, Outbox, OutboxPartitions, ParkedLag,
     ParkedMessage, ParkingStore, REDRIVE_HEADER, Redrive, RelayStore, Skip, redrive_envelope,
 };
+/// `#[derive(Message)]`: implements [`Message`](trait@Message) from `#[message(...)]`
+/// attributes (see the `tidings-macros` crate).
+pub use tidings_macros::Message;
 pub use transport::{
     AckKind, Acker, Delivery, OutgoingMessage, Publisher, RawMessage, Subscriber, Subscription,
 };
+
+/// What `#[derive(Message)]` expands to refers to; not an API.
+#[doc(hidden)]
+pub mod __private {
+    pub use serde;
+    pub use serde_json;
+}
