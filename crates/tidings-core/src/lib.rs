@@ -72,6 +72,9 @@ pub use store::{
     FailureStore, Fence, Handling, HeldKey, LagReport, LagSource, Outbox, OutboxPartitions, ParkedLag,
     ParkedMessage, ParkingStore, REDRIVE_HEADER, Redrive, RelayStore, Skip, redrive_envelope,
 };
+/// `#[derive(Message)]`: implements [`Message`](trait@Message) from `#[message(...)]`
+/// attributes (see the `tidings-macros` crate).
+pub use tidings_macros::Message;
 pub use transport::{
     AckKind, Acker, Delivery, OutgoingMessage, Publisher, RawMessage, Subscriber, Subscription,
 };
@@ -109,4 +112,11 @@ impl<S> Store for S where
         + log::LogBackend
         + Clone
 {
+}
+
+/// What `#[derive(Message)]` expands to refers to; not an API.
+#[doc(hidden)]
+pub mod __private {
+    pub use serde;
+    pub use serde_json;
 }
