@@ -17,20 +17,12 @@
 //! Users normally depend on the `tidings` facade crate, which re-exports this one.
 //!
 //! ```
-//! use tidings_core::{cloudevents, Envelope, Kind, Message};
+//! use tidings_core::{cloudevents, Envelope, Message};
 //! use serde::{Deserialize, Serialize};
 //!
-//! #[derive(Serialize, Deserialize)]
-//! struct OrderPlaced { order_id: String, total_cents: u64 }
-//!
-//! impl Message for OrderPlaced {
-//!     const TYPE: &'static str = "OrderPlaced";
-//!     const VERSION: u32 = 1;
-//!     const KIND: Kind = Kind::Event;
-//!     const AGGREGATE: &'static str = "order";
-//!     const TOPIC: &'static str = "orders";
-//!     fn key(&self) -> String { self.order_id.clone() }
-//! }
+//! #[derive(Serialize, Deserialize, Message)]
+//! #[message(event, topic = "orders", aggregate = "order")]
+//! struct OrderPlaced { #[message(key)] order_id: String, total_cents: u64 }
 //!
 //! let env = Envelope::new("checkout", &OrderPlaced { order_id: "o-1".into(), total_cents: 4200 })?;
 //! let wire = cloudevents::to_json(&env);
