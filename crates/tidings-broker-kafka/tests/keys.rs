@@ -195,10 +195,15 @@ async fn a_killed_consumer_resumes_without_losing_or_reapplying_an_effect() {
     };
 
     // The first member is killed mid-stream: its task is aborted, nothing
-    // is closed, its in-flight transactions roll back, its final offsets
-    // are never committed.
+    // is closed, its final offsets are never committed, and its database
+    // connections die with it (its own pool, closed after the abort, as a
+    // process's connections end when it is killed), so its in-flight
+    // transactions roll back.
+    let doomed_store = PgStore::connect(&db.url)
+        .await
+        .expect("a second pool on the test schema");
     let doomed = tokio::spawn({
-        let (consumer, kafka) = (consumer(&db.store, handler.clone()), kafka.clone());
+        let (consumer, kafka) = (consumer(&doomed_store, handler.clone()), kafka.clone());
         async move { consumer.run(&kafka, CancellationToken::new()).await }
     });
     eventually("a third handled", || async {
@@ -207,6 +212,7 @@ async fn a_killed_consumer_resumes_without_losing_or_reapplying_an_effect() {
     .await;
     doomed.abort();
     let _ = doomed.await;
+    doomed_store.pool().close().await;
     let before_restart = applied(&db.store, "SELECT count(*) FROM applied").await;
     assert!(before_restart < total, "killed before the end");
 
