@@ -272,7 +272,7 @@ async fn latency_run(
             let message = OutgoingMessage { topic, ..event(seq) };
             let id = message.envelope.id;
             let mut tx = store.pool().begin().await?;
-            store.enqueue(&mut tx, &message).await?;
+            store.enqueue_outgoing(&mut tx, &message).await?;
             tx.commit().await?;
             committed
                 .lock()

@@ -275,7 +275,7 @@ async fn fill(store: &PgStore, n: usize) -> anyhow::Result<()> {
             for chunk in (w * 1000..n).step_by(4000) {
                 let mut tx = store.pool().begin().await?;
                 for seq in chunk..(chunk + 1000).min(n) {
-                    store.enqueue(&mut tx, &event(seq)).await?;
+                    store.enqueue_outgoing(&mut tx, &event(seq)).await?;
                 }
                 tx.commit().await?;
             }
@@ -440,7 +440,9 @@ pub(crate) fn status_mib(field: &str) -> Option<f64> {
 /// The benches measure PostgreSQL: refuse anything else with one line.
 fn ensure_postgres(database: &str, bench: &str) -> anyhow::Result<()> {
     anyhow::ensure!(
-        database.starts_with("postgres:") || database.starts_with("postgresql:"),
+        <tidings_store_postgres::Pg as tidings_sql::Dialect>::SCHEMES
+            .iter()
+            .any(|scheme| database.starts_with(scheme)),
         "the {bench} bench needs PostgreSQL (--database postgres://...)"
     );
     Ok(())

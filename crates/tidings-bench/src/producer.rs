@@ -109,12 +109,7 @@ async fn write_one(store: &PgStore, kind: Write, seq: u64) -> anyhow::Result<()>
             .await?;
         }
         Write::Tidings | Write::Validated => {
-            let envelope = Envelope::new("bench", &order)?;
-            let message = OutgoingMessage {
-                topic: BenchEvent::TOPIC.to_owned(),
-                envelope,
-            };
-            store.enqueue(&mut tx, &message).await?;
+            store.enqueue(&mut tx, &order).await?;
         }
     }
     tx.commit().await?;

@@ -7,12 +7,11 @@
 //! the partition leases are handed back.
 
 use std::sync::Arc;
-use std::time::Duration;
 
 use anyhow::Context as _;
 use futures::FutureExt as _;
-use sqlx::Connection;
-use sqlx::postgres::{PgConnectOptions, PgConnection, PgPoolOptions};
+use tidings::sql::StoreOptions;
+use tidings::with_store;
 use tidings_broker_kafka::{KafkaOptions, KafkaTransport};
 use tidings_broker_nats::{NatsOptions, NatsTransport};
 use tidings_broker_rabbitmq::{RabbitOptions, RabbitTransport};
@@ -21,13 +20,12 @@ use tidings_core::log::{LogBackend, LogPublisher};
 use tidings_core::secret::redact_url;
 use tidings_core::{Inspect, LagSource, LeaseStore, Publisher, RelayStore, Subscriber};
 use tidings_relay::{Relay, RelayConfig};
-use tidings_store_postgres::{PgStore, PgStoreOptions};
-use tidings_store_sqlite::{SqliteStore, SqliteStoreOptions};
 use tokio::net::TcpListener;
 use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 
 use crate::config::{Config, Loaded};
+use crate::connecting_to;
 
 /// Log entries deleted per statement by the housekeeping.
 const TRIM_BATCH: usize = 5000;
@@ -47,51 +45,17 @@ pub(crate) async fn run(loaded: Loaded, shutdown: CancellationToken) -> anyhow::
     };
     let url = loaded.database_url.expose();
     let config = &loaded.config;
-    let retention = Some(config.database.outbox_retention.0).filter(|d| !d.is_zero());
-    if url.starts_with("postgres") {
-        // One connection first: an unreachable server is reported as what it
-        // is, at once, rather than as a pool timing out.
-        let options: PgConnectOptions = url
-            .parse()
-            .with_context(|| format!("database.url: {:?} is not a PostgreSQL URL", redact_url(url)))?;
-        let probe = tokio::time::timeout(Duration::from_secs(10), PgConnection::connect_with(&options))
-            .await
-            .map_err(|_| anyhow::anyhow!("no answer within 10 s"))
-            // sqlx's message already holds its cause: one line, not the cause twice.
-            .and_then(|c| c.map_err(|e| anyhow::anyhow!("{e}")))
-            .with_context(|| format!("connecting to PostgreSQL at {}", redact_url(url)))?;
-        probe.close().await.ok();
-        let pool = PgPoolOptions::new()
-            .max_connections(config.database.max_connections)
-            .acquire_timeout(Duration::from_secs(30))
-            .connect_with(options)
-            .await
-            .with_context(|| format!("connecting to PostgreSQL at {}", redact_url(url)))?;
-        let options = retention.map_or_else(PgStoreOptions::default, |r| {
-            PgStoreOptions::default().retention(r)
-        });
-        let store = PgStore::with_options(pool, options);
-        if config.database.migrate {
-            store.migrate().await.context("migrating Tidings' tables")?;
-        }
-        run_on(store, &loaded, metrics, shutdown).await
-    } else {
-        let path = url
-            .strip_prefix("sqlite://")
-            .or_else(|| url.strip_prefix("sqlite:"))
-            .unwrap_or(url);
-        let opened = SqliteStore::connect(path)
-            .await
-            .with_context(|| format!("opening SQLite database {path}"))?;
-        let options = retention.map_or_else(SqliteStoreOptions::default, |r| {
-            SqliteStoreOptions::default().retention(r)
-        });
-        let store = SqliteStore::with_options(opened.pool().clone(), options);
-        if config.database.migrate {
-            store.migrate().await.context("migrating Tidings' tables")?;
-        }
-        run_on(store, &loaded, metrics, shutdown).await
+    let mut options = StoreOptions::default().max_connections(config.database.max_connections);
+    if let Some(retention) = Some(config.database.outbox_retention.0).filter(|d| !d.is_zero()) {
+        options = options.retention(retention);
     }
+    let store = tidings::open_store_with(url, options)
+        .await
+        .with_context(|| connecting_to(url))?;
+    if config.database.migrate {
+        store.migrate().await.context("migrating Tidings' tables")?;
+    }
+    with_store!(store, |s| run_on(s, &loaded, metrics, shutdown).await)
 }
 
 async fn run_on<S>(

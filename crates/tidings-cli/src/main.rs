@@ -15,12 +15,10 @@ use std::time::Duration;
 
 use anyhow::Context;
 use clap::{Args, Parser, Subcommand};
-use tidings_core::LagSource;
+use tidings::secret::redact_url;
+use tidings::{AnyStore, CancellationToken, LagSource, shutdown_on_signal, with_store};
 use tidings_example_checkout::demo::{self, DEFAULT_DATABASE};
 use tidings_example_checkout::{DemoOptions, Progress, Role};
-use tidings_store_postgres::PgStore;
-use tidings_store_sqlite::SqliteStore;
-use tokio_util::sync::CancellationToken;
 
 /// Reliable events for Rust backends: transactional outbox, relay, idempotent consumers.
 #[derive(Debug, Parser)]
@@ -172,21 +170,6 @@ impl From<RoleArg> for Role {
     }
 }
 
-/// Cancelled on SIGTERM or Ctrl-C.
-fn shutdown_on_signal() -> anyhow::Result<CancellationToken> {
-    let token = CancellationToken::new();
-    let mut terminate = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
-    let cancel = token.clone();
-    tokio::spawn(async move {
-        tokio::select! {
-            _ = terminate.recv() => {}
-            _ = tokio::signal::ctrl_c() => {}
-        }
-        cancel.cancel();
-    });
-    Ok(token)
-}
-
 /// Installs the Prometheus recorder and serves it on `addr` for the rest of the process.
 async fn serve_metrics(addr: std::net::SocketAddr) -> anyhow::Result<()> {
     let listener = tokio::net::TcpListener::bind(addr)
@@ -267,8 +250,8 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             if check {
                 println!(
                     "configuration ok: database {}, broker {}, relay {}, metrics {}",
-                    tidings_core::secret::redact_url(loaded.database_url.expose()),
-                    tidings_core::secret::redact_url(loaded.broker_url.expose()),
+                    redact_url(loaded.database_url.expose()),
+                    redact_url(loaded.broker_url.expose()),
                     if loaded.config.relay.enabled { "on" } else { "off" },
                     loaded
                         .metrics_listen
@@ -334,24 +317,16 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         }
         Command::Bench(bench) => bench.run().await,
         Command::Dlq { database, command } => {
-            match open(&database.database).await? {
-                Store::Pg(s) => dlq::run(&s, command).await?,
-                Store::Sqlite(s) => dlq::run(&s, command).await?,
-            }
+            with_store!(open(&database.database).await?, |s| dlq::run(&s, command).await?);
             Ok(ExitCode::SUCCESS)
         }
         Command::Outbox { database, command } => {
-            match open(&database.database).await? {
-                Store::Pg(s) => outbox::run(&s, command).await?,
-                Store::Sqlite(s) => outbox::run(&s, command).await?,
-            }
+            with_store!(open(&database.database).await?, |s| outbox::run(&s, command)
+                .await?);
             Ok(ExitCode::SUCCESS)
         }
         Command::Doctor { database, args } => {
-            let healthy = match open(&database.database).await? {
-                Store::Pg(s) => doctor::run(&s, args).await?,
-                Store::Sqlite(s) => doctor::run(&s, args).await?,
-            };
+            let healthy = with_store!(open(&database.database).await?, |s| doctor::run(&s, args).await?);
             Ok(if healthy {
                 ExitCode::SUCCESS
             } else {
@@ -359,10 +334,7 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             })
         }
         Command::Replay { database, args } => {
-            let done = match open(&database.database).await? {
-                Store::Pg(s) => replay::run(&s, args).await?,
-                Store::Sqlite(s) => replay::run(&s, args).await?,
-            };
+            let done = with_store!(open(&database.database).await?, |s| replay::run(&s, args).await?);
             Ok(if done {
                 ExitCode::SUCCESS
             } else {
@@ -371,18 +343,12 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         }
         Command::Schema(command) => schema::run(command),
         Command::Migrate(db) => {
-            match open(&db.database).await? {
-                Store::Pg(s) => s.migrate().await?,
-                Store::Sqlite(s) => s.migrate().await?,
-            }
-            println!("migrated {}", tidings_core::secret::redact_url(&db.database));
+            open(&db.database).await?.migrate().await?;
+            println!("migrated {}", redact_url(&db.database));
             Ok(ExitCode::SUCCESS)
         }
         Command::Lag { database, json } => {
-            let report = match open(&database.database).await? {
-                Store::Pg(s) => s.lag().await?,
-                Store::Sqlite(s) => s.lag().await?,
-            };
+            let report = with_store!(open(&database.database).await?, |s| s.lag().await?);
             if json {
                 println!("{}", serde_json::to_string(&report)?);
             } else {
@@ -421,26 +387,15 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
     }
 }
 
-enum Store {
-    Pg(PgStore),
-    Sqlite(SqliteStore),
+/// What opening the store at `url` is, for an error's context.
+pub(crate) fn connecting_to(url: &str) -> String {
+    let database = tidings::database_named(url).unwrap_or("the database");
+    format!("connecting to {database} at {}", redact_url(url))
 }
 
-async fn open(url: &str) -> anyhow::Result<Store> {
-    if url.starts_with("postgres:") || url.starts_with("postgresql:") {
-        Ok(Store::Pg(PgStore::connect(url).await.with_context(|| {
-            format!(
-                "connecting to PostgreSQL at {}",
-                tidings_core::secret::redact_url(url)
-            )
-        })?))
-    } else {
-        Ok(Store::Sqlite(
-            SqliteStore::connect(url)
-                .await
-                .with_context(|| format!("opening SQLite database {url}"))?,
-        ))
-    }
+/// The store at `url`, chosen by its scheme.
+async fn open(url: &str) -> anyhow::Result<AnyStore> {
+    tidings::open_store(url).await.with_context(|| connecting_to(url))
 }
 
 #[cfg(test)]

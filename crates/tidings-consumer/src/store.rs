@@ -32,7 +32,7 @@ impl<S: ConsumerStore> ContextStore<S::Database> for S {
         conn: &mut <S::Database as Database>::Connection,
         message: &OutgoingMessage,
     ) -> Result<()> {
-        tidings_core::Outbox::enqueue(self, conn, message).await
+        tidings_core::Outbox::enqueue_outgoing(self, conn, message).await
     }
 
     async fn effect_recorded(

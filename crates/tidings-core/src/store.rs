@@ -13,11 +13,20 @@ use sqlx::{Database, Transaction};
 use uuid::Uuid;
 
 use crate::envelope::Headers;
-use crate::error::Result;
+use crate::error::{Error, Result};
 use crate::lease::Lease;
+use crate::message::Message;
 use crate::transport::OutgoingMessage;
 
 /// Writes messages into the outbox inside the caller's own transaction.
+///
+/// ```ignore
+/// let mut tx = pool.begin().await?;
+/// sqlx::query("INSERT INTO orders (id, total_cents) VALUES (?, ?)")
+///     .bind(&order.id).bind(order.total_cents).execute(&mut *tx).await?;
+/// let id = store.enqueue(&mut tx, &OrderPlaced { order_id: order.id.clone() }).await?;
+/// store.commit(tx).await?; // commits, then wakes the relays
+/// ```
 #[async_trait]
 pub trait Outbox: Send + Sync + 'static {
     /// The database the outbox lives in.
@@ -25,12 +34,42 @@ pub trait Outbox: Send + Sync + 'static {
 
     /// Adds `message` to the outbox on `conn`, which should be the caller's
     /// open transaction: the message then exists if and only if that
-    /// transaction commits.
-    async fn enqueue(
+    /// transaction commits. Returns the id of its envelope, which consumers
+    /// deduplicate on.
+    ///
+    /// The message's type says its topic, key, kind and version
+    /// ([`Message`]); the envelope's `source` is the store's
+    /// ([`Outbox::source`]). To set headers, a correlation or a causation,
+    /// build the [`OutgoingMessage`] and call [`Outbox::enqueue_outgoing`].
+    async fn enqueue<M: Message>(
+        &self,
+        conn: &mut <Self::Database as Database>::Connection,
+        message: &M,
+    ) -> Result<Uuid> {
+        let outgoing = OutgoingMessage::new(self.source(), message)?;
+        self.enqueue_outgoing(conn, &outgoing).await?;
+        Ok(outgoing.envelope.id)
+    }
+
+    /// Adds an envelope built by hand to the outbox on `conn`, with the
+    /// same guarantee as [`Outbox::enqueue`].
+    async fn enqueue_outgoing(
         &self,
         conn: &mut <Self::Database as Database>::Connection,
         message: &OutgoingMessage,
     ) -> Result<()>;
+
+    /// The `source` of the envelopes [`Outbox::enqueue`] builds: the
+    /// producing service (`checkout`).
+    fn source(&self) -> &str;
+
+    /// Commits `tx`, the caller's transaction that enqueued, then wakes the
+    /// relays ([`Outbox::wake`]): the usual end of a business write.
+    async fn commit(&self, tx: Transaction<'_, Self::Database>) -> Result<()> {
+        tx.commit().await.map_err(Error::db("committing the transaction"))?;
+        self.wake();
+        Ok(())
+    }
 
     /// Tells relays that new messages were committed. Call it after commit;
     /// calls are coalesced, and relays poll anyway, so a missed wake-up only

@@ -8,7 +8,7 @@ use serde::{Deserialize, Serialize};
 use sqlx::Sqlite;
 use tidings_consumer::{Consumer, ConsumerConfig, Context, Handler, HandlerError, Settled};
 use tidings_core::metrics::{self, CATALOG, MetricKind};
-use tidings_core::{Backoff, Envelope, Kind, LagSource, Message, Outbox, OutgoingMessage};
+use tidings_core::{Backoff, Envelope, Kind, LagSource, Message, Outbox};
 use tidings_relay::{Relay, Round};
 use tidings_testkit::services::SqliteTestDb;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -76,11 +76,7 @@ async fn relay_consumer_and_lag_figures_reach_the_endpoint() {
     let store = db.store.clone();
     let mut tx = store.pool().begin().await.unwrap();
     for n in 0..25 {
-        let message = OutgoingMessage {
-            topic: Ping::TOPIC.into(),
-            envelope: Envelope::new("metrics-test", &Ping { n }).unwrap(),
-        };
-        store.enqueue(&mut tx, &message).await.unwrap();
+        store.enqueue(&mut tx, &Ping { n }).await.unwrap();
     }
     tx.commit().await.unwrap();
     metrics::record_lag(&store.lag().await.unwrap());

@@ -74,7 +74,7 @@ macro_rules! run_cases {
         let mut results = Vec::new();
         for message in cases() {
             let mut tx = store.pool().begin().await.unwrap();
-            let result = store.enqueue(&mut tx, &message).await;
+            let result = store.enqueue_outgoing(&mut tx, &message).await;
             if result.is_ok() {
                 tx.commit().await.unwrap();
             } else {

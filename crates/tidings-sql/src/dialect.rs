@@ -46,6 +46,9 @@ pub trait Dialect: Sized + Send + Sync + 'static {
 
     /// The database's name in messages (`PostgreSQL`).
     const NAME: &'static str;
+    /// How its URLs begin (`postgres://`): where a URL is opened by its
+    /// scheme, these choose this dialect.
+    const SCHEMES: &'static [&'static str];
     /// The database-log transport's name (`pg-log`).
     const LOG_TRANSPORT: &'static str;
     /// The statements.

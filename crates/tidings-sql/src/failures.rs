@@ -105,7 +105,7 @@ impl<D: Dialect> FailureStore for SqlStore<D> {
             return Ok(Redrive::Undecodable);
         };
         let message_id = envelope.id;
-        self.enqueue(
+        self.enqueue_outgoing(
             &mut tx,
             &OutgoingMessage {
                 topic: dead.topic.clone(),

@@ -10,14 +10,13 @@
 //! two dialects; `PgStore` and `SqliteStore` are `SqlStore` over them.
 //!
 //! ```no_run
-//! use tidings_core::{Envelope, Outbox, OutgoingMessage};
+//! use tidings_core::Outbox;
 //! # async fn run<D: tidings_sql::Dialect>(order: impl tidings_core::Message) -> Result<(), Box<dyn std::error::Error>> {
 //! let store = tidings_sql::SqlStore::<D>::connect("sqlite://tidings.db").await?;
 //! store.migrate().await?;
 //! let mut tx = store.pool().begin().await?;
 //! // ... the business write, on the same transaction ...
-//! let envelope = Envelope::new("checkout", &order)?;
-//! store.enqueue(&mut tx, &OutgoingMessage { topic: "orders".into(), envelope }).await?;
+//! let id = store.enqueue(&mut tx, &order).await?; // the envelope's id
 //! tx.commit().await?;
 //! store.wake(); // after commit: relays pick it up now rather than at their next poll
 //! # Ok(()) }

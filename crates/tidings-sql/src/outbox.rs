@@ -17,7 +17,7 @@ use crate::{Dialect, SqlStore, Wakeups};
 impl<D: Dialect> Outbox for SqlStore<D> {
     type Database = D::Db;
 
-    async fn enqueue(
+    async fn enqueue_outgoing(
         &self,
         conn: &mut <D::Db as Database>::Connection,
         message: &OutgoingMessage,
@@ -36,6 +36,10 @@ impl<D: Dialect> Outbox for SqlStore<D> {
             .instrument(tidings_core::store::enqueue_span(message))
             .await?;
         Ok(())
+    }
+
+    fn source(&self) -> &str {
+        &self.inner.options.source
     }
 
     fn wake(&self) {

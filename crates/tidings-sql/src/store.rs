@@ -18,22 +18,46 @@ pub struct StoreOptions {
     pub(crate) retention: Option<Duration>,
     pub(crate) cross_process_wakeups: bool,
     pub(crate) guard: Guard,
+    pub(crate) source: String,
+    pub(crate) max_connections: Option<u32>,
 }
 
 impl Default for StoreOptions {
     /// Sent outbox records are deleted at once (no retention), and wake-ups
     /// reach other processes where the database can carry them
-    /// (PostgreSQL's `NOTIFY`, sent after commit).
+    /// (PostgreSQL's `NOTIFY`, sent after commit). The envelopes'
+    /// `source` is the program's name.
     fn default() -> Self {
         StoreOptions {
             retention: None,
             cross_process_wakeups: true,
             guard: None,
+            source: program_name(),
+            max_connections: None,
         }
     }
 }
 
+/// The running program's file name, without extension (`checkout`).
+fn program_name() -> String {
+    std::env::current_exe()
+        .ok()
+        .and_then(|exe| exe.file_stem().map(|s| s.to_string_lossy().into_owned()))
+        .filter(|name| !name.is_empty())
+        .unwrap_or_else(|| "tidings".to_owned())
+}
+
 impl StoreOptions {
+    /// The `source` of the envelopes [`Outbox::enqueue`] builds: the
+    /// service that produces them (`checkout`, or a URI such as
+    /// `/services/checkout`). Default: the program's name.
+    ///
+    /// [`Outbox::enqueue`]: tidings_core::Outbox::enqueue
+    pub fn source(mut self, source: impl Into<String>) -> Self {
+        self.source = source.into();
+        self
+    }
+
     /// Keep sent outbox records for `retention` (marked with `published_at`)
     /// instead of deleting them when sent. [`RelayStore::cleanup`] deletes
     /// them once older.
@@ -58,6 +82,22 @@ impl StoreOptions {
     pub fn guard(mut self, guard: Arc<dyn PublishGuard>) -> Self {
         self.guard = Some(guard);
         self
+    }
+
+    /// The size of the pool [`SqlStore::connect_with`] opens (each
+    /// dialect has its default: 32 on PostgreSQL, 8 on SQLite).
+    ///
+    /// Size it for the handlers that run at once (one connection per
+    /// consumer lane in a handler), plus the relay (two while it publishes
+    /// to the database log) and one per log subscription.
+    pub fn max_connections(mut self, n: u32) -> Self {
+        self.max_connections = Some(n.max(1));
+        self
+    }
+
+    /// The pool size asked for, if any ([`StoreOptions::max_connections`]).
+    pub fn pool_size(&self) -> Option<u32> {
+        self.max_connections
     }
 
     /// Whether wake-ups reach other processes.

@@ -4,7 +4,7 @@
 //! ledger and the failure store.
 //!
 //! ```no_run
-//! use tidings_core::{Envelope, Outbox, OutgoingMessage};
+//! use tidings_core::Outbox;
 //! use tidings_store_postgres::PgStore;
 //! # async fn run(order: impl tidings_core::Message) -> Result<(), Box<dyn std::error::Error>> {
 //! let store = PgStore::connect("postgres://root@127.0.0.1/test").await?;
@@ -12,8 +12,7 @@
 //!
 //! let mut tx = store.pool().begin().await?;
 //! // ... the business write, on the same transaction ...
-//! let envelope = Envelope::new("checkout", &order)?;
-//! store.enqueue(&mut tx, &OutgoingMessage { topic: "orders".into(), envelope }).await?;
+//! let id = store.enqueue(&mut tx, &order).await?; // the envelope's id
 //! tx.commit().await?;
 //! store.wake(); // after commit: relays pick it up now rather than at their next poll
 //! # Ok(()) }
@@ -34,7 +33,8 @@ mod wake;
 use std::time::Duration;
 
 use async_trait::async_trait;
-use sqlx::postgres::{PgPoolOptions, PgQueryResult};
+use sqlx::Connection;
+use sqlx::postgres::{PgConnectOptions, PgConnection, PgPoolOptions, PgQueryResult};
 use sqlx::{PgPool, Postgres};
 use tidings_core::{Error, OutboxPartitions, OutgoingMessage, Result};
 use tidings_sql::{Dialect, SqlStore, Statements, StoreOptions};
@@ -63,6 +63,7 @@ impl Dialect for Pg {
     type Wakeups = wake::PgWakeups;
 
     const NAME: &'static str = "PostgreSQL";
+    const SCHEMES: &'static [&'static str] = &["postgres://", "postgresql://"];
     const LOG_TRANSPORT: &'static str = "pg-log";
     const SQL: Statements = sql::SQL;
     const MIGRATIONS: tidings_sql::migrate::MigrationPlan = migrate::PLAN;
@@ -83,16 +84,29 @@ impl Dialect for Pg {
         result.rows_affected()
     }
 
-    /// A pool of 32 connections on `url` (`postgres://user@host/db`).
+    /// A pool on `url` (`postgres://user@host/db`), of 32 connections
+    /// unless the options say otherwise.
     ///
-    /// Size the pool for the handlers that run at once (one connection per
-    /// consumer lane in a handler), plus the relay (two while it publishes to
-    /// the database log) and one per log subscription.
-    async fn open(url: &str, _options: &StoreOptions) -> Result<PgPool> {
+    /// One connection is made first, within 10 s: a server that is down or
+    /// refuses the login is reported as what it is, at once, rather than as
+    /// a pool timing out.
+    async fn open(url: &str, options: &StoreOptions) -> Result<PgPool> {
+        let connect: PgConnectOptions = url.parse().map_err(|e: sqlx::Error| Error::Config {
+            key: "database".into(),
+            reason: format!("not a PostgreSQL URL ({e})"),
+        })?;
+        let probe = tokio::time::timeout(Duration::from_secs(10), PgConnection::connect_with(&connect))
+            .await
+            .map_err(|_| Error::Database {
+                operation: "connecting to PostgreSQL",
+                source: sqlx::Error::PoolTimedOut,
+            })?
+            .map_err(Error::db("connecting to PostgreSQL"))?;
+        probe.close().await.ok();
         PgPoolOptions::new()
-            .max_connections(32)
+            .max_connections(options.pool_size().unwrap_or(32))
             .acquire_timeout(Duration::from_secs(30))
-            .connect(url)
+            .connect_with(connect)
             .await
             .map_err(Error::db("connecting to PostgreSQL"))
     }

@@ -4,7 +4,7 @@
 //! idempotency records, the effects ledger and the failure store, in one file.
 //!
 //! ```no_run
-//! use tidings_core::{Envelope, Outbox, OutgoingMessage};
+//! use tidings_core::Outbox;
 //! use tidings_store_sqlite::SqliteStore;
 //! # async fn run(order: impl tidings_core::Message) -> Result<(), Box<dyn std::error::Error>> {
 //! let store = SqliteStore::connect("sqlite://tidings.db").await?;
@@ -12,8 +12,7 @@
 //!
 //! let mut tx = store.pool().begin().await?;
 //! // ... the business write, on the same transaction ...
-//! let envelope = Envelope::new("checkout", &order)?;
-//! store.enqueue(&mut tx, &OutgoingMessage { topic: "orders".into(), envelope }).await?;
+//! let id = store.enqueue(&mut tx, &order).await?; // the envelope's id
 //! tx.commit().await?;
 //! store.wake();
 //! # Ok(()) }
@@ -73,6 +72,7 @@ impl Dialect for Lite {
     type Wakeups = LocalWakeups;
 
     const NAME: &'static str = "SQLite";
+    const SCHEMES: &'static [&'static str] = &["sqlite:"];
     const LOG_TRANSPORT: &'static str = "sqlite-log";
     const SQL: Statements = sql::SQL;
     const MIGRATIONS: tidings_sql::migrate::MigrationPlan = migrate::PLAN;
@@ -103,13 +103,13 @@ impl Dialect for Lite {
     /// Opens (creating if missing) the database at `url` (`sqlite://path.db`
     /// or a plain path), in WAL mode with `synchronous = FULL`: a commit
     /// that returned survives a power cut.
-    async fn open(url: &str, _options: &StoreOptions) -> Result<SqlitePool> {
+    async fn open(url: &str, options: &StoreOptions) -> Result<SqlitePool> {
         let url = if url.starts_with("sqlite:") {
             url.to_owned()
         } else {
             format!("sqlite://{url}")
         };
-        let options = SqliteConnectOptions::from_str(&url)
+        let connect = SqliteConnectOptions::from_str(&url)
             .map_err(|e| Error::Config {
                 key: "database".into(),
                 reason: e.to_string(),
@@ -119,8 +119,8 @@ impl Dialect for Lite {
             .synchronous(SqliteSynchronous::Full)
             .busy_timeout(Duration::from_secs(30));
         SqlitePoolOptions::new()
-            .max_connections(8)
-            .connect_with(options)
+            .max_connections(options.pool_size().unwrap_or(8))
+            .connect_with(connect)
             .await
             .map_err(Error::db("opening the SQLite database"))
     }

@@ -16,9 +16,7 @@ use async_trait::async_trait;
 use serde::{Deserialize, Serialize};
 use sqlx::Postgres;
 use tidings_consumer::{Consumer, ConsumerConfig, Context, Handler, HandlerError};
-use tidings_core::{
-    Backoff, Envelope, Kind, LagSource, Message, Outbox, OutgoingMessage, Publisher, Subscriber,
-};
+use tidings_core::{Backoff, Kind, LagSource, Message, Outbox, Publisher, Subscriber};
 use tidings_relay::{Relay, RelayConfig};
 use tokio_util::sync::CancellationToken;
 
@@ -154,13 +152,8 @@ pub async fn producers_keep_committing_while_the_broker_is_down(
                         key: format!("k{k}"),
                         seq,
                     };
-                    let envelope = Envelope::new("outage-test", &step).expect("a step encodes");
                     let mut tx = store.pool().begin().await.expect("begin");
-                    let message = OutgoingMessage {
-                        topic: Step::TOPIC.into(),
-                        envelope,
-                    };
-                    store.enqueue(&mut tx, &message).await.expect("enqueue");
+                    store.enqueue(&mut tx, &step).await.expect("enqueue");
                     tx.commit().await.expect("commit");
                     store.wake();
                     if outage.load(Ordering::SeqCst) {

@@ -11,6 +11,8 @@ use anyhow::Context as _;
 use indicatif::{ProgressBar, ProgressStyle};
 use rand::Rng;
 use serde::Serialize;
+use tidings::AnyStore;
+use tidings::sql::StoreOptions;
 use tidings_broker_kafka::{KafkaOptions, KafkaTransport};
 use tidings_broker_nats::{NatsOptions, NatsTransport};
 use tidings_broker_rabbitmq::{RabbitOptions, RabbitTransport};
@@ -20,7 +22,6 @@ use tidings_core::log::{LogBackend, LogPublisher, LogReaderConfig, LogSubscriber
 use tidings_core::secret::redact_url as redact;
 use tidings_core::{Backoff, Envelope, Message, OutgoingMessage, Publisher, Subscriber};
 use tidings_relay::{Relay, RelayConfig};
-use tidings_store_postgres::PgStore;
 use tidings_store_sqlite::SqliteStore;
 use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
@@ -283,42 +284,37 @@ async fn open_and_run(
         .database
         .clone()
         .unwrap_or_else(|| DEFAULT_DATABASE.to_owned());
-    if url.starts_with("postgres:") || url.starts_with("postgresql:") {
-        let options_pg = tidings_store_postgres::PgStoreOptions::default().guard(guard()?);
-        let store = PgStore::connect_with(&url, options_pg)
-            .await
-            .with_context(|| format!("connecting to PostgreSQL at {}", redact(&url)))?;
-        // The provider is another system: it gets its own connections, or a
-        // handler holding a pool connection could wait on the same pool.
-        let provider_pool = sqlx::postgres::PgPoolOptions::new()
-            .max_connections(4)
-            .connect(&url)
-            .await?;
-        let provider = EmailProvider::Postgres(provider_pool);
-        let label = format!("postgres ({})", redact(&url));
-        run_on(store, provider, options, label, role, shutdown).await
-    } else {
-        let path = url
-            .strip_prefix("sqlite://")
-            .or_else(|| url.strip_prefix("sqlite:"))
-            .unwrap_or(&url)
-            .to_owned();
-        let options_sqlite = tidings_store_sqlite::SqliteStoreOptions::default().guard(guard()?);
-        let store = SqliteStore::connect_with(&path, options_sqlite)
-            .await
-            .with_context(|| format!("opening SQLite database {path}"))?;
-        // The provider is another system: it gets its own file.
-        let provider_db = SqliteStore::connect(&format!("{path}.provider")).await?;
-        let provider = EmailProvider::Sqlite(provider_db.pool().clone());
-        run_on(
-            store,
-            provider,
-            options,
-            format!("sqlite ({path})"),
-            role,
-            shutdown,
-        )
+    let store_options = StoreOptions::default().source("checkout").guard(guard()?);
+    let store = tidings::open_store_with(&url, store_options)
         .await
+        .with_context(|| {
+            let database = tidings::database_named(&url).unwrap_or("the database");
+            format!("connecting to {database} at {}", redact(&url))
+        })?;
+    match store {
+        AnyStore::Postgres(store) => {
+            // The provider is another system: it gets its own connections, or a
+            // handler holding a pool connection could wait on the same pool.
+            let provider_pool = sqlx::postgres::PgPoolOptions::new()
+                .max_connections(4)
+                .connect(&url)
+                .await?;
+            let provider = EmailProvider::Postgres(provider_pool);
+            let label = format!("postgres ({})", redact(&url));
+            run_on(store, provider, options, label, role, shutdown).await
+        }
+        AnyStore::Sqlite(store) => {
+            let path = url
+                .strip_prefix("sqlite://")
+                .or_else(|| url.strip_prefix("sqlite:"))
+                .unwrap_or(&url);
+            // The provider is another system: it gets its own file.
+            let provider_db = SqliteStore::connect(&format!("{path}.provider")).await?;
+            let provider = EmailProvider::Sqlite(provider_db.pool().clone());
+            let label = format!("sqlite ({path})");
+            run_on(store, provider, options, label, role, shutdown).await
+        }
+        other => anyhow::bail!("the demo runs on PostgreSQL or SQLite, not {}", other.database()),
     }
 }
 

@@ -154,7 +154,7 @@ macro_rules! checkout_store {
                     .bind(&command.envelope.message_type)
                     .execute(&mut *tx)
                     .await?;
-                self.enqueue(&mut tx, command).await?;
+                self.enqueue_outgoing(&mut tx, command).await?;
                 tx.commit().await?;
                 self.wake();
                 Ok(())

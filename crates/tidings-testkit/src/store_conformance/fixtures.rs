@@ -200,7 +200,7 @@ impl<D: Dialect> StoreExt for SqlStore<D> {
 
     async fn enqueue_in_tx(&self, m: &OutgoingMessage, commit: bool) {
         let mut tx = self.pool().begin().await.unwrap();
-        self.enqueue(&mut *tx, m).await.unwrap();
+        self.enqueue_outgoing(&mut *tx, m).await.unwrap();
         if commit {
             tx.commit().await.unwrap();
             self.wake();
@@ -212,7 +212,7 @@ impl<D: Dialect> StoreExt for SqlStore<D> {
     async fn enqueue_all(&self, ms: &[OutgoingMessage]) {
         let mut tx = self.pool().begin().await.unwrap();
         for m in ms {
-            self.enqueue(&mut *tx, m).await.unwrap();
+            self.enqueue_outgoing(&mut *tx, m).await.unwrap();
         }
         tx.commit().await.unwrap();
         self.wake();

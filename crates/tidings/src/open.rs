@@ -1,0 +1,164 @@
+//! Opening a store from its URL: each dialect declares the schemes it
+//! opens ([`Dialect::SCHEMES`]), and this is the one place that chooses.
+
+use tidings_core::{Error, Result, secret::redact_url};
+#[cfg(any(feature = "postgres", feature = "sqlite"))]
+use tidings_sql::SqlStore;
+use tidings_sql::{Dialect, StoreOptions};
+
+/// A store opened from its URL by [`open_store`]: one variant per database
+/// this build includes. Run code generic over [`Store`](crate::Store) on
+/// whichever it is with [`with_store!`](crate::with_store).
+#[derive(Debug, Clone)]
+#[non_exhaustive]
+pub enum AnyStore {
+    /// PostgreSQL (`postgres://`).
+    #[cfg(feature = "postgres")]
+    Postgres(crate::postgres::PgStore),
+    /// SQLite (`sqlite:`).
+    #[cfg(feature = "sqlite")]
+    Sqlite(crate::sqlite::SqliteStore),
+}
+
+/// Opens the store at `url` with default options: `postgres://user@host/db`,
+/// `sqlite://path.db`, as the build's features allow ([`store_schemes`]).
+pub async fn open_store(url: &str) -> Result<AnyStore> {
+    open_store_with(url, StoreOptions::default()).await
+}
+
+/// Opens the store at `url` with `options`.
+///
+/// A URL no database of this build opens is refused, naming the schemes
+/// that are: each database is a feature of this crate.
+pub async fn open_store_with(url: &str, options: StoreOptions) -> Result<AnyStore> {
+    #[cfg(feature = "postgres")]
+    if opens::<crate::postgres::Pg>(url) {
+        return Ok(AnyStore::Postgres(SqlStore::connect_with(url, options).await?));
+    }
+    #[cfg(feature = "sqlite")]
+    if opens::<crate::sqlite::Lite>(url) {
+        return Ok(AnyStore::Sqlite(SqlStore::connect_with(url, options).await?));
+    }
+    let _ = options;
+    Err(Error::Config {
+        key: "database URL".into(),
+        reason: format!(
+            "no database of this build opens {:?}; it opens {} (each database is a feature of the \
+             tidings crate: sqlite, postgres)",
+            redact_url(url),
+            store_schemes().join(", ")
+        ),
+    })
+}
+
+/// The URL schemes [`open_store`] opens in this build.
+pub fn store_schemes() -> Vec<&'static str> {
+    #[allow(unused_mut)]
+    let mut schemes = Vec::new();
+    #[cfg(feature = "postgres")]
+    schemes.extend(crate::postgres::Pg::SCHEMES);
+    #[cfg(feature = "sqlite")]
+    schemes.extend(crate::sqlite::Lite::SCHEMES);
+    schemes
+}
+
+/// The name of the database `url` names (`PostgreSQL`), if this build
+/// opens it: for messages such as `connecting to PostgreSQL at ...`.
+pub fn database_named(url: &str) -> Option<&'static str> {
+    #[cfg(feature = "postgres")]
+    if opens::<crate::postgres::Pg>(url) {
+        return Some(crate::postgres::Pg::NAME);
+    }
+    #[cfg(feature = "sqlite")]
+    if opens::<crate::sqlite::Lite>(url) {
+        return Some(crate::sqlite::Lite::NAME);
+    }
+    None
+}
+
+#[allow(dead_code)]
+fn opens<D: Dialect>(url: &str) -> bool {
+    D::SCHEMES.iter().any(|scheme| url.starts_with(scheme))
+}
+
+impl AnyStore {
+    /// The database's name (`PostgreSQL`, `SQLite`).
+    pub fn database(&self) -> &'static str {
+        crate::with_store!(self, |s| database_of(s))
+    }
+
+    /// Creates or upgrades Tidings' tables.
+    pub async fn migrate(&self) -> Result<()> {
+        crate::with_store!(self, |s| s.migrate().await)
+    }
+}
+
+fn database_of<D: Dialect>(_: &SqlStore<D>) -> &'static str {
+    D::NAME
+}
+
+/// Runs `body` with `s` bound to the concrete store inside an
+/// [`AnyStore`] (by value, or by reference when given `&AnyStore`), so that
+/// code generic over [`Store`](crate::Store) runs on whichever database the
+/// URL named:
+///
+/// ```no_run
+/// # async fn run() -> tidings::Result<()> {
+/// use tidings::LagSource;
+///
+/// let store = tidings::open_store("sqlite://tidings.db").await?;
+/// let lag = tidings::with_store!(&store, |s| s.lag().await)?;
+/// println!("{} consumers", lag.consumers.len());
+/// # Ok(()) }
+/// ```
+#[macro_export]
+macro_rules! with_store {
+    ($store:expr, |$s:ident| $body:expr) => {{
+        let __tidings_store = $store;
+        #[allow(unreachable_code)]
+        let __tidings_out = 'tidings_store: {
+            $crate::__with_postgres!(__tidings_store, $s, $body, 'tidings_store);
+            $crate::__with_sqlite!(__tidings_store, $s, $body, 'tidings_store);
+            ::core::unreachable!("a store of a database this build does not include")
+        };
+        __tidings_out
+    }};
+}
+
+#[cfg(feature = "postgres")]
+#[doc(hidden)]
+#[macro_export]
+macro_rules! __with_postgres {
+    ($store:ident, $s:ident, $body:expr, $done:lifetime) => {
+        #[allow(irrefutable_let_patterns)]
+        if let $crate::AnyStore::Postgres($s) = $store {
+            break $done $body;
+        }
+    };
+}
+
+#[cfg(not(feature = "postgres"))]
+#[doc(hidden)]
+#[macro_export]
+macro_rules! __with_postgres {
+    ($($t:tt)*) => {};
+}
+
+#[cfg(feature = "sqlite")]
+#[doc(hidden)]
+#[macro_export]
+macro_rules! __with_sqlite {
+    ($store:ident, $s:ident, $body:expr, $done:lifetime) => {
+        #[allow(irrefutable_let_patterns)]
+        if let $crate::AnyStore::Sqlite($s) = $store {
+            break $done $body;
+        }
+    };
+}
+
+#[cfg(not(feature = "sqlite"))]
+#[doc(hidden)]
+#[macro_export]
+macro_rules! __with_sqlite {
+    ($($t:tt)*) => {};
+}
