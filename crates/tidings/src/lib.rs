@@ -17,6 +17,20 @@
 
 pub use tidings_core::*;
 
+/// The database log: the contract a database implements (`LogBackend`) and
+/// the transport over it (`LogPublisher`, `LogSubscriber`).
+pub mod log {
+    pub use tidings_core::log::*;
+    pub use tidings_log::*;
+}
+
+/// Partition leases: the contract a store implements (`LeaseStore`) and the
+/// membership loop over it (`Membership`).
+pub mod lease {
+    pub use tidings_core::lease::*;
+    pub use tidings_lease::*;
+}
+
 /// The consumer runtime.
 pub mod consumer {
     pub use tidings_consumer::*;
