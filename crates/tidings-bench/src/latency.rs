@@ -231,9 +231,9 @@ async fn latency_run(
     let topic = format!("bench.latency.{}", short_id());
     let transport = open_transport(store, bench.broker.as_deref(), 1).await?;
     let subscriber: Arc<dyn tidings_core::Subscriber> = match bench.broker.as_deref() {
-        None | Some("log") => Arc::new(tidings_core::log::LogSubscriber::new(
+        None | Some("log") => Arc::new(tidings_log::LogSubscriber::new(
             Arc::new(store.clone()),
-            tidings_core::log::LogReaderConfig::default().poll_interval(idle),
+            tidings_log::LogReaderConfig::default().poll_interval(idle),
         )),
         Some(_) => transport.subscriber.clone(),
     };

@@ -1,10 +1,12 @@
 //! Which partitions of each topic this member reads: the group's
-//! [`Membership`] through the store's leases ([`tidings_core::lease`]).
+//! [`Membership`] through the store's leases ([`tidings_core::lease`],
+//! [`tidings_lease`]).
 
 use std::sync::Arc;
 
 use tidings_core::Partition;
-use tidings_core::lease::{Held, Lease, LeaseStore, Membership};
+use tidings_core::lease::{Lease, LeaseStore};
+use tidings_lease::{Held, Membership};
 
 /// A partition being read, with the lease that allows it.
 #[derive(Debug, Clone)]

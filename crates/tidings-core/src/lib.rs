@@ -6,13 +6,18 @@
 //! - [`transport`]: the [`Publisher`] the relay drives and the [`Subscriber`]
 //!   the consumer runtime reads, with explicit acknowledgement ([`AckKind`]).
 //! - [`store`]: the small traits a database store implements: [`Outbox`],
-//!   [`RelayStore`], [`ConsumerStore`], [`FailureStore`], [`LagSource`].
+//!   [`RelayStore`], [`ConsumerStore`], [`FailureStore`], [`LagSource`], and
+//!   [`log`]: what a database provides to serve as a log.
 //! - [`Error`] and [`ErrorClass`]: every error says whether to retry.
 //! - [`Partition`]: how keys spread over the members of a group, and
-//!   [`lease`]: how the members share the partitions.
+//!   [`lease`]: the leases by which the members share the partitions.
 //! - [`Backoff`]: capped exponential backoff with jitter.
 //! - [`duplicating`]: a subscriber that redelivers some messages twice, as
 //!   brokers do.
+//!
+//! The loops built on these contracts are crates of their own: the
+//! database-log transport is `tidings-log`, the membership loop over the
+//! leases is `tidings-lease`.
 //!
 //! Users normally depend on the `tidings` facade crate, which re-exports this one.
 //!

@@ -66,7 +66,9 @@ pub trait Outbox: Send + Sync + 'static {
     /// Commits `tx`, the caller's transaction that enqueued, then wakes the
     /// relays ([`Outbox::wake`]): the usual end of a business write.
     async fn commit(&self, tx: Transaction<'_, Self::Database>) -> Result<()> {
-        tx.commit().await.map_err(Error::db("committing the transaction"))?;
+        tx.commit()
+            .await
+            .map_err(Error::db("committing the transaction"))?;
         self.wake();
         Ok(())
     }

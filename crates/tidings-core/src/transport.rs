@@ -31,7 +31,7 @@ pub struct OutgoingMessage {
 }
 
 impl OutgoingMessage {
-    /// `message` from `source`, to its type's [`Message::TOPIC`].
+    /// `message` from `source`, to its type's [`Message::TOPIC`](crate::Message::TOPIC).
     pub fn new<M: crate::Message>(
         source: impl Into<String>,
         message: &M,

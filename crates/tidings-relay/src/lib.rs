@@ -46,11 +46,12 @@ use std::fmt;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use tidings_core::lease::{self, Membership, Scope, sleep_unless};
+use tidings_core::lease::sleep_unless;
 use tidings_core::metrics::{self as m, Count};
 use tidings_core::{
     Backoff, ClaimedBatch, Lease, LeaseStore, OutboxPartitions, Publisher, RelayStore, Result,
 };
+use tidings_lease::{Membership, Scope};
 use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
 
@@ -231,7 +232,7 @@ impl<S: RelayStore + LeaseStore + Clone, P: Publisher> Relay<S, P> {
             publisher,
             config: RelayConfig::default(),
             stats: Arc::default(),
-            member: lease::unique_member("relay"),
+            member: tidings_lease::unique_member("relay"),
             held: Mutex::default(),
         }
     }

@@ -1,5 +1,5 @@
 //! The database-log transport's backend: entries, offsets, retention.
-//! (The publisher and the subscriber over it: `tidings_core::log`.)
+//! (The publisher and the subscriber over it: `tidings-log`.)
 
 use std::time::Duration;
 

@@ -7,8 +7,8 @@ use std::time::Duration;
 use sqlx::Pool;
 use sqlx::pool::PoolConnection;
 use tidings_core::guard::Guard;
-use tidings_core::log::{LogPublisher, LogReaderConfig, LogSubscriber};
 use tidings_core::{Error, PublishGuard, Result};
+use tidings_log::{LogPublisher, LogReaderConfig, LogSubscriber};
 
 use crate::Dialect;
 

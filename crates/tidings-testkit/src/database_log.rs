@@ -7,8 +7,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
-use tidings_core::log::LogReaderConfig;
 use tidings_core::{Publisher, Subscriber};
+use tidings_log::LogReaderConfig;
 
 use crate::conformance::TransportUnderTest;
 use crate::services::TestDb;

@@ -47,7 +47,7 @@ pub use tidings_core::{
     AckKind, Acker, Delivery, OutgoingMessage, PublishGuard, Publisher, RawMessage, Subscriber, Subscription,
 };
 // The contracts and helpers by area.
-pub use tidings_core::{cloudevents, lease, log, metrics, secret, store, trace, transition, transport};
+pub use tidings_core::{cloudevents, metrics, secret, store, trace, transition, transport};
 
 /// What `#[derive(Message)]` expands to refers to; not an API.
 #[doc(hidden)]
@@ -62,6 +62,20 @@ pub use sqlx;
 pub use tokio_util::sync::CancellationToken;
 /// Envelope ids.
 pub use uuid::{self, Uuid};
+
+/// The database log: the contract a database implements (`LogBackend`) and
+/// the transport over it (`LogPublisher`, `LogSubscriber`).
+pub mod log {
+    pub use tidings_core::log::*;
+    pub use tidings_log::*;
+}
+
+/// Partition leases: the contract a store implements (`LeaseStore`) and the
+/// membership loop over it (`Membership`).
+pub mod lease {
+    pub use tidings_core::lease::*;
+    pub use tidings_lease::*;
+}
 
 /// The consumer runtime.
 pub mod consumer {

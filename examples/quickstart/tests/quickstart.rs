@@ -102,5 +102,10 @@ fn the_quickstart_is_at_most_40_lines() {
         .map(str::trim)
         .filter(|l| !l.is_empty() && !l.starts_with("//"))
         .collect();
-    assert!(code.len() <= 40, "{} lines of code:\n{}", code.len(), code.join("\n"));
+    assert!(
+        code.len() <= 40,
+        "{} lines of code:\n{}",
+        code.len(),
+        code.join("\n")
+    );
 }

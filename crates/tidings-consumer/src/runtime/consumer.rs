@@ -5,8 +5,9 @@ use std::fmt;
 use std::sync::Arc;
 
 use tidings_core::Store;
-use tidings_core::lease::{self, Membership, Scope};
+use tidings_core::lease;
 use tidings_core::{ConsumerStore, Delivery, Envelope, RawMessage, Subscriber};
+use tidings_lease::{Membership, Scope};
 use tokio_util::sync::CancellationToken;
 
 use super::Worker;
@@ -150,7 +151,7 @@ impl<S: Store> Consumer<S> {
             .config
             .member
             .clone()
-            .unwrap_or_else(|| lease::unique_member("consumer"));
+            .unwrap_or_else(|| tidings_lease::unique_member("consumer"));
         let scopes = self
             .topics
             .iter()

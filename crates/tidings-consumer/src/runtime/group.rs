@@ -4,8 +4,9 @@
 use std::sync::Arc;
 
 use tidings_core::Store;
-use tidings_core::lease::{Held, Membership, sleep_unless};
+use tidings_core::lease::sleep_unless;
 use tidings_core::{ConsumerStore, Subscriber};
+use tidings_lease::{Held, Membership};
 use tokio_util::sync::CancellationToken;
 
 use super::holds::Holds;

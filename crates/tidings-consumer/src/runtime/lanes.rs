@@ -7,8 +7,8 @@ use std::sync::Arc;
 use futures::StreamExt;
 use futures::stream::select_all;
 use tidings_core::Store;
-use tidings_core::lease::{Held, Membership};
 use tidings_core::{LeaseStore, Subscriber};
+use tidings_lease::{Held, Membership};
 use tokio::task::JoinSet;
 
 use super::Worker;

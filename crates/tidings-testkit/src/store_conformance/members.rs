@@ -7,8 +7,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use tidings_consumer::{Consumer, ConsumerConfig, ConsumerStats};
-use tidings_core::log::{LogPublisher, LogReaderConfig, LogSubscriber};
 use tidings_core::{Backoff, ConsumerStore, Fence, Handling, LagSource, Lease, LeaseStore};
+use tidings_log::{LogPublisher, LogReaderConfig, LogSubscriber};
 use tidings_relay::{Relay, RelayConfig};
 use tidings_sql::{Dialect, SqlStore};
 use tokio_util::sync::CancellationToken;

@@ -8,8 +8,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use futures::StreamExt;
-use tidings_core::log::{LogBackend, LogPublisher};
+use tidings_core::log::LogBackend;
 use tidings_core::{AckKind, Backoff, LagSource, Partition, Publisher, RelayStore, Subscriber, cloudevents};
+use tidings_log::LogPublisher;
 use tidings_relay::{Relay, RelayConfig};
 use tokio_util::sync::CancellationToken;
 

@@ -7,8 +7,9 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use async_trait::async_trait;
-use tidings_core::log::{LogBackend, LogPublisher};
+use tidings_core::log::LogBackend;
 use tidings_core::{LagSource, OutgoingMessage, Publisher};
+use tidings_log::LogPublisher;
 use tidings_relay::{Relay, RelayConfig, Round};
 use tidings_sql::{Dialect, SqlStore};
 use tokio_util::sync::CancellationToken;

@@ -6,9 +6,9 @@ use std::time::Duration;
 
 use chrono::Utc;
 use tidings_consumer::{Consumer, ConsumerConfig};
-use tidings_core::log::{LogPublisher, LogReaderConfig, LogSubscriber};
 use tidings_core::replay::{ReplayRequest, ReplaySource, ReplayState};
 use tidings_core::{OutgoingMessage, Publisher, ReplayStore};
+use tidings_log::{LogPublisher, LogReaderConfig, LogSubscriber};
 use tidings_relay::{Relay, RelayConfig, Round};
 use tokio_util::sync::CancellationToken;
 
