@@ -109,3 +109,15 @@ fn the_quickstart_is_at_most_40_lines() {
         code.join("\n")
     );
 }
+
+/// The README's "Use it in a service" shows the quickstart whole: the same
+/// text as the file that compiles and runs here.
+#[test]
+fn the_readme_shows_the_quickstart_whole() {
+    let readme = include_str!("../../../README.md");
+    let source = include_str!("../src/main.rs");
+    assert!(
+        readme.contains(&format!("```rust\n{source}```")),
+        "README.md's quickstart block differs from examples/quickstart/src/main.rs: copy the file into it"
+    );
+}
