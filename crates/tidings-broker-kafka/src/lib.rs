@@ -78,6 +78,9 @@ mod topology;
 mod window;
 
 pub use connection::KafkaTransport;
+
+/// How this transport's URLs begin: where a URL is opened by its scheme, these choose it.
+pub const SCHEMES: &[&str] = &["kafka://"];
 pub use options::KafkaOptions;
 pub use rewind::{Rewind, RewoundPartition};
 

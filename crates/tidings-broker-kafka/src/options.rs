@@ -2,6 +2,8 @@
 
 use std::time::Duration;
 
+use tidings_core::Topology;
+
 /// Options of a [`KafkaTransport`](crate::KafkaTransport).
 #[derive(Debug, Clone)]
 pub struct KafkaOptions {
@@ -44,6 +46,16 @@ impl KafkaOptions {
     /// publisher and subscriber of a topic must agree on.
     pub fn partitions(mut self, n: u32) -> Self {
         self.partitions = n.max(1);
+        self
+    }
+
+    /// The partitions and prefix every publisher and subscriber of the
+    /// system shares ([`Topology`]), set at once.
+    pub fn topology(mut self, topology: &Topology) -> Self {
+        self.partitions = topology.partition_count();
+        if let Some(prefix) = topology.resource_prefix() {
+            self.prefix = prefix.to_owned();
+        }
         self
     }
 

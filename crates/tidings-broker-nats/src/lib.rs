@@ -62,6 +62,9 @@ mod takeover;
 mod topology;
 
 pub use connection::NatsTransport;
+
+/// How this transport's URLs begin: where a URL is opened by its scheme, these choose it.
+pub const SCHEMES: &[&str] = &["nats://", "tls://"];
 pub use options::NatsOptions;
 
 const TRANSPORT: &str = "nats";

@@ -2,6 +2,8 @@
 
 use std::time::Duration;
 
+use tidings_core::Topology;
+
 /// Options of a [`NatsTransport`](crate::NatsTransport).
 #[derive(Debug, Clone)]
 pub struct NatsOptions {
@@ -60,6 +62,16 @@ impl NatsOptions {
     /// a topic's work. Publishers and subscribers must use the same count.
     pub fn partitions(mut self, n: u32) -> Self {
         self.partitions = n.max(1);
+        self
+    }
+
+    /// The partitions and prefix every publisher and subscriber of the
+    /// system shares ([`Topology`]), set at once.
+    pub fn topology(mut self, topology: &Topology) -> Self {
+        self.partitions = topology.partition_count();
+        if let Some(prefix) = topology.resource_prefix() {
+            self.stream_prefix = prefix.to_owned();
+        }
         self
     }
 

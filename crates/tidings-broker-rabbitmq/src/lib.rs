@@ -49,6 +49,9 @@ mod subscriber;
 mod topology;
 
 pub use connection::RabbitTransport;
+
+/// How this transport's URLs begin: where a URL is opened by its scheme, these choose it.
+pub const SCHEMES: &[&str] = &["amqp://", "amqps://"];
 pub use options::RabbitOptions;
 
 const TRANSPORT: &str = "rabbitmq";

@@ -1,5 +1,7 @@
 //! [`RabbitOptions`]: prefix, prefetch, connection name, partitions.
 
+use tidings_core::Topology;
+
 /// Options of a [`RabbitTransport`](crate::RabbitTransport).
 #[derive(Debug, Clone)]
 pub struct RabbitOptions {
@@ -38,6 +40,16 @@ impl RabbitOptions {
     /// a topic's work. Publishers and subscribers must use the same count.
     pub fn partitions(mut self, n: u32) -> Self {
         self.partitions = n.max(1);
+        self
+    }
+
+    /// The partitions and prefix every publisher and subscriber of the
+    /// system shares ([`Topology`]), set at once.
+    pub fn topology(mut self, topology: &Topology) -> Self {
+        self.partitions = topology.partition_count();
+        if let Some(prefix) = topology.resource_prefix() {
+            self.prefix = prefix.to_owned();
+        }
         self
     }
 

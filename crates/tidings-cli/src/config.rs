@@ -361,10 +361,7 @@ impl Loaded {
             return Err(("relay.lease_ttl", "must be at least 300ms".into()));
         }
         let db = self.database_url.expose();
-        if !["postgres://", "postgresql://", "sqlite:"]
-            .iter()
-            .any(|s| db.starts_with(s))
-        {
+        if tidings::database_named(db).is_none() {
             return Err((
                 "database.url",
                 format!(
@@ -374,11 +371,7 @@ impl Loaded {
             ));
         }
         let broker = self.broker_url.expose();
-        if broker != "log"
-            && !["nats://", "tls://", "amqp://", "amqps://", "kafka://"]
-                .iter()
-                .any(|s| broker.starts_with(s))
-        {
+        if !tidings::opens_transport(broker) {
             return Err((
                 "broker.url",
                 format!(

@@ -6,20 +6,14 @@
 //! stops it gracefully: the batch being published is finished or released,
 //! the partition leases are handed back.
 
-use std::sync::Arc;
-
 use anyhow::Context as _;
 use futures::FutureExt as _;
 use tidings::sql::StoreOptions;
-use tidings::with_store;
-use tidings_broker_kafka::{KafkaOptions, KafkaTransport};
-use tidings_broker_nats::{NatsOptions, NatsTransport};
-use tidings_broker_rabbitmq::{RabbitOptions, RabbitTransport};
+use tidings::{Topology, with_store};
 use tidings_core::lease::sleep_unless;
 use tidings_core::log::LogBackend;
 use tidings_core::secret::redact_url;
-use tidings_core::{Inspect, LagSource, LeaseStore, Publisher, RelayStore, Subscriber};
-use tidings_log::LogPublisher;
+use tidings_core::{Inspect, LagSource, LeaseStore, RelayStore};
 use tidings_relay::{Relay, RelayConfig};
 use tokio::net::TcpListener;
 use tokio::task::JoinSet;
@@ -80,8 +74,17 @@ where
                 .context("serving metrics")
         });
     }
-    let opened = open_publisher(&store, loaded).await?;
-    if let Some(broker) = opened.broker.clone() {
+    let broker = &loaded.config.broker;
+    let mut topology = Topology::default().partitions(broker.partitions);
+    if let Some(prefix) = &broker.prefix {
+        topology = topology.prefix(prefix);
+    }
+    let url = loaded.broker_url.expose();
+    let opened = tidings::open_transport(url, &topology, &store)
+        .await
+        .with_context(|| format!("opening the transport at {}", redact_url(url)))?;
+    if opened.broker.is_broker() {
+        let broker = opened.subscriber.clone();
         tasks.spawn(
             tidings_core::metrics::sample_broker_lag(
                 store.clone(),
@@ -93,7 +96,7 @@ where
         );
     }
     if config.relay.enabled {
-        let (publisher, label) = (opened.publisher, opened.label);
+        let (publisher, label) = (opened.publisher.clone(), opened.label());
         parts.push(format!("relay to {label}"));
         let mut relay_config = RelayConfig::default()
             .batch_size(config.relay.batch_size)
@@ -146,67 +149,6 @@ where
             Ok(())
         }
     }
-}
-
-/// The relay's publisher: the database log of `store`, or a broker.
-async fn open_publisher<S: LogBackend + Clone>(store: &S, loaded: &Loaded) -> anyhow::Result<Opened> {
-    let url = loaded.broker_url.expose();
-    let broker = &loaded.config.broker;
-    if url == "log" {
-        return Ok(Opened {
-            publisher: Arc::new(LogPublisher::new(Arc::new(store.clone()))),
-            broker: None,
-            label: "the database log".into(),
-        });
-    }
-    if url.starts_with("nats://") || url.starts_with("tls://") {
-        let mut options = NatsOptions::default().partitions(broker.partitions);
-        if let Some(prefix) = &broker.prefix {
-            options = options.stream_prefix(prefix);
-        }
-        let nats = NatsTransport::connect_with(url, options)
-            .await
-            .with_context(|| format!("connecting to NATS at {}", redact_url(url)))?;
-        return Ok(Opened {
-            publisher: Arc::new(nats.clone()),
-            broker: Some(Arc::new(nats)),
-            label: format!("NATS JetStream at {}", redact_url(url)),
-        });
-    }
-    if url.starts_with("kafka://") {
-        let mut options = KafkaOptions::default().partitions(broker.partitions);
-        if let Some(prefix) = &broker.prefix {
-            options = options.prefix(prefix);
-        }
-        let kafka = KafkaTransport::connect_with(url, options)
-            .await
-            .with_context(|| format!("connecting to Kafka at {}", redact_url(url)))?;
-        return Ok(Opened {
-            publisher: Arc::new(kafka.clone()),
-            broker: Some(Arc::new(kafka)),
-            label: format!("Kafka at {}", redact_url(url)),
-        });
-    }
-    let mut options = RabbitOptions::default().partitions(broker.partitions);
-    if let Some(prefix) = &broker.prefix {
-        options = options.prefix(prefix);
-    }
-    let rabbit = RabbitTransport::connect_with(url, options)
-        .await
-        .with_context(|| format!("connecting to RabbitMQ at {}", redact_url(url)))?;
-    Ok(Opened {
-        publisher: Arc::new(rabbit.clone()),
-        broker: Some(Arc::new(rabbit)),
-        label: format!("RabbitMQ at {}", redact_url(url)),
-    })
-}
-
-/// The relay's transport, opened.
-struct Opened {
-    publisher: Arc<dyn Publisher>,
-    /// The broker, to measure consumer lag on it (none for the database log).
-    broker: Option<Arc<dyn Subscriber>>,
-    label: String,
 }
 
 /// Deletes database-log entries past retention that every group has read, now and then.

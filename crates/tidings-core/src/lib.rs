@@ -51,6 +51,7 @@ pub mod partition;
 pub mod replay;
 pub mod secret;
 pub mod store;
+pub mod topology;
 pub mod trace;
 pub mod transition;
 pub mod transport;
@@ -72,6 +73,7 @@ pub use store::{
 /// `#[derive(Message)]`: implements [`Message`](trait@Message) from `#[message(...)]`
 /// attributes (see the `tidings-macros` crate).
 pub use tidings_macros::Message;
+pub use topology::Topology;
 pub use transport::{
     AckKind, Acker, Delivery, OutgoingMessage, Publisher, RawMessage, Subscriber, Subscription,
 };

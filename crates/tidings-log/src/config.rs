@@ -3,6 +3,8 @@
 
 use std::time::Duration;
 
+use tidings_core::Topology;
+
 /// Tuning of a [`LogSubscriber`](crate::LogSubscriber).
 #[derive(Debug, Clone)]
 pub struct LogReaderConfig {
@@ -54,6 +56,13 @@ impl LogReaderConfig {
     /// already handled, at the cost of reading it again).
     pub fn partitions(mut self, n: u32) -> Self {
         self.partitions = n.max(1);
+        self
+    }
+
+    /// The partitions every publisher and subscriber of the system shares
+    /// ([`Topology`]; the database log has no resources to prefix).
+    pub fn topology(mut self, topology: &Topology) -> Self {
+        self.partitions = topology.partition_count();
         self
     }
 

@@ -26,16 +26,18 @@
 //! and one `tidings-broker-*` crate per broker.
 #![warn(missing_docs, missing_debug_implementations, unreachable_pub)]
 
-mod open;
+mod open_store;
+mod open_transport;
 pub mod prelude;
 mod signal;
 
-pub use open::{AnyStore, database_named, open_store, open_store_with, store_schemes};
+pub use open_store::{AnyStore, database_named, open_store, open_store_with, store_schemes};
+pub use open_transport::{AnyBroker, Transport, open_transport, opens_transport, transport_schemes};
 pub use signal::shutdown_on_signal;
 
 // The vocabulary: messages, envelopes, errors.
 pub use tidings_core::{
-    Backoff, DecodeError, Envelope, Error, ErrorClass, Headers, Kind, Message, Partition, Result,
+    Backoff, DecodeError, Envelope, Error, ErrorClass, Headers, Kind, Message, Partition, Result, Topology,
 };
 // What a store does, one small trait per ability, and all of them at once.
 pub use tidings_core::{

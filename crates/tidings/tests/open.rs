@@ -65,3 +65,76 @@ async fn a_postgres_url_opens_postgresql() {
         err.report()
     );
 }
+
+/// `log` opens the store's own database log, laid out by the topology.
+#[tokio::test]
+async fn log_opens_the_database_log_with_the_topology() {
+    let path = std::env::temp_dir().join(format!("tidings-open-log-{}.db", std::process::id()));
+    let store = tidings::sqlite::SqliteStore::connect(&format!("sqlite://{}", path.display()))
+        .await
+        .unwrap();
+    store.migrate().await.unwrap();
+    let topology = tidings::Topology::default().partitions(3);
+    let transport = tidings::open_transport("log", &topology, &store).await.unwrap();
+    assert!(!transport.broker.is_broker());
+    assert_eq!(transport.label(), "the database log");
+    assert_eq!(transport.subscriber.partitions("orders"), 3);
+    drop((transport, store));
+    for suffix in ["", "-wal", "-shm"] {
+        std::fs::remove_file(format!("{}{suffix}", path.display())).ok();
+    }
+}
+
+#[tokio::test]
+async fn an_unknown_transport_is_refused_naming_the_known_ones() {
+    let path = std::env::temp_dir().join(format!("tidings-open-bad-{}.db", std::process::id()));
+    let store = tidings::sqlite::SqliteStore::connect(&format!("sqlite://{}", path.display()))
+        .await
+        .unwrap();
+    let err = tidings::open_transport("mqtt://broker:1883", &tidings::Topology::default(), &store)
+        .await
+        .unwrap_err();
+    let text = err.to_string();
+    for scheme in tidings::transport_schemes() {
+        assert!(text.contains(scheme), "{text} names {scheme}");
+    }
+    assert!(!tidings::opens_transport("mqtt://broker:1883"));
+    assert!(tidings::opens_transport("log"));
+    drop(store);
+    for suffix in ["", "-wal", "-shm"] {
+        std::fs::remove_file(format!("{}{suffix}", path.display())).ok();
+    }
+}
+
+/// Built with the brokers (as the workspace's own tests are): a broker URL
+/// opens that broker, with the topology's partitions.
+#[cfg(all(feature = "nats", feature = "rabbitmq"))]
+#[tokio::test]
+async fn a_broker_url_opens_that_broker_with_the_topology() {
+    let path = std::env::temp_dir().join(format!("tidings-open-brokers-{}.db", std::process::id()));
+    let store = tidings::sqlite::SqliteStore::connect(&format!("sqlite://{}", path.display()))
+        .await
+        .unwrap();
+    let topology = tidings::Topology::default()
+        .partitions(4)
+        .prefix("tidings-open-test");
+    let nats_url = std::env::var("NATS_URL").unwrap_or_else(|_| "nats://127.0.0.1:4222".to_owned());
+    let amqp_url =
+        std::env::var("AMQP_URL").unwrap_or_else(|_| "amqp://guest:guest@127.0.0.1:5672/%2f".to_owned());
+    for (url, name) in [(nats_url, "nats"), (amqp_url, "rabbitmq")] {
+        let transport = tidings::open_transport(&url, &topology, &store)
+            .await
+            .unwrap_or_else(|e| panic!("{name} at {url}: {}", e.report()));
+        assert_eq!(transport.broker.name(), name);
+        assert!(
+            !transport.label().contains("guest:guest"),
+            "{}",
+            transport.label()
+        );
+        assert_eq!(transport.subscriber.partitions("orders"), 4, "{name}");
+    }
+    drop(store);
+    for suffix in ["", "-wal", "-shm"] {
+        std::fs::remove_file(format!("{}{suffix}", path.display())).ok();
+    }
+}

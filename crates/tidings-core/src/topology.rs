@@ -1,0 +1,61 @@
+//! How a system's topics lie on a transport, set once.
+
+/// How a system's topics lie on a transport: the partitions of every topic
+/// and the prefix of the transport's resources (NATS streams, RabbitMQ
+/// exchanges and queues, Kafka topics and group ids).
+///
+/// The relay's publisher and every consumer's subscriber must agree on
+/// both, or a key's messages land in a partition nobody reads in order:
+/// build one `Topology` and give it to each transport's options
+/// (`NatsOptions::topology`, `RabbitOptions::topology`,
+/// `KafkaOptions::topology`, `LogReaderConfig::topology`).
+///
+/// ```
+/// use tidings_core::Topology;
+///
+/// let shop = Topology::default().partitions(8).prefix("shop");
+/// assert_eq!(shop.partition_count(), 8);
+/// assert_eq!(shop.resource_prefix(), Some("shop"));
+/// assert_eq!(Topology::default().partition_count(), 1);
+/// ```
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Topology {
+    partitions: u32,
+    prefix: Option<String>,
+}
+
+impl Default for Topology {
+    /// One partition per topic; each transport's own default prefix.
+    fn default() -> Self {
+        Topology {
+            partitions: 1,
+            prefix: None,
+        }
+    }
+}
+
+impl Topology {
+    /// Partitions of every topic: up to this many members of one group
+    /// share a topic's work, each key in one of them (at least 1).
+    pub fn partitions(mut self, n: u32) -> Self {
+        self.partitions = n.max(1);
+        self
+    }
+
+    /// The prefix of the transport's resources, so that systems sharing a
+    /// broker stay apart.
+    pub fn prefix(mut self, prefix: impl Into<String>) -> Self {
+        self.prefix = Some(prefix.into());
+        self
+    }
+
+    /// The partitions of every topic.
+    pub fn partition_count(&self) -> u32 {
+        self.partitions
+    }
+
+    /// The prefix, if one was set (else each transport uses its default).
+    pub fn resource_prefix(&self) -> Option<&str> {
+        self.prefix.as_deref()
+    }
+}

@@ -1,0 +1,178 @@
+//! Opening a transport from its URL: each broker crate declares the
+//! schemes it opens (`SCHEMES`), `log` is the store's own database log, and
+//! this is the one place that chooses.
+
+use std::fmt;
+use std::sync::Arc;
+
+use tidings_core::log::LogBackend;
+use tidings_core::secret::redact_url;
+use tidings_core::{Error, Publisher, Result, Subscriber, Topology};
+use tidings_log::{LogPublisher, LogReaderConfig, LogSubscriber};
+
+/// A transport opened by [`open_transport`]: what the relay publishes
+/// through and what consumers read, one object for both.
+#[derive(Clone)]
+pub struct Transport {
+    /// What the relay publishes through.
+    pub publisher: Arc<dyn Publisher>,
+    /// What the consumers read (and what the broker-lag sampler asks).
+    pub subscriber: Arc<dyn Subscriber>,
+    /// Which transport it is, for what only that one does.
+    pub broker: AnyBroker,
+    label: String,
+}
+
+impl fmt::Debug for Transport {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Transport")
+            .field("broker", &self.broker)
+            .field("label", &self.label)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Transport {
+    /// What it is and where, without credentials (`NATS JetStream at
+    /// nats://127.0.0.1:4222`, `the database log`).
+    pub fn label(&self) -> &str {
+        &self.label
+    }
+}
+
+/// The concrete transport behind a [`Transport`]: one variant per broker
+/// this build includes, and the database log.
+#[derive(Clone)]
+#[non_exhaustive]
+pub enum AnyBroker {
+    /// The store's own database log (`log`).
+    Log,
+    /// NATS JetStream (`nats://`, `tls://`).
+    #[cfg(feature = "nats")]
+    Nats(Box<crate::nats::NatsTransport>),
+    /// RabbitMQ (`amqp://`, `amqps://`).
+    #[cfg(feature = "rabbitmq")]
+    RabbitMq(crate::rabbitmq::RabbitTransport),
+    /// Kafka (`kafka://`).
+    #[cfg(feature = "kafka")]
+    Kafka(crate::kafka::KafkaTransport),
+}
+
+impl fmt::Debug for AnyBroker {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+impl AnyBroker {
+    /// The transport's name (`log`, `nats`, `rabbitmq`, `kafka`).
+    pub fn name(&self) -> &'static str {
+        match self {
+            AnyBroker::Log => "log",
+            #[cfg(feature = "nats")]
+            AnyBroker::Nats(_) => "nats",
+            #[cfg(feature = "rabbitmq")]
+            AnyBroker::RabbitMq(_) => "rabbitmq",
+            #[cfg(feature = "kafka")]
+            AnyBroker::Kafka(_) => "kafka",
+        }
+    }
+
+    /// Whether it is a broker, not the database log.
+    pub fn is_broker(&self) -> bool {
+        !matches!(self, AnyBroker::Log)
+    }
+}
+
+/// Opens the transport at `url` with `topology` (its partitions and
+/// prefix): `log` for the database log of `store`, `nats://host:4222`,
+/// `amqp://user@host:5672/%2f` or `kafka://host:9092`, as the build's
+/// features allow ([`transport_schemes`]). Each broker's other options are
+/// its defaults; open one through its own crate to tune them.
+///
+/// A URL no transport of this build opens is refused, naming the schemes
+/// that are: each broker is a feature of this crate.
+pub async fn open_transport<S: LogBackend + Clone>(
+    url: &str,
+    topology: &Topology,
+    store: &S,
+) -> Result<Transport> {
+    if url == "log" {
+        let reader = LogReaderConfig::default().topology(topology);
+        return Ok(Transport {
+            publisher: Arc::new(LogPublisher::new(Arc::new(store.clone()))),
+            subscriber: Arc::new(LogSubscriber::new(Arc::new(store.clone()), reader)),
+            broker: AnyBroker::Log,
+            label: "the database log".into(),
+        });
+    }
+    #[cfg(feature = "nats")]
+    if opens(crate::nats::SCHEMES, url) {
+        let options = crate::nats::NatsOptions::default().topology(topology);
+        let nats = crate::nats::NatsTransport::connect_with(url, options).await?;
+        return Ok(Transport {
+            publisher: Arc::new(nats.clone()),
+            subscriber: Arc::new(nats.clone()),
+            broker: AnyBroker::Nats(Box::new(nats)),
+            label: format!("NATS JetStream at {}", redact_url(url)),
+        });
+    }
+    #[cfg(feature = "rabbitmq")]
+    if opens(crate::rabbitmq::SCHEMES, url) {
+        let options = crate::rabbitmq::RabbitOptions::default().topology(topology);
+        let rabbit = crate::rabbitmq::RabbitTransport::connect_with(url, options).await?;
+        return Ok(Transport {
+            publisher: Arc::new(rabbit.clone()),
+            subscriber: Arc::new(rabbit.clone()),
+            broker: AnyBroker::RabbitMq(rabbit),
+            label: format!("RabbitMQ at {}", redact_url(url)),
+        });
+    }
+    #[cfg(feature = "kafka")]
+    if opens(crate::kafka::SCHEMES, url) {
+        let options = crate::kafka::KafkaOptions::default().topology(topology);
+        let kafka = crate::kafka::KafkaTransport::connect_with(url, options).await?;
+        return Ok(Transport {
+            publisher: Arc::new(kafka.clone()),
+            subscriber: Arc::new(kafka.clone()),
+            broker: AnyBroker::Kafka(kafka),
+            label: format!("Kafka at {}", redact_url(url)),
+        });
+    }
+    Err(Error::Config {
+        key: "transport URL".into(),
+        reason: format!(
+            "no transport of this build opens {:?}; it opens {} (each broker is a feature of the \
+             tidings crate: nats, rabbitmq, kafka)",
+            redact_url(url),
+            transport_schemes().join(", ")
+        ),
+    })
+}
+
+/// The URLs [`open_transport`] opens in this build: `log`, then each
+/// broker's schemes.
+pub fn transport_schemes() -> Vec<&'static str> {
+    #[allow(unused_mut)]
+    let mut schemes = vec!["log"];
+    #[cfg(feature = "nats")]
+    schemes.extend(crate::nats::SCHEMES);
+    #[cfg(feature = "rabbitmq")]
+    schemes.extend(crate::rabbitmq::SCHEMES);
+    #[cfg(feature = "kafka")]
+    schemes.extend(crate::kafka::SCHEMES);
+    schemes
+}
+
+/// Whether `url` is `log` or begins with a scheme [`open_transport`] opens.
+pub fn opens_transport(url: &str) -> bool {
+    url == "log"
+        || transport_schemes()
+            .iter()
+            .any(|scheme| scheme.ends_with("://") && url.starts_with(scheme))
+}
+
+#[allow(dead_code)]
+fn opens(schemes: &[&str], url: &str) -> bool {
+    schemes.iter().any(|scheme| url.starts_with(scheme))
+}
