@@ -1,22 +1,47 @@
 //! `open_store` chooses the database by the URL's scheme, and refuses a URL
 //! no database of the build opens, naming the ones it does.
 
+use std::path::PathBuf;
+
+use tidings::sqlite::SqliteStore;
 use tidings::{AnyStore, LagSource, open_store, store_schemes, with_store};
+
+/// A SQLite file of this test's own, deleted (with its journal) on drop.
+struct TempDb(PathBuf);
+
+impl TempDb {
+    fn new(name: &str) -> TempDb {
+        TempDb(std::env::temp_dir().join(format!("tidings-open-{name}-{}.db", std::process::id())))
+    }
+
+    fn url(&self) -> String {
+        format!("sqlite://{}", self.0.display())
+    }
+
+    async fn store(&self) -> SqliteStore {
+        SqliteStore::connect(&self.url())
+            .await
+            .expect("a SQLite file opens")
+    }
+}
+
+impl Drop for TempDb {
+    fn drop(&mut self) {
+        for suffix in ["", "-wal", "-shm"] {
+            std::fs::remove_file(format!("{}{suffix}", self.0.display())).ok();
+        }
+    }
+}
 
 #[tokio::test]
 async fn a_sqlite_url_opens_the_embedded_store() {
-    let path = std::env::temp_dir().join(format!("tidings-open-{}.db", std::process::id()));
-    let url = format!("sqlite://{}", path.display());
-    let store = open_store(&url).await.expect("a sqlite: URL opens");
+    let db = TempDb::new("sqlite");
+    let store = open_store(&db.url()).await.expect("a sqlite: URL opens");
     assert!(matches!(store, AnyStore::Sqlite(_)), "{store:?}");
     assert_eq!(store.database(), "SQLite");
     store.migrate().await.unwrap();
     let lag = with_store!(&store, |s| s.lag().await).unwrap();
     assert_eq!(lag.outbox_pending, 0);
-    drop(store);
-    for suffix in ["", "-wal", "-shm"] {
-        std::fs::remove_file(format!("{}{suffix}", path.display())).ok();
-    }
 }
 
 #[tokio::test]
@@ -69,28 +94,20 @@ async fn a_postgres_url_opens_postgresql() {
 /// `log` opens the store's own database log, laid out by the topology.
 #[tokio::test]
 async fn log_opens_the_database_log_with_the_topology() {
-    let path = std::env::temp_dir().join(format!("tidings-open-log-{}.db", std::process::id()));
-    let store = tidings::sqlite::SqliteStore::connect(&format!("sqlite://{}", path.display()))
-        .await
-        .unwrap();
+    let db = TempDb::new("log");
+    let store = db.store().await;
     store.migrate().await.unwrap();
     let topology = tidings::Topology::default().partitions(3);
     let transport = tidings::open_transport("log", &topology, &store).await.unwrap();
     assert!(!transport.broker.is_broker());
     assert_eq!(transport.label(), "the database log");
     assert_eq!(transport.subscriber.partitions("orders"), 3);
-    drop((transport, store));
-    for suffix in ["", "-wal", "-shm"] {
-        std::fs::remove_file(format!("{}{suffix}", path.display())).ok();
-    }
 }
 
 #[tokio::test]
 async fn an_unknown_transport_is_refused_naming_the_known_ones() {
-    let path = std::env::temp_dir().join(format!("tidings-open-bad-{}.db", std::process::id()));
-    let store = tidings::sqlite::SqliteStore::connect(&format!("sqlite://{}", path.display()))
-        .await
-        .unwrap();
+    let db = TempDb::new("bad");
+    let store = db.store().await;
     let err = tidings::open_transport("mqtt://broker:1883", &tidings::Topology::default(), &store)
         .await
         .unwrap_err();
@@ -100,10 +117,6 @@ async fn an_unknown_transport_is_refused_naming_the_known_ones() {
     }
     assert!(!tidings::opens_transport("mqtt://broker:1883"));
     assert!(tidings::opens_transport("log"));
-    drop(store);
-    for suffix in ["", "-wal", "-shm"] {
-        std::fs::remove_file(format!("{}{suffix}", path.display())).ok();
-    }
 }
 
 /// Built with the brokers (as the workspace's own tests are): a broker URL
@@ -111,10 +124,8 @@ async fn an_unknown_transport_is_refused_naming_the_known_ones() {
 #[cfg(all(feature = "nats", feature = "rabbitmq"))]
 #[tokio::test]
 async fn a_broker_url_opens_that_broker_with_the_topology() {
-    let path = std::env::temp_dir().join(format!("tidings-open-brokers-{}.db", std::process::id()));
-    let store = tidings::sqlite::SqliteStore::connect(&format!("sqlite://{}", path.display()))
-        .await
-        .unwrap();
+    let db = TempDb::new("brokers");
+    let store = db.store().await;
     let topology = tidings::Topology::default()
         .partitions(4)
         .prefix("tidings-open-test");
@@ -132,9 +143,5 @@ async fn a_broker_url_opens_that_broker_with_the_topology() {
             transport.label()
         );
         assert_eq!(transport.subscriber.partitions("orders"), 4, "{name}");
-    }
-    drop(store);
-    for suffix in ["", "-wal", "-shm"] {
-        std::fs::remove_file(format!("{}{suffix}", path.display())).ok();
     }
 }
