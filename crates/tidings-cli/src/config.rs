@@ -17,7 +17,9 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use serde::Deserialize;
-use serde::de::{self, Deserializer};
+use serde::de::Deserializer;
+use tidings::duration::Humane;
+use tidings::relay::RelayConfig;
 use tidings_core::secret::{Secret, has_password, redact_url};
 
 /// The prefix of environment overrides.
@@ -47,15 +49,19 @@ impl fmt::Display for ConfigError {
 impl std::error::Error for ConfigError {}
 
 /// The whole file.
-#[derive(Debug, Clone, Default, Deserialize)]
+#[derive(Debug, Clone, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub(crate) struct Config {
     /// Where Tidings' tables are.
     pub(crate) database: DatabaseConfig,
     /// Where the relay publishes.
     pub(crate) broker: BrokerConfig,
-    /// The relay.
+    /// The relay: the relay's own configuration, read as it reads itself.
     pub(crate) relay: RelayConfig,
+    /// `relay.enabled`: whether this process runs the relay, the one key of
+    /// `[relay]` that is the daemon's rather than the relay's.
+    #[serde(skip)]
+    pub(crate) relay_enabled: bool,
     /// The database-log transport's housekeeping.
     pub(crate) log: LogConfig,
     /// The metrics endpoint and lag sampling.
@@ -117,39 +123,15 @@ impl Default for BrokerConfig {
     }
 }
 
-/// `[relay]`
-#[derive(Debug, Clone, Deserialize)]
-#[serde(default, deny_unknown_fields)]
-pub(crate) struct RelayConfig {
-    /// Run the relay in this process.
-    pub(crate) enabled: bool,
-    /// Records claimed and published at once.
-    pub(crate) batch_size: usize,
-    /// How long to sleep when idle if no wake-up arrives.
-    pub(crate) poll_interval: Dur,
-    /// How long a publish may wait for the transport's confirmation.
-    pub(crate) publish_timeout: Dur,
-    /// Outbox partitions (every relay of a database must use the same).
-    pub(crate) partitions: u32,
-    /// How long a relay's partition leases last without renewal.
-    pub(crate) lease_ttl: Dur,
-    /// How often to delete sent outbox records past their retention.
-    pub(crate) cleanup_interval: Dur,
-    /// This relay's id among the relays (default: host, process and run).
-    pub(crate) member: Option<String>,
-}
-
-impl Default for RelayConfig {
+impl Default for Config {
     fn default() -> Self {
-        RelayConfig {
-            enabled: true,
-            batch_size: 500,
-            poll_interval: Dur(Duration::from_millis(500)),
-            publish_timeout: Dur(Duration::from_secs(30)),
-            partitions: 1,
-            lease_ttl: Dur(Duration::from_secs(10)),
-            cleanup_interval: Dur(Duration::from_secs(60)),
-            member: None,
+        Config {
+            database: DatabaseConfig::default(),
+            broker: BrokerConfig::default(),
+            relay: RelayConfig::default(),
+            relay_enabled: true,
+            log: LogConfig::default(),
+            metrics: MetricsConfig::default(),
         }
     }
 }
@@ -199,46 +181,14 @@ pub(crate) struct Dur(pub(crate) Duration);
 
 impl<'de> Deserialize<'de> for Dur {
     fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        let text = String::deserialize(d)?;
-        parse_duration(&text).map(Dur).map_err(de::Error::custom)
+        tidings::duration::deserialize(d).map(Dur)
     }
 }
 
 impl fmt::Display for Dur {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let ms = self.0.as_millis();
-        let (n, unit) = [(86_400_000, "d"), (3_600_000, "h"), (60_000, "m"), (1000, "s")]
-            .into_iter()
-            .find(|(u, _)| ms >= *u && ms.is_multiple_of(*u))
-            .map_or((ms, "ms"), |(u, s)| (ms / u, s));
-        write!(f, "{n}{unit}")
+        Humane(self.0).fmt(f)
     }
-}
-
-/// Parses `500ms`, `30s`, `5m`, `2h`, `7d` or `0`.
-pub(crate) fn parse_duration(text: &str) -> Result<Duration, String> {
-    let t = text.trim();
-    if t == "0" {
-        return Ok(Duration::ZERO);
-    }
-    let split = t.find(|c: char| !c.is_ascii_digit()).unwrap_or(t.len());
-    let (digits, unit) = t.split_at(split);
-    let n: u64 = digits
-        .parse()
-        .map_err(|_| format!("{text:?} is not a duration (write 500ms, 30s, 5m, 2h or 7d)"))?;
-    let ms = match unit {
-        "ms" => 1,
-        "s" => 1000,
-        "m" => 60_000,
-        "h" => 3_600_000,
-        "d" => 86_400_000,
-        _ => {
-            return Err(format!(
-                "{text:?} is not a duration (write 500ms, 30s, 5m, 2h or 7d)"
-            ));
-        }
-    };
-    Ok(Duration::from_millis(n.saturating_mul(ms)))
 }
 
 /// A configuration as loaded, and which keys the environment set.
@@ -277,20 +227,34 @@ impl Loaded {
             path: var,
             reason,
         })?;
-        let config: Config = serde_path_to_error::deserialize(toml::Value::Table(table)).map_err(|e| {
-            let key = e.path().to_string();
-            let var = env_name(&key);
-            let source = if from_env.contains(&key) {
-                format!("environment ({var})")
+        let relay_enabled = take_enabled(&mut table).map_err(|reason| {
+            let source = if from_env.contains("relay.enabled") {
+                format!("environment ({})", env_name("relay.enabled"))
             } else {
                 source.clone()
             };
             ConfigError {
                 source,
-                path: key,
-                reason: e.into_inner().message().trim().to_owned(),
+                path: "relay.enabled".into(),
+                reason,
             }
         })?;
+        let mut config: Config =
+            serde_path_to_error::deserialize(toml::Value::Table(table)).map_err(|e| {
+                let key = e.path().to_string();
+                let var = env_name(&key);
+                let source = if from_env.contains(&key) {
+                    format!("environment ({var})")
+                } else {
+                    source.clone()
+                };
+                ConfigError {
+                    source,
+                    path: key,
+                    reason: e.into_inner().message().trim().to_owned(),
+                }
+            })?;
+        config.relay_enabled = relay_enabled;
         let database_url = secret_url(
             &config.database.url,
             &config.database.url_file,
@@ -349,17 +313,12 @@ impl Loaded {
             1,
             1000,
         )?;
-        range("relay.batch_size", c.relay.batch_size as u64, 1, 100_000)?;
-        range("relay.partitions", c.relay.partitions.into(), 1, 1024)?;
+        if let Err(tidings::Error::Config { key, reason }) = c.relay.check() {
+            return Err((relay_key(&key), reason));
+        }
         range("broker.partitions", c.broker.partitions.into(), 1, 1024)?;
-        positive("relay.poll_interval", c.relay.poll_interval)?;
-        positive("relay.publish_timeout", c.relay.publish_timeout)?;
-        positive("relay.cleanup_interval", c.relay.cleanup_interval)?;
         positive("log.cleanup_interval", c.log.cleanup_interval)?;
         positive("metrics.lag_interval", c.metrics.lag_interval)?;
-        if c.relay.lease_ttl.0 < Duration::from_millis(300) {
-            return Err(("relay.lease_ttl", "must be at least 300ms".into()));
-        }
         let db = self.database_url.expose();
         if tidings::database_named(db).is_none() {
             return Err((
@@ -381,6 +340,33 @@ impl Loaded {
             ));
         }
         Ok(())
+    }
+}
+
+/// Takes `relay.enabled` out of the file's `[relay]` (default: on), so that
+/// the rest of the section is the relay's own configuration.
+fn take_enabled(table: &mut toml::Table) -> Result<bool, String> {
+    let value = table
+        .get_mut("relay")
+        .and_then(toml::Value::as_table_mut)
+        .and_then(|relay| relay.remove("enabled"));
+    match value {
+        None => Ok(true),
+        Some(toml::Value::Boolean(on)) => Ok(on),
+        Some(other) => Err(format!("invalid type: {}, expected a boolean", other.type_str())),
+    }
+}
+
+/// `relay.<key>` for the keys the relay's own check names.
+fn relay_key(key: &str) -> &'static str {
+    match key {
+        "batch_size" => "relay.batch_size",
+        "partitions" => "relay.partitions",
+        "poll_interval" => "relay.poll_interval",
+        "publish_timeout" => "relay.publish_timeout",
+        "cleanup_interval" => "relay.cleanup_interval",
+        "lease_ttl" => "relay.lease_ttl",
+        _ => "relay",
     }
 }
 
@@ -540,10 +526,10 @@ mod tests {
             ],
         )
         .unwrap();
-        assert_eq!(loaded.config.relay.batch_size, 1000);
+        // The batch size from the environment, the poll interval its default (500ms).
+        assert_eq!(loaded.config.relay, RelayConfig::default().batch_size(1000));
         assert_eq!(loaded.metrics_listen, None);
         assert_eq!(loaded.database_url.expose(), "sqlite://a.db");
-        assert_eq!(loaded.config.relay.poll_interval, Dur(Duration::from_millis(500)));
     }
 
     #[test]
@@ -583,6 +569,25 @@ mod tests {
     }
 
     #[test]
+    fn relay_enabled_is_the_daemons_and_the_rest_of_relay_is_the_relays() {
+        let db = "[database]\nurl = \"sqlite://a.db\"\n";
+        let loaded = load(&format!("{db}[relay]\nenabled = false\nbatch_size = 20\n"), &[]).unwrap();
+        assert!(!loaded.config.relay_enabled);
+        assert_eq!(loaded.config.relay, RelayConfig::default().batch_size(20));
+        assert!(load(db, &[]).unwrap().config.relay_enabled, "on by default");
+        let (path, reason) = refused(&format!("{db}[relay]\nenabled = \"yes\"\n"), &[]);
+        assert_eq!(path, "relay.enabled");
+        assert!(reason.contains("expected a boolean"), "{reason}");
+        let e = load(db, &[("TIDINGS_RELAY__ENABLED", "maybe")]).unwrap_err();
+        assert_eq!(e.path, "relay.enabled");
+        let (path, reason) = refused(&format!("{db}[relay]\nlease_ttl = \"100ms\"\n"), &[]);
+        assert_eq!(
+            (path.as_str(), reason.as_str()),
+            ("relay.lease_ttl", "must be at least 300ms")
+        );
+    }
+
+    #[test]
     fn passwords_come_from_the_environment_or_a_file_only() {
         let (path, reason) = refused("[database]\nurl = \"postgres://app:hunter2@db/shop\"\n", &[]);
         assert_eq!(path, "database.url");
@@ -618,12 +623,12 @@ mod tests {
             ("7d", Duration::from_secs(7 * 86_400)),
             ("0", Duration::ZERO),
         ] {
-            assert_eq!(parse_duration(text), Ok(d));
+            assert_eq!(tidings::duration::parse(text), Ok(d));
             if !d.is_zero() {
                 assert_eq!(Dur(d).to_string(), text);
             }
         }
-        assert!(parse_duration("5 minutes").is_err());
-        assert!(parse_duration("s").is_err());
+        assert!(tidings::duration::parse("5 minutes").is_err());
+        assert!(tidings::duration::parse("s").is_err());
     }
 }

@@ -14,7 +14,7 @@ use tidings_core::lease::sleep_unless;
 use tidings_core::log::LogBackend;
 use tidings_core::secret::redact_url;
 use tidings_core::{Inspect, LagSource, LeaseStore, RelayStore};
-use tidings_relay::{Relay, RelayConfig};
+use tidings_relay::Relay;
 use tokio::net::TcpListener;
 use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
@@ -95,20 +95,10 @@ where
             .map(Ok),
         );
     }
-    if config.relay.enabled {
+    if config.relay_enabled {
         let (publisher, label) = (opened.publisher.clone(), opened.label());
         parts.push(format!("relay to {label}"));
-        let mut relay_config = RelayConfig::default()
-            .batch_size(config.relay.batch_size)
-            .poll_interval(config.relay.poll_interval.0)
-            .publish_timeout(config.relay.publish_timeout.0)
-            .partitions(config.relay.partitions)
-            .lease_ttl(config.relay.lease_ttl.0)
-            .cleanup_interval(config.relay.cleanup_interval.0);
-        if let Some(member) = &config.relay.member {
-            relay_config = relay_config.member(member);
-        }
-        let relay = Relay::new(store.clone(), publisher).config(relay_config);
+        let relay = Relay::new(store.clone(), publisher).config(config.relay.clone());
         let stop = shutdown.clone();
         tasks.spawn(async move { relay.run(stop).await.context("the relay stopped") });
     }

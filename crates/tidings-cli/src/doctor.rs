@@ -12,8 +12,8 @@ use serde::Serialize;
 use tidings_core::inspect::Inspect;
 use tidings_core::{DeadLetterFilter, FailureStore, LagReport};
 
-use crate::config::parse_duration;
 use crate::outbox::age;
+use tidings::duration::parse as parse_duration;
 
 #[derive(Debug, Args)]
 pub(crate) struct DoctorArgs {

@@ -252,7 +252,7 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
                     "configuration ok: database {}, broker {}, relay {}, metrics {}",
                     redact_url(loaded.database_url.expose()),
                     redact_url(loaded.broker_url.expose()),
-                    if loaded.config.relay.enabled { "on" } else { "off" },
+                    if loaded.config.relay_enabled { "on" } else { "off" },
                     loaded
                         .metrics_listen
                         .map_or("off".to_owned(), |a| format!("on {a}")),

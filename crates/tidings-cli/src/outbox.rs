@@ -9,7 +9,7 @@ use clap::{Args, Subcommand};
 use serde::Serialize;
 use tidings_core::inspect::{Inspect, MemberStatus, PartitionBacklog};
 
-use crate::config::parse_duration;
+use tidings::duration::parse as parse_duration;
 
 /// The outbox commands.
 #[derive(Debug, Subcommand)]

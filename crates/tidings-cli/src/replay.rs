@@ -18,7 +18,7 @@ use tidings_core::Inspect;
 use tidings_core::replay::{Replay, ReplayRequest, ReplaySource, ReplayState, ReplayStore};
 use uuid::Uuid;
 
-use crate::config::parse_duration;
+use tidings::duration::parse as parse_duration;
 
 #[derive(Debug, Args)]
 pub(crate) struct ReplayArgs {

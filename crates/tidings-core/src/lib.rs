@@ -39,6 +39,7 @@
 pub mod backoff;
 pub mod cloudevents;
 pub mod duplicating;
+pub mod duration;
 pub mod envelope;
 pub mod error;
 pub mod guard;

@@ -18,7 +18,11 @@
 /// assert_eq!(shop.resource_prefix(), Some("shop"));
 /// assert_eq!(Topology::default().partition_count(), 1);
 /// ```
-#[derive(Debug, Clone, PartialEq, Eq)]
+///
+/// Deserialized from `{ partitions = 8, prefix = "shop" }`, every key
+/// optional.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Deserialize)]
+#[serde(default, deny_unknown_fields)]
 pub struct Topology {
     partitions: u32,
     prefix: Option<String>,

@@ -49,21 +49,36 @@ use std::time::{Duration, Instant};
 use tidings_core::lease::sleep_unless;
 use tidings_core::metrics::{self as m, Count};
 use tidings_core::{
-    Backoff, ClaimedBatch, Lease, LeaseStore, OutboxPartitions, Publisher, RelayStore, Result,
+    Backoff, ClaimedBatch, Error, Lease, LeaseStore, OutboxPartitions, Publisher, RelayStore, Result,
 };
 use tidings_lease::{Membership, Scope};
 use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
 
 /// Tuning of a [`Relay`].
-#[derive(Debug, Clone)]
+///
+/// With the `serde` feature it reads from a configuration file, every key
+/// optional, durations written `500ms`, `30s`, `5m`
+/// ([`tidings_core::duration`]); [`RelayConfig::check`] then says whether
+/// the values make sense, as [`Relay::run`] does before it starts.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[cfg_attr(
+    feature = "serde",
+    derive(serde::Deserialize),
+    serde(default, deny_unknown_fields)
+)]
 pub struct RelayConfig {
     batch_size: usize,
+    #[cfg_attr(feature = "serde", serde(with = "tidings_core::duration"))]
     poll_interval: Duration,
+    #[cfg_attr(feature = "serde", serde(with = "tidings_core::duration"))]
     publish_timeout: Duration,
+    #[cfg_attr(feature = "serde", serde(skip))]
     backoff: Backoff,
+    #[cfg_attr(feature = "serde", serde(with = "tidings_core::duration"))]
     cleanup_interval: Duration,
     partitions: u32,
+    #[cfg_attr(feature = "serde", serde(with = "tidings_core::duration"))]
     lease_ttl: Duration,
     member: Option<String>,
 }
@@ -142,6 +157,47 @@ impl RelayConfig {
     pub fn member(mut self, id: impl Into<String>) -> Self {
         self.member = Some(id.into());
         self
+    }
+
+    /// The first value that makes no sense, as [`Error::Config`] naming
+    /// its key (`batch_size`): a batch of 1 to 100 000 records, 1 to 1024
+    /// partitions, intervals and timeouts above 0, leases of at least 300 ms.
+    /// The setters keep values in range; a deserialized configuration is
+    /// checked here.
+    ///
+    /// ```
+    /// let e = tidings_relay::RelayConfig::default().batch_size(200_000).check().unwrap_err();
+    /// assert_eq!(e.to_string(), "invalid configuration batch_size: 200000 is out of range (1 to 100000)");
+    /// ```
+    pub fn check(&self) -> Result<()> {
+        let refuse = |key: &str, reason: String| {
+            Err(Error::Config {
+                key: key.to_owned(),
+                reason,
+            })
+        };
+        let range = |key: &str, v: u64, lo: u64, hi: u64| {
+            if (lo..=hi).contains(&v) {
+                Ok(())
+            } else {
+                refuse(key, format!("{v} is out of range ({lo} to {hi})"))
+            }
+        };
+        range("batch_size", self.batch_size as u64, 1, 100_000)?;
+        range("partitions", self.partitions.into(), 1, 1024)?;
+        for (key, d) in [
+            ("poll_interval", self.poll_interval),
+            ("publish_timeout", self.publish_timeout),
+            ("cleanup_interval", self.cleanup_interval),
+        ] {
+            if d.is_zero() {
+                return refuse(key, "must be more than 0".into());
+            }
+        }
+        if self.lease_ttl < Duration::from_millis(300) {
+            return refuse("lease_ttl", "must be at least 300ms".into());
+        }
+        Ok(())
     }
 }
 
@@ -359,6 +415,7 @@ impl<S: RelayStore + LeaseStore + Clone, P: Publisher> Relay<S, P> {
     /// its batch, hands over what is no longer its share and takes up its
     /// new one. With nothing held, it stands by.
     pub async fn run(self, shutdown: CancellationToken) -> Result<()> {
+        self.config.check()?;
         let membership = self.membership();
         let mut failures = 0u32;
         while !shutdown.is_cancelled() {

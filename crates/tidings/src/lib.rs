@@ -49,7 +49,7 @@ pub use tidings_core::{
     AckKind, Acker, Delivery, OutgoingMessage, PublishGuard, Publisher, RawMessage, Subscriber, Subscription,
 };
 // The contracts and helpers by area.
-pub use tidings_core::{cloudevents, metrics, secret, store, trace, transition, transport};
+pub use tidings_core::{cloudevents, duration, metrics, secret, store, trace, transition, transport};
 
 /// What `#[derive(Message)]` expands to refers to; not an API.
 #[doc(hidden)]
