@@ -6,13 +6,32 @@ use tidings_core::Topology;
 
 /// Options of a [`KafkaTransport`](crate::KafkaTransport).
 #[derive(Debug, Clone)]
+#[cfg_attr(
+    feature = "serde",
+    derive(serde::Deserialize),
+    serde(default, deny_unknown_fields)
+)]
 pub struct KafkaOptions {
     pub(crate) prefix: String,
+    #[cfg_attr(
+        feature = "serde",
+        serde(deserialize_with = "tidings_core::clamp::at_least_one")
+    )]
     pub(crate) partitions: u32,
+    #[cfg_attr(
+        feature = "serde",
+        serde(deserialize_with = "tidings_core::clamp::at_least_one")
+    )]
     pub(crate) replication: i32,
     pub(crate) dead_letter_suffix: String,
+    #[cfg_attr(
+        feature = "serde",
+        serde(deserialize_with = "tidings_core::clamp::at_least_one")
+    )]
     pub(crate) max_in_flight: usize,
+    #[cfg_attr(feature = "serde", serde(with = "tidings_core::duration"))]
     pub(crate) commit_interval: Duration,
+    #[cfg_attr(feature = "serde", serde(skip))]
     pub(crate) client: Vec<(String, String)>,
 }
 

@@ -6,12 +6,31 @@ use tidings_core::Topology;
 
 /// Options of a [`NatsTransport`](crate::NatsTransport).
 #[derive(Debug, Clone)]
+#[cfg_attr(
+    feature = "serde",
+    derive(serde::Deserialize),
+    serde(default, deny_unknown_fields)
+)]
 pub struct NatsOptions {
     pub(crate) stream_prefix: String,
+    #[cfg_attr(feature = "serde", serde(with = "tidings_core::duration"))]
     pub(crate) ack_wait: Duration,
+    #[cfg_attr(
+        feature = "serde",
+        serde(deserialize_with = "tidings_core::clamp::at_least_one")
+    )]
     pub(crate) max_ack_pending: i64,
+    #[cfg_attr(feature = "serde", serde(with = "tidings_core::duration"))]
     pub(crate) duplicate_window: Duration,
+    #[cfg_attr(
+        feature = "serde",
+        serde(deserialize_with = "tidings_core::clamp::at_least_one")
+    )]
     pub(crate) prefetch: usize,
+    #[cfg_attr(
+        feature = "serde",
+        serde(deserialize_with = "tidings_core::clamp::at_least_one")
+    )]
     pub(crate) partitions: u32,
 }
 

@@ -4,10 +4,23 @@ use tidings_core::Topology;
 
 /// Options of a [`RabbitTransport`](crate::RabbitTransport).
 #[derive(Debug, Clone)]
+#[cfg_attr(
+    feature = "serde",
+    derive(serde::Deserialize),
+    serde(default, deny_unknown_fields)
+)]
 pub struct RabbitOptions {
     pub(crate) prefix: String,
+    #[cfg_attr(
+        feature = "serde",
+        serde(deserialize_with = "tidings_core::clamp::at_least_one")
+    )]
     pub(crate) prefetch: u16,
     pub(crate) connection_name: Option<String>,
+    #[cfg_attr(
+        feature = "serde",
+        serde(deserialize_with = "tidings_core::clamp::at_least_one")
+    )]
     pub(crate) partitions: u32,
 }
 

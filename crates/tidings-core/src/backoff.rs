@@ -20,10 +20,31 @@ use rand::Rng;
 /// assert!(d >= Duration::from_millis(200) && d <= Duration::from_millis(400));
 /// assert!(b.delay(30) <= Duration::from_secs(5));
 /// ```
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+///
+/// Deserialized from `{ base = "100ms", max = "30s" }`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Deserialize)]
+#[serde(try_from = "BackoffFile")]
 pub struct Backoff {
     base: Duration,
     max: Duration,
+}
+
+/// A [`Backoff`] as a file writes it.
+#[derive(serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+struct BackoffFile {
+    #[serde(with = "crate::duration")]
+    base: Duration,
+    #[serde(with = "crate::duration")]
+    max: Duration,
+}
+
+impl TryFrom<BackoffFile> for Backoff {
+    type Error = std::convert::Infallible;
+
+    fn try_from(file: BackoffFile) -> Result<Self, Self::Error> {
+        Ok(Backoff::new(file.base, file.max))
+    }
 }
 
 impl Default for Backoff {

@@ -7,11 +7,30 @@ use tidings_core::Topology;
 
 /// Tuning of a [`LogSubscriber`](crate::LogSubscriber).
 #[derive(Debug, Clone)]
+#[cfg_attr(
+    feature = "serde",
+    derive(serde::Deserialize),
+    serde(default, deny_unknown_fields)
+)]
 pub struct LogReaderConfig {
+    #[cfg_attr(
+        feature = "serde",
+        serde(deserialize_with = "tidings_core::clamp::at_least_one")
+    )]
     pub(crate) batch_size: usize,
+    #[cfg_attr(
+        feature = "serde",
+        serde(deserialize_with = "tidings_core::clamp::at_least_one")
+    )]
     pub(crate) max_in_flight: usize,
+    #[cfg_attr(feature = "serde", serde(with = "tidings_core::duration"))]
     pub(crate) poll_interval: Duration,
+    #[cfg_attr(feature = "serde", serde(with = "tidings_core::duration"))]
     pub(crate) commit_interval: Duration,
+    #[cfg_attr(
+        feature = "serde",
+        serde(deserialize_with = "tidings_core::clamp::at_least_one")
+    )]
     pub(crate) partitions: u32,
 }
 

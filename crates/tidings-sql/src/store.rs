@@ -14,11 +14,25 @@ use crate::Dialect;
 
 /// Options of a [`SqlStore`].
 #[derive(Debug, Clone)]
+#[cfg_attr(
+    feature = "serde",
+    derive(serde::Deserialize),
+    serde(default, deny_unknown_fields)
+)]
 pub struct StoreOptions {
+    #[cfg_attr(
+        feature = "serde",
+        serde(deserialize_with = "tidings_core::clamp::optional_duration")
+    )]
     pub(crate) retention: Option<Duration>,
     pub(crate) cross_process_wakeups: bool,
+    #[cfg_attr(feature = "serde", serde(skip))]
     pub(crate) guard: Guard,
     pub(crate) source: String,
+    #[cfg_attr(
+        feature = "serde",
+        serde(deserialize_with = "tidings_core::clamp::optional_at_least_one")
+    )]
     pub(crate) max_connections: Option<u32>,
 }
 

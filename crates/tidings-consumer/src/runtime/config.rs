@@ -9,23 +9,61 @@ use super::Consumer;
 
 /// Tuning of a [`Consumer`].
 #[derive(Debug, Clone)]
+#[cfg_attr(
+    feature = "serde",
+    derive(serde::Deserialize),
+    serde(default, deny_unknown_fields)
+)]
 pub struct ConsumerConfig {
+    #[cfg_attr(
+        feature = "serde",
+        serde(deserialize_with = "tidings_core::clamp::at_least_one")
+    )]
     pub(super) max_attempts: u32,
+    #[cfg_attr(
+        feature = "serde",
+        serde(deserialize_with = "tidings_core::clamp::at_least_one")
+    )]
     pub(super) max_deliveries: u32,
     pub(super) backoff: Backoff,
+    #[cfg_attr(feature = "serde", serde(with = "tidings_core::duration"))]
     pub(super) handler_timeout: Duration,
+    #[cfg_attr(
+        feature = "serde",
+        serde(deserialize_with = "tidings_core::clamp::at_least_one")
+    )]
     pub(super) lanes: usize,
+    #[cfg_attr(
+        feature = "serde",
+        serde(deserialize_with = "tidings_core::clamp::at_least_one")
+    )]
     pub(super) lane_capacity: usize,
+    #[cfg_attr(
+        feature = "serde",
+        serde(deserialize_with = "tidings_core::clamp::at_least_one")
+    )]
     pub(super) batch: usize,
     pub(super) source: Option<String>,
+    #[cfg_attr(feature = "serde", serde(deserialize_with = "tidings_core::clamp::lease_ttl"))]
     pub(super) lease_ttl: Duration,
     pub(super) member: Option<String>,
     pub(super) on_dead_letter: OnDeadLetter,
+    #[cfg_attr(
+        feature = "serde",
+        serde(deserialize_with = "tidings_core::clamp::poll_interval")
+    )]
     pub(super) replay_poll: Duration,
 }
 
 /// What happens to a key's later messages when one of its messages is dead-lettered.
+///
+/// Deserialized from `"hold_key"` or `"continue"`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[cfg_attr(
+    feature = "serde",
+    derive(serde::Deserialize),
+    serde(rename_all = "snake_case")
+)]
 #[non_exhaustive]
 pub enum OnDeadLetter {
     /// The key is held: its later messages are parked, unhandled, until the
