@@ -23,7 +23,7 @@ use rand::Rng;
 ///
 /// Deserialized from `{ base = "100ms", max = "30s" }`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Deserialize)]
-#[serde(try_from = "BackoffFile")]
+#[serde(from = "BackoffFile")]
 pub struct Backoff {
     base: Duration,
     max: Duration,
@@ -39,11 +39,9 @@ struct BackoffFile {
     max: Duration,
 }
 
-impl TryFrom<BackoffFile> for Backoff {
-    type Error = std::convert::Infallible;
-
-    fn try_from(file: BackoffFile) -> Result<Self, Self::Error> {
-        Ok(Backoff::new(file.base, file.max))
+impl From<BackoffFile> for Backoff {
+    fn from(file: BackoffFile) -> Self {
+        Backoff::new(file.base, file.max)
     }
 }
 
