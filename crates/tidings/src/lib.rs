@@ -32,7 +32,10 @@ pub mod prelude;
 mod signal;
 
 pub use open_store::{AnyStore, database_named, open_store, open_store_with, store_schemes};
-pub use open_transport::{AnyBroker, Transport, open_transport, opens_transport, transport_schemes};
+pub use open_transport::{
+    AnyBroker, Transport, TransportOptions, open_transport, open_transport_with, opens_transport,
+    transport_schemes,
+};
 pub use signal::shutdown_on_signal;
 
 // The vocabulary: messages, envelopes, errors.

@@ -84,11 +84,51 @@ impl AnyBroker {
     }
 }
 
+/// Each transport's options, for [`open_transport_with`]: the one
+/// [`Topology`] of the system, applied over every transport's own options
+/// (its partitions, and its prefix when the topology sets one).
+///
+/// With the `serde` feature it reads from a configuration file:
+/// `topology = { partitions = 8 }`, `[nats]`, `[rabbitmq]`, `[kafka]`,
+/// `[log]`, every key optional.
+#[derive(Debug, Clone, Default)]
+#[cfg_attr(
+    feature = "serde",
+    derive(serde::Deserialize),
+    serde(default, deny_unknown_fields)
+)]
+#[non_exhaustive]
+pub struct TransportOptions {
+    /// The partitions and prefix every transport of the system shares.
+    pub topology: Topology,
+    /// The database log's reader.
+    pub log: LogReaderConfig,
+    /// NATS JetStream's.
+    #[cfg(feature = "nats")]
+    pub nats: crate::nats::NatsOptions,
+    /// RabbitMQ's.
+    #[cfg(feature = "rabbitmq")]
+    pub rabbitmq: crate::rabbitmq::RabbitOptions,
+    /// Kafka's.
+    #[cfg(feature = "kafka")]
+    pub kafka: crate::kafka::KafkaOptions,
+}
+
+impl TransportOptions {
+    /// Every transport's defaults, laid out by `topology`.
+    pub fn new(topology: Topology) -> Self {
+        TransportOptions {
+            topology,
+            ..TransportOptions::default()
+        }
+    }
+}
+
 /// Opens the transport at `url` with `topology` (its partitions and
-/// prefix): `log` for the database log of `store`, `nats://host:4222`,
-/// `amqp://user@host:5672/%2f` or `kafka://host:9092`, as the build's
-/// features allow ([`transport_schemes`]). Each broker's other options are
-/// its defaults; open one through its own crate to tune them.
+/// prefix) and every transport's default options: `log` for the database
+/// log of `store`, `nats://host:4222`, `amqp://user@host:5672/%2f` or
+/// `kafka://host:9092`, as the build's features allow
+/// ([`transport_schemes`]).
 ///
 /// A URL no transport of this build opens is refused, naming the schemes
 /// that are: each broker is a feature of this crate.
@@ -97,8 +137,18 @@ pub async fn open_transport<S: LogBackend + Clone>(
     topology: &Topology,
     store: &S,
 ) -> Result<Transport> {
+    open_transport_with(url, &TransportOptions::new(topology.clone()), store).await
+}
+
+/// Opens the transport at `url` with `options` ([`open_transport`]).
+pub async fn open_transport_with<S: LogBackend + Clone>(
+    url: &str,
+    options: &TransportOptions,
+    store: &S,
+) -> Result<Transport> {
+    let topology = &options.topology;
     if url == "log" {
-        let reader = LogReaderConfig::default().topology(topology);
+        let reader = options.log.clone().topology(topology);
         return Ok(Transport {
             publisher: Arc::new(LogPublisher::new(Arc::new(store.clone()))),
             subscriber: Arc::new(LogSubscriber::new(Arc::new(store.clone()), reader)),
@@ -108,8 +158,8 @@ pub async fn open_transport<S: LogBackend + Clone>(
     }
     #[cfg(feature = "nats")]
     if opens(crate::nats::SCHEMES, url) {
-        let options = crate::nats::NatsOptions::default().topology(topology);
-        let nats = crate::nats::NatsTransport::connect_with(url, options).await?;
+        let nats_options = options.nats.clone().topology(topology);
+        let nats = crate::nats::NatsTransport::connect_with(url, nats_options).await?;
         return Ok(Transport {
             publisher: Arc::new(nats.clone()),
             subscriber: Arc::new(nats.clone()),
@@ -119,8 +169,8 @@ pub async fn open_transport<S: LogBackend + Clone>(
     }
     #[cfg(feature = "rabbitmq")]
     if opens(crate::rabbitmq::SCHEMES, url) {
-        let options = crate::rabbitmq::RabbitOptions::default().topology(topology);
-        let rabbit = crate::rabbitmq::RabbitTransport::connect_with(url, options).await?;
+        let rabbit_options = options.rabbitmq.clone().topology(topology);
+        let rabbit = crate::rabbitmq::RabbitTransport::connect_with(url, rabbit_options).await?;
         return Ok(Transport {
             publisher: Arc::new(rabbit.clone()),
             subscriber: Arc::new(rabbit.clone()),
@@ -130,8 +180,8 @@ pub async fn open_transport<S: LogBackend + Clone>(
     }
     #[cfg(feature = "kafka")]
     if opens(crate::kafka::SCHEMES, url) {
-        let options = crate::kafka::KafkaOptions::default().topology(topology);
-        let kafka = crate::kafka::KafkaTransport::connect_with(url, options).await?;
+        let kafka_options = options.kafka.clone().topology(topology);
+        let kafka = crate::kafka::KafkaTransport::connect_with(url, kafka_options).await?;
         return Ok(Transport {
             publisher: Arc::new(kafka.clone()),
             subscriber: Arc::new(kafka.clone()),

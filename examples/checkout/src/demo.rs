@@ -11,17 +11,17 @@ use anyhow::Context as _;
 use indicatif::{ProgressBar, ProgressStyle};
 use rand::Rng;
 use serde::Serialize;
-use tidings::AnyStore;
 use tidings::sql::StoreOptions;
-use tidings_broker_kafka::{KafkaOptions, KafkaTransport};
-use tidings_broker_nats::{NatsOptions, NatsTransport};
-use tidings_broker_rabbitmq::{RabbitOptions, RabbitTransport};
+use tidings::{AnyBroker, AnyStore, Topology, TransportOptions};
+use tidings_broker_kafka::KafkaOptions;
+use tidings_broker_nats::NatsOptions;
+use tidings_broker_rabbitmq::RabbitOptions;
 use tidings_consumer::{Consumer, ConsumerConfig, ConsumerStats, Handler};
 use tidings_core::duplicating::Duplicating;
 use tidings_core::log::LogBackend;
 use tidings_core::secret::redact_url as redact;
 use tidings_core::{Backoff, Envelope, Message, OutgoingMessage, Publisher, Subscriber};
-use tidings_log::{LogPublisher, LogReaderConfig, LogSubscriber};
+use tidings_log::LogReaderConfig;
 use tidings_relay::{Relay, RelayConfig};
 use tidings_store_sqlite::SqliteStore;
 use tokio::task::JoinSet;
@@ -562,16 +562,7 @@ pub struct Transport {
     pub label: String,
     /// The prefix of the system's resources on the broker, if any.
     pub namespace: Option<String>,
-    broker: Broker,
-}
-
-/// The concrete broker behind a [`Transport`], to remove what it created.
-#[derive(Clone)]
-enum Broker {
-    Log,
-    Nats(Box<NatsTransport>),
-    Rabbit(RabbitTransport),
-    Kafka(KafkaTransport),
+    broker: AnyBroker,
 }
 
 impl fmt::Debug for Transport {
@@ -584,100 +575,59 @@ impl fmt::Debug for Transport {
 }
 
 impl Transport {
-    /// Opens `broker` (`nats://...`, `amqp://...`, or `None` / `log` for the
-    /// database log of `store`) with `partitions` per topic. The broker's
-    /// streams or exchanges and queues are named after `system`, so that
-    /// one system's resources stay apart from another's.
+    /// Opens `broker` (`nats://...`, `amqp://...`, `kafka://...`, or `None`
+    /// / `log` for the database log of `store`) with `partitions` per
+    /// topic, through [`tidings::open_transport_with`]. The broker's
+    /// streams, exchanges and queues or topics are named after `system`, so
+    /// that one system's resources stay apart from another's.
     pub async fn open<S: LogBackend + Clone>(
         store: &S,
         broker: Option<&str>,
         partitions: u32,
         system: &str,
     ) -> anyhow::Result<Transport> {
-        match broker {
-            None | Some("log") => {
-                let log = LogSubscriber::new(
-                    Arc::new(store.clone()),
-                    LogReaderConfig::default()
-                        .poll_interval(Duration::from_millis(100))
-                        .partitions(partitions),
-                );
-                Ok(Transport {
-                    publisher: Arc::new(LogPublisher::new(Arc::new(store.clone()))),
-                    subscriber: Arc::new(log),
-                    label: "the database log".into(),
-                    namespace: None,
-                    broker: Broker::Log,
-                })
-            }
-            Some(url) if url.starts_with("nats://") || url.starts_with("tls://") => {
-                let namespace = format!("TIDINGS_{}", system.to_uppercase().replace('-', "_"));
-                // A short ack wait: a member taking over a partition waits
-                // one out when the previous reader left messages unacknowledged.
-                let nats_options = NatsOptions::default()
-                    .stream_prefix(&namespace)
-                    .partitions(partitions)
-                    .ack_wait(Duration::from_secs(5));
-                let nats = NatsTransport::connect_with(url, nats_options)
-                    .await
-                    .with_context(|| format!("connecting to NATS at {}", redact(url)))?;
-                Ok(Transport {
-                    publisher: Arc::new(nats.clone()),
-                    subscriber: Arc::new(nats.clone()),
-                    label: format!("NATS JetStream ({})", redact(url)),
-                    namespace: Some(namespace),
-                    broker: Broker::Nats(Box::new(nats)),
-                })
-            }
-            Some(url) if url.starts_with("amqp://") || url.starts_with("amqps://") => {
-                let namespace = format!("tidings-{system}");
-                let rabbit_options = RabbitOptions::default().prefix(&namespace).partitions(partitions);
-                let rabbit = RabbitTransport::connect_with(url, rabbit_options)
-                    .await
-                    .with_context(|| format!("connecting to RabbitMQ at {}", redact(url)))?;
-                Ok(Transport {
-                    publisher: Arc::new(rabbit.clone()),
-                    subscriber: Arc::new(rabbit.clone()),
-                    label: format!("RabbitMQ ({})", redact(url)),
-                    namespace: Some(namespace),
-                    broker: Broker::Rabbit(rabbit),
-                })
-            }
-            Some(url) if url.starts_with("kafka://") => {
-                let namespace = format!("tidings-{system}.");
-                let kafka_options = KafkaOptions::default().prefix(&namespace).partitions(partitions);
-                let kafka = KafkaTransport::connect_with(url, kafka_options)
-                    .await
-                    .with_context(|| format!("connecting to Kafka at {}", redact(url)))?;
-                Ok(Transport {
-                    publisher: Arc::new(kafka.clone()),
-                    subscriber: Arc::new(kafka.clone()),
-                    label: format!("Kafka ({})", redact(url)),
-                    namespace: Some(namespace),
-                    broker: Broker::Kafka(kafka),
-                })
-            }
-            Some(other) => anyhow::bail!(
-                "unsupported broker URL {:?}: use nats://host:port, amqp://user:pw@host:port/vhost \
-                 or kafka://host:port, or leave --broker out for the database log",
-                redact(other)
-            ),
-        }
+        let url = broker.unwrap_or("log");
+        let mut options = TransportOptions::new(Topology::default().partitions(partitions));
+        options.log = LogReaderConfig::default().poll_interval(Duration::from_millis(100));
+        // A short ack wait: a member taking over a partition waits one out
+        // when the previous reader left messages unacknowledged.
+        let nats = format!("TIDINGS_{}", system.to_uppercase().replace('-', "_"));
+        options.nats = NatsOptions::default()
+            .stream_prefix(&nats)
+            .ack_wait(Duration::from_secs(5));
+        options.rabbitmq = RabbitOptions::default().prefix(format!("tidings-{system}"));
+        options.kafka = KafkaOptions::default().prefix(format!("tidings-{system}."));
+        let opened = tidings::open_transport_with(url, &options, store)
+            .await
+            .with_context(|| format!("opening the transport at {}", redact(url)))?;
+        let namespace = match &opened.broker {
+            AnyBroker::Nats(_) => Some(nats),
+            AnyBroker::RabbitMq(_) => Some(format!("tidings-{system}")),
+            AnyBroker::Kafka(_) => Some(format!("tidings-{system}.")),
+            _ => None,
+        };
+        Ok(Transport {
+            publisher: opened.publisher.clone(),
+            subscriber: opened.subscriber.clone(),
+            label: opened.label().to_owned(),
+            namespace,
+            broker: opened.broker,
+        })
     }
 
     /// Removes what this system created on the broker for `topic` and its
-    /// `groups`: the NATS stream, or the groups' RabbitMQ queues (the
-    /// database log keeps its rows).
+    /// `groups`: the NATS stream or Kafka topic, or the groups' RabbitMQ
+    /// queues (the database log keeps its rows).
     pub async fn remove(&self, topic: &str, groups: &[&str]) -> anyhow::Result<()> {
         match &self.broker {
-            Broker::Log => {}
-            Broker::Nats(nats) => nats.delete_topic(topic).await?,
-            Broker::Kafka(kafka) => kafka.delete_topic(topic).await?,
-            Broker::Rabbit(rabbit) => {
+            AnyBroker::Nats(nats) => nats.delete_topic(topic).await?,
+            AnyBroker::Kafka(kafka) => kafka.delete_topic(topic).await?,
+            AnyBroker::RabbitMq(rabbit) => {
                 for group in groups {
                     rabbit.delete_group(topic, group).await?;
                 }
             }
+            _ => {}
         }
         Ok(())
     }
