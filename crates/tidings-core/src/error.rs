@@ -78,8 +78,10 @@ pub enum DecodeError {
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum Error {
-    /// A database statement failed.
-    #[error("database error while {operation}: {source}")]
+    /// A database statement failed. The driver's error is the
+    /// [`source`](std::error::Error::source), printed with the chain
+    /// ([`Error::report`]), not repeated in the message.
+    #[error("database error while {operation}")]
     Database {
         /// What Tidings was doing (`claiming an outbox batch`).
         operation: &'static str,

@@ -19,7 +19,8 @@
 //! database-log transport is `tidings-log`, the membership loop over the
 //! leases is `tidings-lease`.
 //!
-//! Users normally depend on the `tidings` facade crate, which re-exports this one.
+//! Users normally depend on the `tidings` facade crate, which re-exports
+//! what a service names from this one.
 //!
 //! ```
 //! use tidings_core::{cloudevents, Envelope, Message};

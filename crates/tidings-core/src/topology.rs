@@ -20,10 +20,11 @@
 /// ```
 ///
 /// Deserialized from `{ partitions = 8, prefix = "shop" }`, every key
-/// optional.
+/// optional (`partitions = 0` reads as 1, as the setter keeps it).
 #[derive(Debug, Clone, PartialEq, Eq, serde::Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct Topology {
+    #[serde(deserialize_with = "crate::clamp::at_least_one")]
     partitions: u32,
     prefix: Option<String>,
 }

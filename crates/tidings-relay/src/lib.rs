@@ -162,8 +162,8 @@ impl RelayConfig {
     /// The first value that makes no sense, as [`Error::Config`] naming
     /// its key (`batch_size`): a batch of 1 to 100 000 records, 1 to 1024
     /// partitions, intervals and timeouts above 0, leases of at least 300 ms.
-    /// The setters keep values in range; a deserialized configuration is
-    /// checked here.
+    /// The setters keep the lower bounds; the upper bounds, and every bound
+    /// of a deserialized configuration, are checked here.
     ///
     /// ```
     /// let e = tidings_relay::RelayConfig::default().batch_size(200_000).check().unwrap_err();

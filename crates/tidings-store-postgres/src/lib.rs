@@ -41,6 +41,46 @@ use tidings_sql::{Dialect, SqlStore, Statements, StoreOptions};
 use uuid::Uuid;
 
 pub use claim::PgBatch;
+
+/// How long [`Pg::open`](Dialect::open) keeps trying a server that is not
+/// answering yet.
+const STARTUP_WINDOW: Duration = Duration::from_secs(10);
+
+/// Makes one connection to `connect`, trying again while the server is not
+/// up yet (connection refused or reset, `57P03` "the database system is
+/// starting up"), for up to [`STARTUP_WINDOW`].
+async fn probe(connect: &PgConnectOptions) -> Result<()> {
+    let deadline = tokio::time::Instant::now() + STARTUP_WINDOW;
+    let mut delay = Duration::from_millis(100);
+    loop {
+        let attempt = tokio::time::timeout_at(deadline, PgConnection::connect_with(connect)).await;
+        let error = match attempt {
+            Ok(Ok(conn)) => {
+                conn.close().await.ok();
+                return Ok(());
+            }
+            Ok(Err(e)) => e,
+            Err(_) => sqlx::Error::Io(std::io::Error::new(
+                std::io::ErrorKind::TimedOut,
+                format!("no answer within {} s", STARTUP_WINDOW.as_secs()),
+            )),
+        };
+        let starting = match &error {
+            sqlx::Error::Io(_) => true,
+            sqlx::Error::Database(db) => db.code().as_deref() == Some("57P03"),
+            _ => false,
+        };
+        let timed_out = matches!(&error, sqlx::Error::Io(io) if io.kind() == std::io::ErrorKind::TimedOut);
+        if !starting || timed_out || tokio::time::Instant::now() + delay >= deadline {
+            return Err(Error::Database {
+                operation: "connecting to PostgreSQL",
+                source: error,
+            });
+        }
+        tokio::time::sleep(delay).await;
+        delay = (delay * 2).min(Duration::from_secs(1));
+    }
+}
 pub use wake::PgWakeups;
 
 /// The PostgreSQL dialect.
@@ -87,22 +127,17 @@ impl Dialect for Pg {
     /// A pool on `url` (`postgres://user@host/db`), of 32 connections
     /// unless the options say otherwise.
     ///
-    /// One connection is made first, within 10 s: a server that is down or
-    /// refuses the login is reported as what it is, at once, rather than as
-    /// a pool timing out.
+    /// One connection is made first: a server still starting, or not yet
+    /// listening, is tried again for up to 10 s (a service and its database
+    /// often start together); then its last error is reported as what it
+    /// is (refused, the login refused, no answer), rather than as a pool
+    /// timing out. A refused login or a missing database is reported at once.
     async fn open(url: &str, options: &StoreOptions) -> Result<PgPool> {
         let connect: PgConnectOptions = url.parse().map_err(|e: sqlx::Error| Error::Config {
             key: "database".into(),
             reason: format!("not a PostgreSQL URL ({e})"),
         })?;
-        let probe = tokio::time::timeout(Duration::from_secs(10), PgConnection::connect_with(&connect))
-            .await
-            .map_err(|_| Error::Database {
-                operation: "connecting to PostgreSQL",
-                source: sqlx::Error::PoolTimedOut,
-            })?
-            .map_err(Error::db("connecting to PostgreSQL"))?;
-        probe.close().await.ok();
+        probe(&connect).await?;
         PgPoolOptions::new()
             .max_connections(options.pool_size().unwrap_or(32))
             .acquire_timeout(Duration::from_secs(30))

@@ -44,15 +44,19 @@ pub use tidings_core::{
 };
 // What a store does, one small trait per ability, and all of them at once.
 pub use tidings_core::{
-    ConsumerStore, DeadLetter, DeadLetterFilter, FailureStore, Inspect, LagReport, LagSource, LeaseStore,
-    Outbox, ParkingStore, Redrive, RelayStore, ReplayStore, Skip, Store,
+    ConsumerLag, ConsumerStore, DeadLetter, DeadLetterFilter, DeadLetterLag, Failure, FailureStore, HeldKey,
+    Inspect, LagReport, LagSource, Lease, LeaseStore, Outbox, ParkedLag, ParkedMessage, ParkingStore,
+    Redrive, RelayStore, ReplayStore, Skip, Store,
 };
 // What a transport does.
 pub use tidings_core::{
     AckKind, Acker, Delivery, OutgoingMessage, PublishGuard, Publisher, RawMessage, Subscriber, Subscription,
 };
 // The contracts and helpers by area.
-pub use tidings_core::{cloudevents, duration, metrics, secret, store, trace, transition, transport};
+pub use tidings_core::{
+    backoff, clamp, cloudevents, duration, envelope, guard, inspect, metrics, partition, replay, secret,
+    store, topology, trace, transition, transport,
+};
 
 /// What `#[derive(Message)]` expands to refers to; not an API.
 #[doc(hidden)]

@@ -21,7 +21,8 @@ pub enum AnyStore {
 }
 
 /// Opens the store at `url` with default options: `postgres://user@host/db`,
-/// `sqlite://path.db`, as the build's features allow ([`store_schemes`]).
+/// `sqlite://path.db` (or a plain path: the embedded default), as the
+/// build's features allow ([`store_schemes`]).
 pub async fn open_store(url: &str) -> Result<AnyStore> {
     open_store_with(url, StoreOptions::default()).await
 }
@@ -36,7 +37,7 @@ pub async fn open_store_with(url: &str, options: StoreOptions) -> Result<AnyStor
         return Ok(AnyStore::Postgres(SqlStore::connect_with(url, options).await?));
     }
     #[cfg(feature = "sqlite")]
-    if opens::<crate::sqlite::Lite>(url) {
+    if opens::<crate::sqlite::Lite>(url) || !has_scheme(url) {
         return Ok(AnyStore::Sqlite(SqlStore::connect_with(url, options).await?));
     }
     let _ = options;
@@ -70,10 +71,22 @@ pub fn database_named(url: &str) -> Option<&'static str> {
         return Some(crate::postgres::Pg::NAME);
     }
     #[cfg(feature = "sqlite")]
-    if opens::<crate::sqlite::Lite>(url) {
+    if opens::<crate::sqlite::Lite>(url) || !has_scheme(url) {
         return Some(crate::sqlite::Lite::NAME);
     }
     None
+}
+
+/// Whether `url` starts with a scheme (`name:`), rather than being a path.
+#[allow(dead_code)]
+fn has_scheme(url: &str) -> bool {
+    url.split_once(':').is_some_and(|(scheme, _)| {
+        scheme.len() > 1
+            && scheme.starts_with(|c: char| c.is_ascii_alphabetic())
+            && scheme
+                .chars()
+                .all(|c| c.is_ascii_alphanumeric() || "+-.".contains(c))
+    })
 }
 
 #[allow(dead_code)]

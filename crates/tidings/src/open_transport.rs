@@ -85,8 +85,10 @@ impl AnyBroker {
 }
 
 /// Each transport's options, for [`open_transport_with`]: the one
-/// [`Topology`] of the system, applied over every transport's own options
-/// (its partitions, and its prefix when the topology sets one).
+/// [`Topology`] of the system, applied over every transport's own options.
+/// The topology's partitions replace each transport's own (set them on the
+/// topology, once); its prefix replaces a transport's only when set, so
+/// each transport may keep a prefix of its own spelling.
 ///
 /// With the `serde` feature it reads from a configuration file:
 /// `topology = { partitions = 8 }`, `[nats]`, `[rabbitmq]`, `[kafka]`,

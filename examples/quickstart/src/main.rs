@@ -49,10 +49,11 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     store.commit(tx).await?; // and wakes the relay
 
     // The relay moves committed events to the database log; the consumer reads it.
+    // Both run until Ctrl-C, then finish what they hold and hand their leases back.
     let shutdown = shutdown_on_signal()?;
-    tokio::spawn(Relay::new(store.clone(), store.log_publisher()).run(shutdown.clone()));
+    let relay = Relay::new(store.clone(), store.log_publisher()).run(shutdown.clone());
     let consumer = Consumer::new("receipts", store.clone(), SendReceipt).topic("orders");
     let log = store.log_subscriber(Default::default());
-    consumer.run(&log, shutdown).await?;
+    tokio::try_join!(relay, consumer.run(&log, shutdown))?;
     Ok(())
 }
