@@ -18,6 +18,8 @@ pub(crate) struct Takeover {
     /// The last stream sequence delivered before: anything up to it is old.
     pub(crate) last_delivered: u64,
     pub(crate) seen_old: HashSet<u64>,
+    /// The stream sequences held: one copy of each.
+    pub(crate) held_sequences: HashSet<u64>,
     pub(crate) held: Vec<jetstream::Message>,
     pub(crate) give_up_at: tokio::time::Instant,
 }
@@ -34,6 +36,7 @@ impl Takeover {
                 outstanding: info.num_ack_pending,
                 last_delivered: info.delivered.stream_sequence,
                 seen_old: HashSet::new(),
+                held_sequences: HashSet::new(),
                 held: Vec::new(),
                 give_up_at: tokio::time::Instant::now() + patience,
             }
@@ -45,9 +48,15 @@ impl Takeover {
     /// ran out, so they are held and sorted too).
     pub(crate) fn admit(&mut self, m: jetstream::Message) -> Vec<jetstream::Message> {
         let seq = stream_sequence(&m);
-        if seq <= self.last_delivered && !self.seen_old.insert(seq) {
-            // Redelivered again while held: the copy in hand will do.
+        if !self.held_sequences.insert(seq) {
+            // Redelivered again while held (its ack wait ran out while the
+            // takeover waited): the copy in hand will do. Keeping every copy
+            // would hand the runtime copies whose delivery counts grew with
+            // the wait, not with failed handling.
             return Vec::new();
+        }
+        if seq <= self.last_delivered {
+            self.seen_old.insert(seq);
         }
         self.held.push(m);
         if self.complete() {
@@ -59,6 +68,7 @@ impl Takeover {
 
     /// Everything held, in stream order.
     pub(crate) fn release(&mut self) -> Vec<jetstream::Message> {
+        self.held_sequences.clear();
         let mut ready = std::mem::take(&mut self.held);
         ready.sort_by_key(stream_sequence);
         ready
