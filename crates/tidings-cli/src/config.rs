@@ -286,23 +286,23 @@ impl Loaded {
             broker_url,
             metrics_listen,
         };
-        loaded.check().map_err(|(path, reason)| refuse(path, reason))?;
+        loaded.check().map_err(|(path, reason)| refuse(&path, reason))?;
         Ok(loaded)
     }
 
     /// Ranges and the URLs' schemes.
-    fn check(&self) -> Result<(), (&'static str, String)> {
+    fn check(&self) -> Result<(), (String, String)> {
         let c = &self.config;
-        let range = |path: &'static str, v: u64, lo: u64, hi: u64| {
+        let range = |path: &str, v: u64, lo: u64, hi: u64| {
             if (lo..=hi).contains(&v) {
                 Ok(())
             } else {
-                Err((path, format!("{v} is out of range ({lo} to {hi})")))
+                Err((path.to_owned(), format!("{v} is out of range ({lo} to {hi})")))
             }
         };
-        let positive = |path: &'static str, d: Dur| {
+        let positive = |path: &str, d: Dur| {
             if d.0.is_zero() {
-                Err((path, "must be more than 0".to_owned()))
+                Err((path.to_owned(), "must be more than 0".to_owned()))
             } else {
                 Ok(())
             }
@@ -313,16 +313,17 @@ impl Loaded {
             1,
             1000,
         )?;
-        if let Err(tidings::Error::Config { key, reason }) = c.relay.check() {
-            return Err((relay_key(&key), reason));
-        }
+        c.relay.check().map_err(|e| match e {
+            tidings::Error::Config { key, reason } => (format!("relay.{key}"), reason),
+            other => ("relay".to_owned(), other.to_string()),
+        })?;
         range("broker.partitions", c.broker.partitions.into(), 1, 1024)?;
         positive("log.cleanup_interval", c.log.cleanup_interval)?;
         positive("metrics.lag_interval", c.metrics.lag_interval)?;
         let db = self.database_url.expose();
         if tidings::database_named(db).is_none() {
             return Err((
-                "database.url",
+                "database.url".to_owned(),
                 format!(
                     "{:?} is not a database URL (postgres://user@host/db or sqlite://path)",
                     redact_url(db)
@@ -332,7 +333,7 @@ impl Loaded {
         let broker = self.broker_url.expose();
         if !tidings::opens_transport(broker) {
             return Err((
-                "broker.url",
+                "broker.url".to_owned(),
                 format!(
                     "{:?} is not a broker (log, nats://host:4222, amqp://user@host:5672/%2f or kafka://host:9092)",
                     redact_url(broker)
@@ -354,19 +355,6 @@ fn take_enabled(table: &mut toml::Table) -> Result<bool, String> {
         None => Ok(true),
         Some(toml::Value::Boolean(on)) => Ok(on),
         Some(other) => Err(format!("invalid type: {}, expected a boolean", other.type_str())),
-    }
-}
-
-/// `relay.<key>` for the keys the relay's own check names.
-fn relay_key(key: &str) -> &'static str {
-    match key {
-        "batch_size" => "relay.batch_size",
-        "partitions" => "relay.partitions",
-        "poll_interval" => "relay.poll_interval",
-        "publish_timeout" => "relay.publish_timeout",
-        "cleanup_interval" => "relay.cleanup_interval",
-        "lease_ttl" => "relay.lease_ttl",
-        _ => "relay",
     }
 }
 

@@ -2,9 +2,7 @@
 //! opens ([`Dialect::SCHEMES`]), and this is the one place that chooses.
 
 use tidings_core::{Error, Result, secret::redact_url};
-#[cfg(any(feature = "postgres", feature = "sqlite"))]
-use tidings_sql::SqlStore;
-use tidings_sql::{Dialect, StoreOptions};
+use tidings_sql::{Dialect, SqlStore, StoreOptions};
 
 /// A store opened from its URL by [`open_store`]: one variant per database
 /// this build includes. Run code generic over [`Store`](crate::Store) on
@@ -32,16 +30,21 @@ pub async fn open_store(url: &str) -> Result<AnyStore> {
 /// A URL no database of this build opens is refused, naming the schemes
 /// that are: each database is a feature of this crate.
 pub async fn open_store_with(url: &str, options: StoreOptions) -> Result<AnyStore> {
-    #[cfg(feature = "postgres")]
-    if opens::<crate::postgres::Pg>(url) {
-        return Ok(AnyStore::Postgres(SqlStore::connect_with(url, options).await?));
+    match backend(url) {
+        #[cfg(feature = "postgres")]
+        Some(Backend::Postgres) => Ok(AnyStore::Postgres(SqlStore::connect_with(url, options).await?)),
+        #[cfg(feature = "sqlite")]
+        Some(Backend::Sqlite) => Ok(AnyStore::Sqlite(SqlStore::connect_with(url, options).await?)),
+        None => {
+            drop(options);
+            Err(refused(url))
+        }
     }
-    #[cfg(feature = "sqlite")]
-    if opens::<crate::sqlite::Lite>(url) || !has_scheme(url) {
-        return Ok(AnyStore::Sqlite(SqlStore::connect_with(url, options).await?));
-    }
-    let _ = options;
-    Err(Error::Config {
+}
+
+/// Why no database of this build opens `url`.
+fn refused(url: &str) -> Error {
+    Error::Config {
         key: "database URL".into(),
         reason: format!(
             "no database of this build opens {:?}; it opens {} (each database is a feature of the \
@@ -49,7 +52,7 @@ pub async fn open_store_with(url: &str, options: StoreOptions) -> Result<AnyStor
             redact_url(url),
             store_schemes().join(", ")
         ),
-    })
+    }
 }
 
 /// The URL schemes [`open_store`] opens in this build.
@@ -66,14 +69,36 @@ pub fn store_schemes() -> Vec<&'static str> {
 /// The name of the database `url` names (`PostgreSQL`), if this build
 /// opens it: for messages such as `connecting to PostgreSQL at ...`.
 pub fn database_named(url: &str) -> Option<&'static str> {
+    backend(url).map(|backend| match backend {
+        #[cfg(feature = "postgres")]
+        Backend::Postgres => crate::postgres::Pg::NAME,
+        #[cfg(feature = "sqlite")]
+        Backend::Sqlite => crate::sqlite::Lite::NAME,
+    })
+}
+
+/// The databases of this build.
+#[derive(Debug, Clone, Copy)]
+enum Backend {
+    #[cfg(feature = "postgres")]
+    Postgres,
+    #[cfg(feature = "sqlite")]
+    Sqlite,
+}
+
+/// Which database of this build opens `url`: the one whose scheme it
+/// starts with, or SQLite (the embedded default) for a plain path. The one
+/// place that chooses.
+fn backend(url: &str) -> Option<Backend> {
     #[cfg(feature = "postgres")]
     if opens::<crate::postgres::Pg>(url) {
-        return Some(crate::postgres::Pg::NAME);
+        return Some(Backend::Postgres);
     }
     #[cfg(feature = "sqlite")]
     if opens::<crate::sqlite::Lite>(url) || !has_scheme(url) {
-        return Some(crate::sqlite::Lite::NAME);
+        return Some(Backend::Sqlite);
     }
+    let _ = url;
     None
 }
 
@@ -106,6 +131,8 @@ impl AnyStore {
     }
 }
 
+/// Used by [`AnyStore::database`] when a database is built in.
+#[allow(dead_code)]
 fn database_of<D: Dialect>(_: &SqlStore<D>) -> &'static str {
     D::NAME
 }
@@ -126,16 +153,16 @@ fn database_of<D: Dialect>(_: &SqlStore<D>) -> &'static str {
 /// ```
 #[macro_export]
 macro_rules! with_store {
-    ($store:expr, |$s:ident| $body:expr) => {{
-        let __tidings_store = $store;
-        #[allow(unreachable_code)]
-        let __tidings_out = 'tidings_store: {
-            $crate::__with_postgres!(__tidings_store, $s, $body, 'tidings_store);
-            $crate::__with_sqlite!(__tidings_store, $s, $body, 'tidings_store);
-            ::core::unreachable!("a store of a database this build does not include")
-        };
-        __tidings_out
-    }};
+    ($store:expr, |$s:ident| $body:expr) => {
+        match $store {
+            #[allow(unreachable_code, unused_labels)]
+            __tidings_store => 'tidings_store: {
+                $crate::__with_postgres!(__tidings_store, $s, $body, 'tidings_store);
+                $crate::__with_sqlite!(__tidings_store, $s, $body, 'tidings_store);
+                ::core::unreachable!("a store of a database this build does not include")
+            }
+        }
+    };
 }
 
 #[cfg(feature = "postgres")]
