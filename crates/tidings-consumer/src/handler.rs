@@ -49,10 +49,13 @@ pub trait Handler<DB: Database>: Send + Sync + 'static {
 /// - [`HandlerError::retry_after`]: the same, waiting at least the given delay;
 /// - [`HandlerError::permanent`]: dead-lettered at once.
 ///
-/// `?` on a `sqlx::Error` classifies it ([`tidings_core::classify_sqlx`]):
-/// lost races and connection faults are transient, constraint violations permanent.
+/// `?` on a `sqlx::Error` leaves it to the store's database to classify
+/// ([`Outbox::error_class`](tidings_core::Outbox::error_class)): lost races,
+/// busy locks and connection faults are transient, constraint violations
+/// permanent.
 pub struct HandlerError {
-    class: ErrorClass,
+    /// `None` for a database error: the store's dialect classifies it.
+    class: Option<ErrorClass>,
     source: BoxError,
 }
 
@@ -60,7 +63,7 @@ impl HandlerError {
     /// A passing failure: try again later.
     pub fn transient(source: impl Into<BoxError>) -> Self {
         HandlerError {
-            class: ErrorClass::Transient,
+            class: Some(ErrorClass::Transient),
             source: source.into(),
         }
     }
@@ -68,7 +71,7 @@ impl HandlerError {
     /// A failure that will not go away: dead-letter the message.
     pub fn permanent(source: impl Into<BoxError>) -> Self {
         HandlerError {
-            class: ErrorClass::Permanent,
+            class: Some(ErrorClass::Permanent),
             source: source.into(),
         }
     }
@@ -76,14 +79,28 @@ impl HandlerError {
     /// Try again, but not before `delay`.
     pub fn retry_after(delay: Duration, source: impl Into<BoxError>) -> Self {
         HandlerError {
-            class: ErrorClass::RetryAfter(delay),
+            class: Some(ErrorClass::RetryAfter(delay)),
             source: source.into(),
         }
     }
 
-    /// How the runtime treats it.
-    pub fn class(&self) -> ErrorClass {
+    /// How the runtime treats it, where the handler said so; `None` for a
+    /// database error passed on with `?`, which the store's database
+    /// classifies ([`HandlerError::class_with`]).
+    pub fn class(&self) -> Option<ErrorClass> {
         self.class
+    }
+
+    /// How the runtime treats it, a database error classified by
+    /// `database` (the store's [`Outbox::error_class`](tidings_core::Outbox::error_class)).
+    pub fn class_with(&self, database: impl FnOnce(&sqlx::Error) -> ErrorClass) -> ErrorClass {
+        match self.class {
+            Some(class) => class,
+            None => self
+                .source
+                .downcast_ref::<sqlx::Error>()
+                .map_or(ErrorClass::Permanent, database),
+        }
     }
 }
 
@@ -117,7 +134,7 @@ impl StdError for HandlerError {
 impl From<sqlx::Error> for HandlerError {
     fn from(e: sqlx::Error) -> Self {
         HandlerError {
-            class: tidings_core::classify_sqlx(&e),
+            class: None,
             source: Box::new(e),
         }
     }
@@ -126,7 +143,7 @@ impl From<sqlx::Error> for HandlerError {
 impl From<tidings_core::Error> for HandlerError {
     fn from(e: tidings_core::Error) -> Self {
         HandlerError {
-            class: e.class(),
+            class: Some(e.class()),
             source: Box::new(e),
         }
     }

@@ -81,10 +81,16 @@ pub enum Error {
     /// A database statement failed. The driver's error is the
     /// [`source`](std::error::Error::source), printed with the chain
     /// ([`Error::report`]), not repeated in the message.
+    ///
+    /// Build it with [`Error::database`]: which driver errors are worth
+    /// trying again is the database's own knowledge (its dialect's).
     #[error("database error while {operation}")]
     Database {
         /// What Tidings was doing (`claiming an outbox batch`).
         operation: &'static str,
+        /// Whether trying again may help, as the database's dialect
+        /// classified the driver's error.
+        class: ErrorClass,
         /// The driver's error.
         #[source]
         source: sqlx::Error,
@@ -140,9 +146,14 @@ pub enum Error {
 }
 
 impl Error {
-    /// Wraps a database error with what Tidings was doing.
-    pub fn db(operation: &'static str) -> impl FnOnce(sqlx::Error) -> Error {
-        move |source| Error::Database { operation, source }
+    /// A database error: what Tidings was doing, the class the database's
+    /// dialect gave the driver's error, and the error.
+    pub fn database(operation: &'static str, class: ErrorClass, source: sqlx::Error) -> Error {
+        Error::Database {
+            operation,
+            class,
+            source,
+        }
     }
 
     /// A transport failure caused by `source`, a client or driver error:
@@ -199,7 +210,7 @@ impl Error {
     /// Whether and when to try again.
     pub fn class(&self) -> ErrorClass {
         match self {
-            Error::Database { source, .. } => classify_sqlx(source),
+            Error::Database { class, .. } => *class,
             Error::Decode(_) => ErrorClass::Permanent,
             Error::Transport { retryable, .. } => {
                 if *retryable {
@@ -211,39 +222,6 @@ impl Error {
             Error::Config { .. } | Error::Refused { .. } => ErrorClass::Permanent,
             Error::Shutdown => ErrorClass::Permanent,
         }
-    }
-}
-
-/// Classifies a driver error.
-///
-/// Connection, pool and I/O faults are transient, and so are the database
-/// errors that mean "lost a race, try again": PostgreSQL serialization
-/// failures and deadlocks (`40001`, `40P01`), lock timeouts (`55P03`),
-/// too many connections (`53300`), shutdown (`57P01`..`57P03`), and SQLite's
-/// `SQLITE_BUSY`/`SQLITE_LOCKED`. Everything else (constraint violations,
-/// decode errors, missing rows) is a bug or bad data and is permanent.
-pub fn classify_sqlx(error: &sqlx::Error) -> ErrorClass {
-    use sqlx::Error as E;
-    match error {
-        E::Io(_) | E::Tls(_) | E::Protocol(_) | E::PoolTimedOut | E::PoolClosed | E::WorkerCrashed => {
-            ErrorClass::Transient
-        }
-        E::Database(db) => match db.code().as_deref() {
-            Some(
-                "40001" | "40P01" | "55P03" | "53300" | "57P01" | "57P02" | "57P03" | "08000" | "08003"
-                | "08006",
-            ) => ErrorClass::Transient,
-            // SQLite: 5 = SQLITE_BUSY, 6 = SQLITE_LOCKED, and their extended codes.
-            Some(code)
-                if code == "5"
-                    || code == "6"
-                    || code.parse::<i32>().is_ok_and(|c| c & 0xff == 5 || c & 0xff == 6) =>
-            {
-                ErrorClass::Transient
-            }
-            _ => ErrorClass::Permanent,
-        },
-        _ => ErrorClass::Permanent,
     }
 }
 

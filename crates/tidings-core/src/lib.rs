@@ -61,7 +61,7 @@ pub mod transport;
 
 pub use backoff::Backoff;
 pub use envelope::{Envelope, Headers};
-pub use error::{DecodeError, Error, ErrorClass, Result, classify_sqlx};
+pub use error::{DecodeError, Error, ErrorClass, Result};
 pub use guard::PublishGuard;
 pub use inspect::Inspect;
 pub use lease::{Lease, LeaseStore};

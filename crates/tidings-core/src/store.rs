@@ -13,7 +13,7 @@ use sqlx::{Database, Transaction};
 use uuid::Uuid;
 
 use crate::envelope::Headers;
-use crate::error::{Error, Result};
+use crate::error::{Error, ErrorClass, Result};
 use crate::lease::Lease;
 use crate::message::Message;
 use crate::transport::OutgoingMessage;
@@ -68,10 +68,16 @@ pub trait Outbox: Send + Sync + 'static {
     async fn commit(&self, tx: Transaction<'_, Self::Database>) -> Result<()> {
         tx.commit()
             .await
-            .map_err(Error::db("committing the transaction"))?;
+            .map_err(|e| Error::database("committing the transaction", self.error_class(&e), e))?;
         self.wake();
         Ok(())
     }
+
+    /// Whether trying again may help after `error`, an error of this
+    /// store's database: each database has its own codes for a lost race,
+    /// a busy lock or a server going down. Connection and pool faults are
+    /// transient everywhere.
+    fn error_class(&self, error: &sqlx::Error) -> ErrorClass;
 
     /// Tells relays that new messages were committed. Call it after commit;
     /// calls are coalesced, and relays poll anyway, so a missed wake-up only

@@ -22,7 +22,7 @@ impl<D: Dialect> ConsumerStore for SqlStore<D> {
         // On PostgreSQL a concurrent duplicate blocks on the first one's
         // uncommitted row, then sees the conflict once it commits (or takes
         // over if it rolls back); SQLite runs one writer at a time.
-        let inserted = Stmt::<D::Db>::new(D::SQL.mark_processed, "recording a processed marker")
+        let inserted = Stmt::<D>::new(D::SQL.mark_processed, "recording a processed marker")
             .bind(consumer)
             .bind(message_id)
             .fetch_optional(conn)
@@ -45,7 +45,7 @@ impl<D: Dialect> ConsumerStore for SqlStore<D> {
             }
             return Ok(fresh);
         };
-        let rows = Stmt::<D::Db>::new(sql, "recording processed markers")
+        let rows = Stmt::<D>::new(sql, "recording processed markers")
             .bind(consumer)
             .bind(D::uuid_list(message_ids))
             .fetch_all(conn)
@@ -60,7 +60,7 @@ impl<D: Dialect> ConsumerStore for SqlStore<D> {
         message_id: Uuid,
         effect: &str,
     ) -> Result<bool> {
-        let found = Stmt::<D::Db>::new(D::SQL.effect_recorded, "reading the effects ledger")
+        let found = Stmt::<D>::new(D::SQL.effect_recorded, "reading the effects ledger")
             .bind(consumer)
             .bind(message_id)
             .bind(effect)
@@ -77,7 +77,7 @@ impl<D: Dialect> ConsumerStore for SqlStore<D> {
         effect: &str,
         idempotency_key: &str,
     ) -> Result<()> {
-        Stmt::<D::Db>::new(D::SQL.record_effect, "recording an effect")
+        Stmt::<D>::new(D::SQL.record_effect, "recording an effect")
             .bind(consumer)
             .bind(message_id)
             .bind(effect)
@@ -88,7 +88,7 @@ impl<D: Dialect> ConsumerStore for SqlStore<D> {
     }
 
     async fn holds_lease(&self, conn: &mut Conn<D>, scope: &str, member: &str, lease: Lease) -> Result<bool> {
-        let row = Stmt::<D::Db>::new(D::SQL.holds_lease, "checking a lease")
+        let row = Stmt::<D>::new(D::SQL.holds_lease, "checking a lease")
             .bind(scope)
             .bind(lease.partition as i32)
             .bind(member)
@@ -119,7 +119,7 @@ impl<D: Dialect> ConsumerStore for SqlStore<D> {
             return Ok(Handling::Fresh);
         };
         // The fence check and the marker in one round trip: no marker without the lease.
-        let row = Stmt::<D::Db>::new(sql, "recording a processed marker under the lease")
+        let row = Stmt::<D>::new(sql, "recording a processed marker under the lease")
             .bind(consumer)
             .bind(message_id)
             .bind(fence.scope)

@@ -5,13 +5,17 @@
 //! [`SqlDb`] says it once, in the where-clause of one blanket impl: any
 //! database sqlx supports with these types is an `SqlDb`, and the store's
 //! code asks for nothing else. [`Stmt`] and [`Record`] are the two handles
-//! the store uses: a statement with its arguments, and a row read back.
+//! the store uses: a statement with its arguments, and a row read back,
+//! each on a [`Dialect`]'s database, whose errors it classifies.
 
 use futures::future::BoxFuture;
 use sqlx::error::BoxDynError;
 use sqlx::{Arguments, ColumnIndex, Database, Decode, Encode, Executor, IntoArguments, Row, SqlStr, Type};
-use tidings_core::{Error, Result};
+use tidings_core::Result;
 use uuid::Uuid;
+
+use crate::Dialect;
+use crate::errors::db_error;
 
 /// The database can bind a `T` as a statement argument.
 pub trait Bind<'t, T>: Database {
@@ -141,15 +145,19 @@ where
     }
 }
 
-/// A statement, its arguments, and what it does (named in its errors).
-pub struct Stmt<DB: SqlDb> {
+/// A statement, its arguments, and what it does (named in its errors), on
+/// dialect `D`'s database, which classifies its errors.
+pub struct Stmt<D: Dialect> {
     sql: SqlStr,
-    args: DB::Arguments,
+    args: Args<D>,
     bad_argument: Option<BoxDynError>,
     what: &'static str,
 }
 
-impl<DB: SqlDb> std::fmt::Debug for Stmt<DB> {
+type Args<D> = <<D as Dialect>::Db as Database>::Arguments;
+type Connection<D> = <<D as Dialect>::Db as Database>::Connection;
+
+impl<D: Dialect> std::fmt::Debug for Stmt<D> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Stmt")
             .field("what", &self.what)
@@ -157,7 +165,7 @@ impl<DB: SqlDb> std::fmt::Debug for Stmt<DB> {
     }
 }
 
-impl<DB: SqlDb> Stmt<DB> {
+impl<D: Dialect> Stmt<D> {
     /// `sql`, which does `what` (`"claiming an outbox batch"`).
     pub fn new(sql: &'static str, what: &'static str) -> Self {
         Self::dynamic(sqlx::SqlSafeStr::into_sql_str(sql), what)
@@ -167,7 +175,7 @@ impl<DB: SqlDb> Stmt<DB> {
     pub fn dynamic(sql: SqlStr, what: &'static str) -> Self {
         Stmt {
             sql,
-            args: DB::Arguments::default(),
+            args: Args::<D>::default(),
             bad_argument: None,
             what,
         }
@@ -176,61 +184,58 @@ impl<DB: SqlDb> Stmt<DB> {
     /// Binds the next argument.
     pub fn bind<'t, T>(mut self, value: T) -> Self
     where
-        DB: Bind<'t, T>,
+        D::Db: Bind<'t, T>,
     {
         if self.bad_argument.is_none()
-            && let Err(e) = DB::bind(&mut self.args, value)
+            && let Err(e) = <D::Db as Bind<'t, T>>::bind(&mut self.args, value)
         {
             self.bad_argument = Some(e);
         }
         self
     }
 
-    fn checked(self) -> Result<(SqlStr, DB::Arguments, &'static str)> {
+    fn checked(self) -> Result<(SqlStr, Args<D>, &'static str)> {
         match self.bad_argument {
-            Some(e) => Err(Error::Database {
-                operation: self.what,
-                source: sqlx::Error::Encode(e),
-            }),
+            Some(e) => Err(db_error::<D>(self.what)(sqlx::Error::Encode(e))),
             None => Ok((self.sql, self.args, self.what)),
         }
     }
 
-    /// Runs it; returns the driver's result (see [`Dialect::rows_affected`](crate::Dialect::rows_affected)).
-    pub async fn execute(self, conn: &mut DB::Connection) -> Result<DB::QueryResult> {
+    /// Runs it; returns the driver's result (see [`Dialect::rows_affected`]).
+    pub async fn execute(self, conn: &mut Connection<D>) -> Result<<D::Db as Database>::QueryResult> {
         let (sql, args, what) = self.checked()?;
-        DB::run(conn, sql, args).await.map_err(Error::db(what))
+        D::Db::run(conn, sql, args).await.map_err(db_error::<D>(what))
     }
 
     /// Runs it and reads every row.
-    pub async fn fetch_all(self, conn: &mut DB::Connection) -> Result<Vec<Record<DB>>> {
+    pub async fn fetch_all(self, conn: &mut Connection<D>) -> Result<Vec<Record<D>>> {
         let (sql, args, what) = self.checked()?;
-        let rows = DB::rows(conn, sql, args).await.map_err(Error::db(what))?;
+        let rows = D::Db::rows(conn, sql, args).await.map_err(db_error::<D>(what))?;
         Ok(rows.into_iter().map(|row| Record { row, what }).collect())
     }
 
     /// Runs it and reads the first row, if any.
-    pub async fn fetch_optional(self, conn: &mut DB::Connection) -> Result<Option<Record<DB>>> {
+    pub async fn fetch_optional(self, conn: &mut Connection<D>) -> Result<Option<Record<D>>> {
         Ok(self.fetch_all(conn).await?.into_iter().next())
     }
 
     /// Runs it and reads its one row.
-    pub async fn fetch_one(self, conn: &mut DB::Connection) -> Result<Record<DB>> {
+    pub async fn fetch_one(self, conn: &mut Connection<D>) -> Result<Record<D>> {
         let what = self.what;
-        self.fetch_optional(conn).await?.ok_or(Error::Database {
-            operation: what,
-            source: sqlx::Error::RowNotFound,
-        })
+        match self.fetch_optional(conn).await? {
+            Some(record) => Ok(record),
+            None => Err(db_error::<D>(what)(sqlx::Error::RowNotFound)),
+        }
     }
 }
 
 /// A row read by a [`Stmt`].
-pub struct Record<DB: Database> {
-    row: DB::Row,
+pub struct Record<D: Dialect> {
+    row: <D::Db as Database>::Row,
     what: &'static str,
 }
 
-impl<DB: Database> std::fmt::Debug for Record<DB> {
+impl<D: Dialect> std::fmt::Debug for Record<D> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Record")
             .field("what", &self.what)
@@ -238,12 +243,12 @@ impl<DB: Database> std::fmt::Debug for Record<DB> {
     }
 }
 
-impl<DB: Database> Record<DB> {
+impl<D: Dialect> Record<D> {
     /// Column `index`, decoded.
     pub fn get<T>(&self, index: usize) -> Result<T>
     where
-        DB: Get<T>,
+        D::Db: Get<T>,
     {
-        DB::get(&self.row, index).map_err(Error::db(self.what))
+        <D::Db as Get<T>>::get(&self.row, index).map_err(db_error::<D>(self.what))
     }
 }

@@ -1,5 +1,5 @@
 //! What one database supplies: its SQL, its list codecs, its claim, its
-//! wake-ups, its migrations. Everything else is written once.
+//! wake-ups, its error codes, its migrations. Everything else is written once.
 //!
 //! Conventions every dialect's statements keep, so that the flow binds and
 //! reads the same Rust values on every database:
@@ -16,6 +16,7 @@
 use std::time::Duration;
 
 use async_trait::async_trait;
+use sqlx::error::DatabaseError;
 use sqlx::{Database, Pool};
 use tidings_core::{ClaimedBatch, OutboxPartitions, OutgoingMessage, Result};
 use tokio::sync::watch;
@@ -64,6 +65,11 @@ pub trait Dialect: Sized + Send + Sync + 'static {
     fn uuid_list(values: &[Uuid]) -> Self::UuidList;
     /// Rows a statement changed.
     fn rows_affected(result: &<Self::Db as Database>::QueryResult) -> u64;
+    /// Whether `error`, an error the database itself returned, means that
+    /// trying again may help: a lost race, a busy lock, a server going
+    /// down or refusing connections for now ([`classify`](crate::errors::classify)
+    /// adds the faults every driver shares).
+    fn transient(error: &dyn DatabaseError) -> bool;
 
     /// Opens a pool on `url` (already known to be this database's).
     async fn open(url: &str, options: &StoreOptions) -> Result<Pool<Self::Db>>;
@@ -167,7 +173,7 @@ pub struct Statements {
     /// appends errors and makes it pending again.
     pub dead_letter_upsert: &'static str,
     /// ($1 consumer or null, $2 type or null, $3 limit or null, $4 include
-    /// settled) -> [`DEAD_LETTER_COLUMNS`](crate::failures), newest first.
+    /// settled) -> [`DEAD_LETTER_COLUMNS`](crate::DEAD_LETTER_COLUMNS), newest first.
     pub dead_letters: &'static str,
     /// ($1 id): run before `dead_letter_for_redrive` where reading cannot lock.
     pub lock_dead_letter: Option<&'static str>,

@@ -9,6 +9,7 @@ use tidings_core::{
 use uuid::Uuid;
 
 use crate::db::{Record, Stmt};
+use crate::errors::db_error;
 use crate::store::{from_micros, micros};
 use crate::{Dialect, SqlStore};
 
@@ -17,7 +18,7 @@ use crate::{Dialect, SqlStore};
 pub const DEAD_LETTER_COLUMNS: &str = "id, consumer, topic, message_id, message_type, aggregate_key, \
     headers, body, attempts, errors, created_at, redrives, redriven_at, skipped_at";
 
-fn letter<D: Dialect>(r: &Record<D::Db>) -> Result<DeadLetter> {
+fn letter<D: Dialect>(r: &Record<D>) -> Result<DeadLetter> {
     let headers: String = r.get(6)?;
     let errors: String = r.get(9)?;
     Ok(DeadLetter {
@@ -47,7 +48,7 @@ impl<D: Dialect> SqlStore<D> {
     ) -> Result<()> {
         let headers = serde_json::to_string(&l.headers).expect("string map to JSON");
         let errors = serde_json::to_string(&l.errors).expect("failures to JSON");
-        Stmt::<D::Db>::new(D::SQL.dead_letter_upsert, "storing a dead letter")
+        Stmt::<D>::new(D::SQL.dead_letter_upsert, "storing a dead letter")
             .bind(l.id)
             .bind(l.consumer.as_str())
             .bind(l.topic.as_str())
@@ -74,7 +75,7 @@ impl<D: Dialect> FailureStore for SqlStore<D> {
 
     async fn dead_letters(&self, filter: &DeadLetterFilter) -> Result<Vec<DeadLetter>> {
         let mut conn = self.conn("listing dead letters").await?;
-        let rows = Stmt::<D::Db>::new(D::SQL.dead_letters, "listing dead letters")
+        let rows = Stmt::<D>::new(D::SQL.dead_letters, "listing dead letters")
             .bind(filter.consumer.as_deref())
             .bind(filter.message_type.as_deref())
             .bind(filter.limit.map(i64::from))
@@ -88,12 +89,12 @@ impl<D: Dialect> FailureStore for SqlStore<D> {
         let mut tx = self.begin_tx("starting a redrive").await?;
         if let Some(lock) = D::SQL.lock_dead_letter {
             // Take the write lock first, so that the read below is consistent with the update.
-            Stmt::<D::Db>::new(lock, "locking a dead letter")
+            Stmt::<D>::new(lock, "locking a dead letter")
                 .bind(id)
                 .execute(&mut tx)
                 .await?;
         }
-        let Some(row) = Stmt::<D::Db>::new(D::SQL.dead_letter_for_redrive, "reading a dead letter")
+        let Some(row) = Stmt::<D>::new(D::SQL.dead_letter_for_redrive, "reading a dead letter")
             .bind(id)
             .fetch_optional(&mut tx)
             .await?
@@ -113,13 +114,11 @@ impl<D: Dialect> FailureStore for SqlStore<D> {
             },
         )
         .await?;
-        Stmt::<D::Db>::new(D::SQL.mark_redriven, "marking a dead letter redriven")
+        Stmt::<D>::new(D::SQL.mark_redriven, "marking a dead letter redriven")
             .bind(id)
             .execute(&mut tx)
             .await?;
-        tx.commit()
-            .await
-            .map_err(tidings_core::Error::db("committing a redrive"))?;
+        tx.commit().await.map_err(db_error::<D>("committing a redrive"))?;
         self.wake();
         Ok(Redrive::Enqueued {
             message_id,
@@ -130,14 +129,14 @@ impl<D: Dialect> FailureStore for SqlStore<D> {
     async fn skip(&self, id: Uuid) -> Result<Skip> {
         // Marks it skipped and releases the key it holds, in one transaction.
         let mut tx = self.begin_tx("starting a skip").await?;
-        let Some(found) = Stmt::<D::Db>::new(D::SQL.mark_skipped, "marking a dead letter skipped")
+        let Some(found) = Stmt::<D>::new(D::SQL.mark_skipped, "marking a dead letter skipped")
             .bind(id)
             .fetch_optional(&mut tx)
             .await?
         else {
             return Ok(Skip::NotFound);
         };
-        let released = Stmt::<D::Db>::new(D::SQL.release_skipped, "releasing a held key")
+        let released = Stmt::<D>::new(D::SQL.release_skipped, "releasing a held key")
             .bind(found.get::<String>(0)?.as_str())
             .bind(found.get::<String>(1)?.as_str())
             .bind(found.get::<Option<String>>(2)?.as_deref())
@@ -145,9 +144,7 @@ impl<D: Dialect> FailureStore for SqlStore<D> {
             .bind(true)
             .execute(&mut tx)
             .await?;
-        tx.commit()
-            .await
-            .map_err(tidings_core::Error::db("committing a skip"))?;
+        tx.commit().await.map_err(db_error::<D>("committing a skip"))?;
         Ok(Skip::Skipped {
             released_key: D::rows_affected(&released) > 0,
         })
@@ -155,7 +152,7 @@ impl<D: Dialect> FailureStore for SqlStore<D> {
 
     async fn purge(&self, ids: &[Uuid]) -> Result<u64> {
         let mut conn = self.conn("purging dead letters").await?;
-        let done = Stmt::<D::Db>::new(D::SQL.purge, "purging dead letters")
+        let done = Stmt::<D>::new(D::SQL.purge, "purging dead letters")
             .bind(D::uuid_list(ids))
             .execute(&mut conn)
             .await?;

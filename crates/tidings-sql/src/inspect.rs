@@ -14,10 +14,10 @@ use crate::{Dialect, SqlStore};
 impl<D: Dialect> Inspect for SqlStore<D> {
     async fn members(&self) -> Result<Vec<MemberStatus>> {
         let mut conn = self.conn("listing members").await?;
-        let members = Stmt::<D::Db>::new(D::SQL.live_members, "listing members")
+        let members = Stmt::<D>::new(D::SQL.live_members, "listing members")
             .fetch_all(&mut conn)
             .await?;
-        let leases = Stmt::<D::Db>::new(D::SQL.live_leases, "listing leases")
+        let leases = Stmt::<D>::new(D::SQL.live_leases, "listing leases")
             .fetch_all(&mut conn)
             .await?;
         let mut held: BTreeMap<(String, String), Vec<(u32, i64)>> = BTreeMap::new();
@@ -42,7 +42,7 @@ impl<D: Dialect> Inspect for SqlStore<D> {
 
     async fn outbox_backlog(&self, partitions: u32) -> Result<Vec<PartitionBacklog>> {
         let mut conn = self.conn("measuring the outbox by partition").await?;
-        let rows = Stmt::<D::Db>::new(D::SQL.outbox_backlog, "measuring the outbox by partition")
+        let rows = Stmt::<D>::new(D::SQL.outbox_backlog, "measuring the outbox by partition")
             .bind(i64::from(partitions.max(1)))
             .fetch_all(&mut conn)
             .await?;
@@ -59,7 +59,7 @@ impl<D: Dialect> Inspect for SqlStore<D> {
 
     async fn outbox_high_water(&self) -> Result<i64> {
         let mut conn = self.conn("reading the outbox's sequence").await?;
-        Stmt::<D::Db>::new(D::SQL.outbox_high_water, "reading the outbox's sequence")
+        Stmt::<D>::new(D::SQL.outbox_high_water, "reading the outbox's sequence")
             .fetch_one(&mut conn)
             .await?
             .get(0)
@@ -67,7 +67,7 @@ impl<D: Dialect> Inspect for SqlStore<D> {
 
     async fn has_processed(&self, consumer: &str) -> Result<bool> {
         let mut conn = self.conn("looking for processed markers").await?;
-        Stmt::<D::Db>::new(D::SQL.has_processed, "looking for processed markers")
+        Stmt::<D>::new(D::SQL.has_processed, "looking for processed markers")
             .bind(consumer)
             .fetch_one(&mut conn)
             .await?
@@ -76,13 +76,12 @@ impl<D: Dialect> Inspect for SqlStore<D> {
 
     async fn schema_version(&self) -> Result<SchemaVersion> {
         let mut conn = self.conn("looking for tidings_migrations").await?;
-        let exists: bool =
-            Stmt::<D::Db>::new(D::SQL.migrations_table_exists, "looking for tidings_migrations")
-                .fetch_one(&mut conn)
-                .await?
-                .get(0)?;
+        let exists: bool = Stmt::<D>::new(D::SQL.migrations_table_exists, "looking for tidings_migrations")
+            .fetch_one(&mut conn)
+            .await?
+            .get(0)?;
         let applied = if exists {
-            Stmt::<D::Db>::new(D::SQL.applied_migration, "reading tidings_migrations")
+            Stmt::<D>::new(D::SQL.applied_migration, "reading tidings_migrations")
                 .fetch_one(&mut conn)
                 .await?
                 .get::<Option<i64>>(0)?
@@ -101,7 +100,7 @@ impl<D: Dialect> Inspect for SqlStore<D> {
             return Ok(Vec::new());
         };
         let mut conn = self.conn("listing replication slots").await?;
-        let rows = Stmt::<D::Db>::new(sql, "listing replication slots")
+        let rows = Stmt::<D>::new(sql, "listing replication slots")
             .fetch_all(&mut conn)
             .await?;
         rows.iter()

@@ -11,16 +11,16 @@ use crate::{Dialect, SqlStore};
 impl<D: Dialect> LagSource for SqlStore<D> {
     async fn lag(&self) -> Result<LagReport> {
         let mut conn = self.conn("measuring lag").await?;
-        let outbox = Stmt::<D::Db>::new(D::SQL.outbox_lag, "measuring outbox lag")
+        let outbox = Stmt::<D>::new(D::SQL.outbox_lag, "measuring outbox lag")
             .fetch_one(&mut conn)
             .await?;
-        let consumers = Stmt::<D::Db>::new(D::SQL.log_lag, "measuring consumer lag")
+        let consumers = Stmt::<D>::new(D::SQL.log_lag, "measuring consumer lag")
             .fetch_all(&mut conn)
             .await?;
-        let dead = Stmt::<D::Db>::new(D::SQL.dead_letter_lag, "counting dead letters")
+        let dead = Stmt::<D>::new(D::SQL.dead_letter_lag, "counting dead letters")
             .fetch_all(&mut conn)
             .await?;
-        let parked = Stmt::<D::Db>::new(D::SQL.parked_lag, "counting parked messages")
+        let parked = Stmt::<D>::new(D::SQL.parked_lag, "counting parked messages")
             .fetch_all(&mut conn)
             .await?;
         Ok(LagReport {

@@ -4,9 +4,10 @@
 use std::time::Duration;
 
 use async_trait::async_trait;
-use tidings_core::{Error, Lease, LeaseStore, Result};
+use tidings_core::{Lease, LeaseStore, Result};
 
 use crate::db::Stmt;
+use crate::errors::db_error;
 use crate::store::millis;
 use crate::{Dialect, SqlStore};
 
@@ -18,24 +19,24 @@ fn partitions<D: Dialect>(p: &[u32]) -> D::IntList {
 impl<D: Dialect> LeaseStore for SqlStore<D> {
     async fn heartbeat(&self, scope: &str, member: &str, ttl: Duration) -> Result<Vec<String>> {
         let mut tx = self.begin_tx("renewing membership").await?;
-        Stmt::<D::Db>::new(D::SQL.heartbeat, "renewing membership")
+        Stmt::<D>::new(D::SQL.heartbeat, "renewing membership")
             .bind(scope)
             .bind(member)
             .bind(millis(ttl))
             .execute(&mut tx)
             .await?;
-        Stmt::<D::Db>::new(D::SQL.forget_expired_members, "forgetting expired members")
+        Stmt::<D>::new(D::SQL.forget_expired_members, "forgetting expired members")
             .bind(scope)
             .execute(&mut tx)
             .await?;
-        let members = Stmt::<D::Db>::new(D::SQL.members, "listing members")
+        let members = Stmt::<D>::new(D::SQL.members, "listing members")
             .bind(scope)
             .fetch_all(&mut tx)
             .await?
             .iter()
             .map(|r| r.get::<String>(0))
             .collect::<Result<Vec<_>>>()?;
-        tx.commit().await.map_err(Error::db("renewing membership"))?;
+        tx.commit().await.map_err(db_error::<D>("renewing membership"))?;
         Ok(members)
     }
 
@@ -44,7 +45,7 @@ impl<D: Dialect> LeaseStore for SqlStore<D> {
         // was ours and still live. Released rows stay (lapsed), keeping the
         // fence growing.
         let mut conn = self.conn("acquiring leases").await?;
-        let rows = Stmt::<D::Db>::new(D::SQL.acquire_leases, "acquiring leases")
+        let rows = Stmt::<D>::new(D::SQL.acquire_leases, "acquiring leases")
             .bind(scope)
             .bind(member)
             .bind(partitions::<D>(wanted))
@@ -66,7 +67,7 @@ impl<D: Dialect> LeaseStore for SqlStore<D> {
 
     async fn release(&self, scope: &str, member: &str, wanted: &[u32]) -> Result<()> {
         let mut conn = self.conn("releasing leases").await?;
-        Stmt::<D::Db>::new(D::SQL.release_leases, "releasing leases")
+        Stmt::<D>::new(D::SQL.release_leases, "releasing leases")
             .bind(scope)
             .bind(member)
             .bind(partitions::<D>(wanted))
@@ -77,16 +78,16 @@ impl<D: Dialect> LeaseStore for SqlStore<D> {
 
     async fn leave(&self, scope: &str, member: &str) -> Result<()> {
         let mut tx = self.begin_tx("leaving").await?;
-        Stmt::<D::Db>::new(D::SQL.release_all_leases, "releasing leases")
+        Stmt::<D>::new(D::SQL.release_all_leases, "releasing leases")
             .bind(scope)
             .bind(member)
             .execute(&mut tx)
             .await?;
-        Stmt::<D::Db>::new(D::SQL.leave, "leaving")
+        Stmt::<D>::new(D::SQL.leave, "leaving")
             .bind(scope)
             .bind(member)
             .execute(&mut tx)
             .await?;
-        tx.commit().await.map_err(Error::db("leaving"))
+        tx.commit().await.map_err(db_error::<D>("leaving"))
     }
 }

@@ -5,8 +5,8 @@
 //! parking, leases, lag, inspection, replay and the database log's backend)
 //! with one Rust flow. A dialect supplies only what differs between
 //! databases: its table of [`Statements`], its list codecs, its claim (how
-//! two relays stay off the same rows), its [`Wakeups`] and its
-//! migrations. `tidings-store-postgres` and `tidings-store-sqlite` are the
+//! two relays stay off the same rows), its [`Wakeups`], which of its
+//! error codes are worth trying again ([`errors`]) and its migrations. `tidings-store-postgres` and `tidings-store-sqlite` are the
 //! two dialects; `PgStore` and `SqliteStore` are `SqlStore` over them.
 //!
 //! ```no_run
@@ -26,6 +26,7 @@
 mod consumer;
 pub mod db;
 mod dialect;
+pub mod errors;
 mod failures;
 mod inspect;
 mod lag;
@@ -39,6 +40,7 @@ pub mod shared;
 mod store;
 
 pub use dialect::{Dialect, LocalWakeups, Statements, Wakeups};
+pub use errors::{classify, db_error, log_error};
 pub use failures::DEAD_LETTER_COLUMNS;
 pub use replay::REPLAY_COLUMNS;
 pub use store::{SqlStore, StoreOptions};

@@ -32,7 +32,7 @@ impl<D: Dialect> LogBackend for SqlStore<D> {
         limit: usize,
     ) -> Result<Vec<LogEntry>> {
         let mut conn = self.conn("reading the log").await?;
-        let rows = Stmt::<D::Db>::new(D::SQL.log_read, "reading the log")
+        let rows = Stmt::<D>::new(D::SQL.log_read, "reading the log")
             .bind(topic)
             .bind(after.txid)
             .bind(after.seq)
@@ -61,7 +61,7 @@ impl<D: Dialect> LogBackend for SqlStore<D> {
 
     async fn load_offset(&self, group: &str, topic: &str, partition: Partition) -> Result<LogPosition> {
         let mut conn = self.conn("loading a log offset").await?;
-        let row = Stmt::<D::Db>::new(D::SQL.log_offset, "loading a log offset")
+        let row = Stmt::<D>::new(D::SQL.log_offset, "loading a log offset")
             .bind(group)
             .bind(topic)
             .bind(partition.count as i32)
@@ -85,7 +85,7 @@ impl<D: Dialect> LogBackend for SqlStore<D> {
         at: LogPosition,
     ) -> Result<()> {
         let mut conn = self.conn("storing a log offset").await?;
-        Stmt::<D::Db>::new(D::SQL.log_commit, "storing a log offset")
+        Stmt::<D>::new(D::SQL.log_commit, "storing a log offset")
             .bind(group)
             .bind(topic)
             .bind(at.txid)
@@ -99,7 +99,7 @@ impl<D: Dialect> LogBackend for SqlStore<D> {
 
     async fn trim(&self, older_than: Duration, limit: usize) -> Result<u64> {
         let mut conn = self.conn("deleting log entries past retention").await?;
-        let deleted = Stmt::<D::Db>::new(D::SQL.log_trim, "deleting log entries past retention")
+        let deleted = Stmt::<D>::new(D::SQL.log_trim, "deleting log entries past retention")
             .bind(millis(older_than))
             .bind(limit.min(i64::MAX as usize) as i64)
             .execute(&mut conn)

@@ -6,10 +6,11 @@
 //! missing ones in one transaction.
 
 use sqlx::Pool;
-use tidings_core::{Error, Result};
+use tidings_core::Result;
 
 use crate::Dialect;
 use crate::db::{SqlDb, Stmt};
+use crate::errors::db_error;
 
 /// One migration: never edit a shipped one, add another.
 #[derive(Debug, Clone, Copy)]
@@ -93,17 +94,17 @@ pub async fn run<D: Dialect>(pool: &Pool<D::Db>) -> Result<()> {
     let mut tx = pool
         .begin()
         .await
-        .map_err(Error::db("starting Tidings migrations"))?;
+        .map_err(db_error::<D>("starting Tidings migrations"))?;
     if let Some(lock) = plan.lock {
-        Stmt::<D::Db>::new(lock, "locking Tidings migrations")
+        Stmt::<D>::new(lock, "locking Tidings migrations")
             .execute(&mut tx)
             .await?;
     }
-    Stmt::<D::Db>::new(plan.create_table, "creating tidings_migrations")
+    Stmt::<D>::new(plan.create_table, "creating tidings_migrations")
         .execute(&mut tx)
         .await?;
     for m in plan.migrations {
-        let done = Stmt::<D::Db>::new(plan.applied, "reading tidings_migrations")
+        let done = Stmt::<D>::new(plan.applied, "reading tidings_migrations")
             .bind(m.version)
             .fetch_optional(&mut tx)
             .await?;
@@ -112,8 +113,8 @@ pub async fn run<D: Dialect>(pool: &Pool<D::Db>) -> Result<()> {
         }
         <D::Db as SqlDb>::script(&mut tx, sqlx::SqlSafeStr::into_sql_str(m.sql))
             .await
-            .map_err(Error::db("applying a Tidings migration"))?;
-        Stmt::<D::Db>::new(plan.record, "recording a Tidings migration")
+            .map_err(db_error::<D>("applying a Tidings migration"))?;
+        Stmt::<D>::new(plan.record, "recording a Tidings migration")
             .bind(m.version)
             .bind(m.name)
             .execute(&mut tx)
@@ -122,5 +123,5 @@ pub async fn run<D: Dialect>(pool: &Pool<D::Db>) -> Result<()> {
     }
     tx.commit()
         .await
-        .map_err(Error::db("committing Tidings migrations"))
+        .map_err(db_error::<D>("committing Tidings migrations"))
 }

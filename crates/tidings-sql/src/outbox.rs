@@ -6,7 +6,7 @@ use std::time::Duration;
 use async_trait::async_trait;
 use sqlx::Database;
 use tidings_core::partition::key_hash;
-use tidings_core::{Outbox, OutboxPartitions, OutgoingMessage, RelayStore, Result, cloudevents};
+use tidings_core::{ErrorClass, Outbox, OutboxPartitions, OutgoingMessage, RelayStore, Result, cloudevents};
 use tracing::Instrument;
 
 use crate::db::Stmt;
@@ -17,6 +17,10 @@ use crate::{Dialect, SqlStore, Wakeups};
 impl<D: Dialect> Outbox for SqlStore<D> {
     type Database = D::Db;
 
+    fn error_class(&self, error: &sqlx::Error) -> ErrorClass {
+        crate::classify::<D>(error)
+    }
+
     async fn enqueue_outgoing(
         &self,
         conn: &mut <D::Db as Database>::Connection,
@@ -25,7 +29,7 @@ impl<D: Dialect> Outbox for SqlStore<D> {
         tidings_core::guard::check(&self.inner.options.guard, message)?;
         let e = &message.envelope;
         let body = cloudevents::to_json(e);
-        Stmt::<D::Db>::new(D::SQL.enqueue, "inserting into the outbox")
+        Stmt::<D>::new(D::SQL.enqueue, "inserting into the outbox")
             .bind(e.id)
             .bind(message.topic.as_str())
             .bind(e.aggregate_key.as_str())
@@ -64,7 +68,7 @@ impl<D: Dialect> RelayStore for SqlStore<D> {
             return Ok(0);
         };
         let mut conn = self.conn("deleting sent outbox rows past retention").await?;
-        let done = Stmt::<D::Db>::new(D::SQL.outbox_cleanup, "deleting sent outbox rows past retention")
+        let done = Stmt::<D>::new(D::SQL.outbox_cleanup, "deleting sent outbox rows past retention")
             .bind(millis(retention))
             .execute(&mut conn)
             .await?;

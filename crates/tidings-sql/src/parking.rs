@@ -5,6 +5,7 @@ use tidings_core::{DeadLetter, HeldKey, ParkedMessage, ParkingStore, Result};
 use uuid::Uuid;
 
 use crate::db::Stmt;
+use crate::errors::db_error;
 use crate::{Dialect, SqlStore};
 
 #[async_trait]
@@ -13,7 +14,7 @@ impl<D: Dialect> ParkingStore for SqlStore<D> {
         let mut tx = self.begin_tx("starting a dead letter").await?;
         Self::insert_dead_letter(&mut tx, letter).await?;
         if let (Some(id), Some(key)) = (letter.message_id, &letter.aggregate_key) {
-            Stmt::<D::Db>::new(D::SQL.hold, "holding a key")
+            Stmt::<D>::new(D::SQL.hold, "holding a key")
                 .bind(letter.consumer.as_str())
                 .bind(letter.topic.as_str())
                 .bind(key.as_str())
@@ -24,12 +25,12 @@ impl<D: Dialect> ParkingStore for SqlStore<D> {
         }
         tx.commit()
             .await
-            .map_err(tidings_core::Error::db("committing a dead letter"))
+            .map_err(db_error::<D>("committing a dead letter"))
     }
 
     async fn held_keys(&self, consumer: &str) -> Result<Vec<HeldKey>> {
         let mut conn = self.conn("reading held keys").await?;
-        let rows = Stmt::<D::Db>::new(D::SQL.held_keys, "reading held keys")
+        let rows = Stmt::<D>::new(D::SQL.held_keys, "reading held keys")
             .bind(consumer)
             .fetch_all(&mut conn)
             .await?;
@@ -49,7 +50,7 @@ impl<D: Dialect> ParkingStore for SqlStore<D> {
     async fn park(&self, consumer: &str, m: &ParkedMessage) -> Result<()> {
         let headers = serde_json::to_string(&m.headers).expect("string map to JSON");
         let mut conn = self.conn("parking a message").await?;
-        Stmt::<D::Db>::new(D::SQL.park, "parking a message")
+        Stmt::<D>::new(D::SQL.park, "parking a message")
             .bind(consumer)
             .bind(m.topic.as_str())
             .bind(m.aggregate_key.as_str())
@@ -63,7 +64,7 @@ impl<D: Dialect> ParkingStore for SqlStore<D> {
 
     async fn next_parked(&self, consumer: &str, topic: &str, key: &str) -> Result<Option<ParkedMessage>> {
         let mut conn = self.conn("reading parked messages").await?;
-        let row = Stmt::<D::Db>::new(D::SQL.next_parked, "reading parked messages")
+        let row = Stmt::<D>::new(D::SQL.next_parked, "reading parked messages")
             .bind(consumer)
             .bind(topic)
             .bind(key)
@@ -83,7 +84,7 @@ impl<D: Dialect> ParkingStore for SqlStore<D> {
 
     async fn unpark(&self, consumer: &str, message_id: Uuid) -> Result<()> {
         let mut conn = self.conn("removing a parked message").await?;
-        Stmt::<D::Db>::new(D::SQL.unpark, "removing a parked message")
+        Stmt::<D>::new(D::SQL.unpark, "removing a parked message")
             .bind(consumer)
             .bind(message_id)
             .execute(&mut conn)
@@ -93,7 +94,7 @@ impl<D: Dialect> ParkingStore for SqlStore<D> {
 
     async fn release_key(&self, consumer: &str, topic: &str, key: &str) -> Result<bool> {
         let mut conn = self.conn("releasing a key").await?;
-        let done = Stmt::<D::Db>::new(D::SQL.release_key, "releasing a key")
+        let done = Stmt::<D>::new(D::SQL.release_key, "releasing a key")
             .bind(consumer)
             .bind(topic)
             .bind(key)

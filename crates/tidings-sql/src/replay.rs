@@ -19,7 +19,7 @@ use crate::{Dialect, SqlStore};
 pub const REPLAY_COLUMNS: &str = "id, consumer, topics, source, since, until, rate, total, state, member, \
     cursor, delivered, suppressed, handled, failed";
 
-fn replay_of<D: Dialect>(r: &Record<D::Db>) -> Result<Replay> {
+fn replay_of<D: Dialect>(r: &Record<D>) -> Result<Replay> {
     let n = |i| r.get::<i64>(i).map(count);
     Ok(Replay {
         id: r.get(0)?,
@@ -64,7 +64,7 @@ impl<D: Dialect> ReplayStore for SqlStore<D> {
             ReplaySource::Outbox => D::SQL.retained_outbox,
         };
         let mut conn = self.conn("reading retained events").await?;
-        let rows = Stmt::<D::Db>::new(sql, "reading retained events")
+        let rows = Stmt::<D>::new(sql, "reading retained events")
             .bind(D::text_list(topics))
             .bind(micros(since))
             .bind(micros(until))
@@ -99,7 +99,7 @@ impl<D: Dialect> ReplayStore for SqlStore<D> {
             ReplaySource::Outbox => D::SQL.count_retained_outbox,
         };
         let mut conn = self.conn("counting retained events").await?;
-        let row = Stmt::<D::Db>::new(sql, "counting retained events")
+        let row = Stmt::<D>::new(sql, "counting retained events")
             .bind(D::text_list(topics))
             .bind(micros(since))
             .bind(micros(until))
@@ -110,7 +110,7 @@ impl<D: Dialect> ReplayStore for SqlStore<D> {
 
     async fn count_processed(&self, consumer: &str, ids: &[Uuid]) -> Result<u64> {
         let mut conn = self.conn("counting processed markers").await?;
-        let row = Stmt::<D::Db>::new(D::SQL.count_processed, "counting processed markers")
+        let row = Stmt::<D>::new(D::SQL.count_processed, "counting processed markers")
             .bind(consumer)
             .bind(D::uuid_list(ids))
             .fetch_one(&mut conn)
@@ -122,7 +122,7 @@ impl<D: Dialect> ReplayStore for SqlStore<D> {
         let id = Uuid::now_v7();
         let topics = serde_json::json!(request.topics).to_string();
         let mut conn = self.conn("recording a replay").await?;
-        Stmt::<D::Db>::new(D::SQL.request_replay, "recording a replay")
+        Stmt::<D>::new(D::SQL.request_replay, "recording a replay")
             .bind(id)
             .bind(request.consumer.as_str())
             .bind(topics.as_str())
@@ -138,7 +138,7 @@ impl<D: Dialect> ReplayStore for SqlStore<D> {
 
     async fn replay(&self, id: Uuid) -> Result<Option<Replay>> {
         let mut conn = self.conn("reading a replay").await?;
-        let row = Stmt::<D::Db>::new(D::SQL.replay, "reading a replay")
+        let row = Stmt::<D>::new(D::SQL.replay, "reading a replay")
             .bind(id)
             .fetch_optional(&mut conn)
             .await?;
@@ -147,7 +147,7 @@ impl<D: Dialect> ReplayStore for SqlStore<D> {
 
     async fn claim_replay(&self, consumer: &str, member: &str, ttl: Duration) -> Result<Option<Replay>> {
         let mut conn = self.conn("claiming a replay").await?;
-        let row = Stmt::<D::Db>::new(D::SQL.claim_replay, "claiming a replay")
+        let row = Stmt::<D>::new(D::SQL.claim_replay, "claiming a replay")
             .bind(consumer)
             .bind(member)
             .bind(millis(ttl))
@@ -166,7 +166,7 @@ impl<D: Dialect> ReplayStore for SqlStore<D> {
         done: bool,
     ) -> Result<bool> {
         let mut conn = self.conn("recording a replay's progress").await?;
-        let updated = Stmt::<D::Db>::new(D::SQL.replay_progress, "recording a replay's progress")
+        let updated = Stmt::<D>::new(D::SQL.replay_progress, "recording a replay's progress")
             .bind(id)
             .bind(member)
             .bind(cursor)
@@ -183,7 +183,7 @@ impl<D: Dialect> ReplayStore for SqlStore<D> {
 
     async fn cancel_replay(&self, id: Uuid) -> Result<bool> {
         let mut conn = self.conn("cancelling a replay").await?;
-        let updated = Stmt::<D::Db>::new(D::SQL.cancel_replay, "cancelling a replay")
+        let updated = Stmt::<D>::new(D::SQL.cancel_replay, "cancelling a replay")
             .bind(id)
             .execute(&mut conn)
             .await?;

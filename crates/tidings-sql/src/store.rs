@@ -7,10 +7,11 @@ use std::time::Duration;
 use sqlx::Pool;
 use sqlx::pool::PoolConnection;
 use tidings_core::guard::Guard;
-use tidings_core::{Error, PublishGuard, Result};
+use tidings_core::{PublishGuard, Result};
 use tidings_log::{LogPublisher, LogReaderConfig, LogSubscriber};
 
 use crate::Dialect;
+use crate::errors::db_error;
 
 /// Options of a [`SqlStore`].
 #[derive(Debug, Clone)]
@@ -92,7 +93,7 @@ impl StoreOptions {
     /// Checks every message before the outbox accepts it (schema
     /// validation and the secrets lint, with `tidings-schema`'s
     /// `SchemaGuard`). A refused message is not written and `enqueue`
-    /// returns [`Error::Refused`].
+    /// returns [`Error::Refused`](tidings_core::Error::Refused).
     pub fn guard(mut self, guard: Arc<dyn PublishGuard>) -> Self {
         self.guard = Some(guard);
         self
@@ -214,12 +215,12 @@ impl<D: Dialect> SqlStore<D> {
 
     /// A connection from the pool, for doing `what`.
     pub async fn conn(&self, what: &'static str) -> Result<PoolConnection<D::Db>> {
-        self.inner.pool.acquire().await.map_err(Error::db(what))
+        self.inner.pool.acquire().await.map_err(db_error::<D>(what))
     }
 
     /// A transaction, for doing `what`.
     pub async fn begin_tx(&self, what: &'static str) -> Result<sqlx::Transaction<'static, D::Db>> {
-        self.inner.pool.begin().await.map_err(Error::db(what))
+        self.inner.pool.begin().await.map_err(db_error::<D>(what))
     }
 }
 

@@ -2,9 +2,10 @@
 
 use async_trait::async_trait;
 use sqlx::{Postgres, Row, Transaction};
-use tidings_core::{ClaimedBatch, Error, OutboxPartitions, OutgoingMessage, Result, cloudevents};
+use tidings_core::{ClaimedBatch, OutboxPartitions, OutgoingMessage, Result, cloudevents};
+use tidings_sql::db_error;
 
-use crate::PgStore;
+use crate::{Pg, PgStore};
 
 /// A batch claimed by one relay: its rows stay locked (other relays skip
 /// them) until the batch is completed or released, or the relay dies and
@@ -52,7 +53,7 @@ pub(crate) async fn claim(store: &PgStore, limit: usize, held: &OutboxPartitions
         .pool()
         .begin_with(CLAIM_BEGIN)
         .await
-        .map_err(Error::db("starting an outbox claim"))?;
+        .map_err(db_error::<Pg>("starting an outbox claim"))?;
     let live: Vec<i32> = sqlx::query_scalar(HOLD_LEASES)
         .bind(&held.scope)
         .bind(&held.member)
@@ -60,7 +61,7 @@ pub(crate) async fn claim(store: &PgStore, limit: usize, held: &OutboxPartitions
         .bind(held.leases.iter().map(|l| l.fence).collect::<Vec<_>>())
         .fetch_all(&mut *tx)
         .await
-        .map_err(Error::db("checking the relay's leases"))?;
+        .map_err(db_error::<Pg>("checking the relay's leases"))?;
     if live.is_empty() {
         let _ = tx.rollback().await;
         return Ok(PgBatch {
@@ -79,7 +80,7 @@ pub(crate) async fn claim(store: &PgStore, limit: usize, held: &OutboxPartitions
         .bind(live.iter().map(|&p| i64::from(p)).collect::<Vec<_>>())
         .fetch_all(&mut *tx)
         .await
-        .map_err(Error::db("claiming an outbox batch"))?;
+        .map_err(db_error::<Pg>("claiming an outbox batch"))?;
     let mut rows: Vec<(i64, String, Vec<u8>)> =
         rows.into_iter().map(|r| (r.get(0), r.get(1), r.get(2))).collect();
     rows.sort_unstable_by_key(|r| r.0);
@@ -106,7 +107,10 @@ impl ClaimedBatch for PgBatch {
 
     async fn complete(mut self) -> Result<()> {
         match self.tx.take() {
-            Some(tx) => tx.commit().await.map_err(Error::db("completing an outbox batch")),
+            Some(tx) => tx
+                .commit()
+                .await
+                .map_err(db_error::<Pg>("completing an outbox batch")),
             None => Ok(()),
         }
     }
@@ -116,7 +120,7 @@ impl ClaimedBatch for PgBatch {
             Some(tx) => tx
                 .rollback()
                 .await
-                .map_err(Error::db("releasing an outbox batch")),
+                .map_err(db_error::<Pg>("releasing an outbox batch")),
             None => Ok(()),
         }
     }

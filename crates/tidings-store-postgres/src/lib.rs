@@ -34,10 +34,11 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use sqlx::Connection;
+use sqlx::error::DatabaseError;
 use sqlx::postgres::{PgConnectOptions, PgConnection, PgPoolOptions, PgQueryResult};
 use sqlx::{PgPool, Postgres};
 use tidings_core::{Error, OutboxPartitions, OutgoingMessage, Result};
-use tidings_sql::{Dialect, SqlStore, Statements, StoreOptions};
+use tidings_sql::{Dialect, SqlStore, Statements, StoreOptions, db_error};
 use uuid::Uuid;
 
 pub use claim::PgBatch;
@@ -72,10 +73,7 @@ async fn probe(connect: &PgConnectOptions) -> Result<()> {
         };
         let timed_out = matches!(&error, sqlx::Error::Io(io) if io.kind() == std::io::ErrorKind::TimedOut);
         if !starting || timed_out || tokio::time::Instant::now() + delay >= deadline {
-            return Err(Error::Database {
-                operation: "connecting to PostgreSQL",
-                source: error,
-            });
+            return Err(db_error::<Pg>("connecting to PostgreSQL")(error));
         }
         tokio::time::sleep(delay).await;
         delay = (delay * 2).min(Duration::from_secs(1));
@@ -124,6 +122,28 @@ impl Dialect for Pg {
         result.rows_affected()
     }
 
+    /// Serialization failures and deadlocks (`40001`, `40P01`), a lock
+    /// not available (`55P03`), too many connections (`53300`), the server
+    /// shutting down or starting up (`57P01`..`57P03`) and lost connections
+    /// (`08000`, `08003`, `08006`).
+    fn transient(error: &dyn DatabaseError) -> bool {
+        matches!(
+            error.code().as_deref(),
+            Some(
+                "40001"
+                    | "40P01"
+                    | "55P03"
+                    | "53300"
+                    | "57P01"
+                    | "57P02"
+                    | "57P03"
+                    | "08000"
+                    | "08003"
+                    | "08006"
+            )
+        )
+    }
+
     /// A pool on `url` (`postgres://user@host/db`), of 32 connections
     /// unless the options say otherwise.
     ///
@@ -143,7 +163,7 @@ impl Dialect for Pg {
             .acquire_timeout(Duration::from_secs(30))
             .connect_with(connect)
             .await
-            .map_err(Error::db("connecting to PostgreSQL"))
+            .map_err(db_error::<Pg>("connecting to PostgreSQL"))
     }
 
     fn wakeups(pool: &PgPool, options: &StoreOptions) -> wake::PgWakeups {

@@ -2,9 +2,10 @@
 //! transaction, the batch confirmed when it commits.
 
 use tidings_core::partition::key_hash;
-use tidings_core::{Error, OutgoingMessage, Result, cloudevents};
+use tidings_core::{OutgoingMessage, Result, cloudevents};
+use tidings_sql::log_error;
 
-use crate::PgStore;
+use crate::{Pg, PgStore};
 
 pub(crate) async fn append(store: &PgStore, batch: &[OutgoingMessage]) -> Result<()> {
     let topics: Vec<&str> = batch.iter().map(|m| m.topic.as_str()).collect();
@@ -23,14 +24,9 @@ pub(crate) async fn append(store: &PgStore, batch: &[OutgoingMessage]) -> Result
     .bind(&bodies)
     .execute(store.pool())
     .await
-    .map_err(|e| {
-        let retryable = tidings_core::classify_sqlx(&e).is_retryable();
-        Error::transport(
-            "pg-log",
-            format!("appending {} messages failed", batch.len()),
-            e,
-            retryable,
-        )
-    })?;
+    .map_err(log_error::<Pg>(format!(
+        "appending {} messages failed",
+        batch.len()
+    )))?;
     Ok(())
 }

@@ -3,8 +3,9 @@
 use async_trait::async_trait;
 use sqlx::Row;
 use tidings_core::{ClaimedBatch, Error, Lease, OutboxPartitions, OutgoingMessage, Result, cloudevents};
+use tidings_sql::db_error;
 
-use crate::{SqliteStore, now_millis};
+use crate::{Lite, SqliteStore, now_millis};
 
 /// A batch read by a relay of a SQLite file. Nothing is locked while it is
 /// published: holding SQLite's one write lock across a publish would block
@@ -37,7 +38,7 @@ pub(crate) async fn claim(store: &SqliteStore, limit: usize, held: &OutboxPartit
         .bind(now)
         .fetch_optional(store.pool())
         .await
-        .map_err(Error::db("checking the relay's leases"))?;
+        .map_err(db_error::<Lite>("checking the relay's leases"))?;
         if holds.is_some() {
             live.push(*lease);
         }
@@ -64,7 +65,7 @@ pub(crate) async fn claim(store: &SqliteStore, limit: usize, held: &OutboxPartit
     .bind(format!("{partitions:?}"))
     .fetch_all(store.pool())
     .await
-    .map_err(Error::db("claiming an outbox batch"))?;
+    .map_err(db_error::<Lite>("claiming an outbox batch"))?;
     for r in rows {
         let seq: i64 = r.get(0);
         let hash: i64 = r.get(3);
@@ -115,7 +116,7 @@ impl ClaimedBatch for SqliteBatch {
                 .bind(now_millis())
                 .execute(self.store.pool())
                 .await
-                .map_err(Error::db("completing an outbox batch"))?;
+                .map_err(db_error::<Lite>("completing an outbox batch"))?;
             if done.rows_affected() == 0 {
                 fenced.push(lease.partition);
             }

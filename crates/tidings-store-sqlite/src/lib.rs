@@ -34,12 +34,13 @@ use std::str::FromStr;
 use std::time::Duration;
 
 use async_trait::async_trait;
+use sqlx::error::DatabaseError;
 use sqlx::sqlite::{
     SqliteConnectOptions, SqliteJournalMode, SqlitePoolOptions, SqliteQueryResult, SqliteSynchronous,
 };
 use sqlx::{Sqlite, SqlitePool};
 use tidings_core::{Error, OutboxPartitions, OutgoingMessage, Result};
-use tidings_sql::{Dialect, LocalWakeups, SqlStore, Statements, StoreOptions};
+use tidings_sql::{Dialect, LocalWakeups, SqlStore, Statements, StoreOptions, db_error};
 use uuid::Uuid;
 
 pub use claim::SqliteBatch;
@@ -100,6 +101,16 @@ impl Dialect for Lite {
         result.rows_affected()
     }
 
+    /// `SQLITE_BUSY` (5) and `SQLITE_LOCKED` (6), with their extended
+    /// codes (the low byte is the primary code): another connection held
+    /// the lock past the busy timeout.
+    fn transient(error: &dyn DatabaseError) -> bool {
+        error
+            .code()
+            .and_then(|code| code.parse::<i32>().ok())
+            .is_some_and(|code| matches!(code & 0xff, 5 | 6))
+    }
+
     /// Opens (creating if missing) the database at `url` (`sqlite://path.db`
     /// or a plain path), in WAL mode with `synchronous = FULL`: a commit
     /// that returned survives a power cut.
@@ -122,7 +133,7 @@ impl Dialect for Lite {
             .max_connections(options.pool_size().unwrap_or(8))
             .connect_with(connect)
             .await
-            .map_err(Error::db("opening the SQLite database"))
+            .map_err(db_error::<Lite>("opening the SQLite database"))
     }
 
     fn wakeups(_pool: &SqlitePool, _options: &StoreOptions) -> LocalWakeups {

@@ -2,21 +2,14 @@
 //! when it commits.
 
 use tidings_core::partition::key_hash;
-use tidings_core::{Error, OutgoingMessage, Result, cloudevents};
+use tidings_core::{OutgoingMessage, Result, cloudevents};
+use tidings_sql::log_error;
 
-use crate::{SqliteStore, now_millis};
+use crate::{Lite, SqliteStore, now_millis};
 
 pub(crate) async fn append(store: &SqliteStore, batch: &[OutgoingMessage]) -> Result<()> {
-    let transport_error = |e: sqlx::Error| {
-        let retryable = tidings_core::classify_sqlx(&e).is_retryable();
-        Error::transport(
-            "sqlite-log",
-            format!("appending {} messages failed", batch.len()),
-            e,
-            retryable,
-        )
-    };
-    let mut tx = store.pool().begin().await.map_err(transport_error)?;
+    let transport_error = log_error::<Lite>(format!("appending {} messages failed", batch.len()));
+    let mut tx = store.pool().begin().await.map_err(&transport_error)?;
     let now = now_millis();
     for m in batch {
         sqlx::query(
@@ -30,8 +23,8 @@ pub(crate) async fn append(store: &SqliteStore, batch: &[OutgoingMessage]) -> Re
         .bind(now)
         .execute(&mut *tx)
         .await
-        .map_err(transport_error)?;
+        .map_err(&transport_error)?;
     }
-    tx.commit().await.map_err(transport_error)?;
+    tx.commit().await.map_err(&transport_error)?;
     Ok(())
 }

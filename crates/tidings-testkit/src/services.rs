@@ -31,6 +31,10 @@ pub trait TestDb: Send + Sync + Sized + 'static {
     /// encoding (the store checks feed readers bad input with it).
     const LOG_APPEND_RAW: &'static str;
 
+    /// Makes this session give up at once on a lock another transaction
+    /// holds, rather than wait (the store checks lose a race with it).
+    const GIVE_UP_ON_LOCKS: &'static str;
+
     /// A fresh store, migrated.
     async fn create() -> Self;
 
@@ -47,6 +51,8 @@ impl TestDb for PgTestDb {
 
     const LOG_APPEND_RAW: &'static str =
         "INSERT INTO tidings_log (topic, aggregate_key, body) VALUES ($1, $2, $3)";
+
+    const GIVE_UP_ON_LOCKS: &'static str = "SET lock_timeout = '50ms'";
 
     async fn create() -> Self {
         PgTestDb::new().await
@@ -67,6 +73,8 @@ impl TestDb for SqliteTestDb {
 
     const LOG_APPEND_RAW: &'static str =
         "INSERT INTO tidings_log (topic, aggregate_key, body, created_at) VALUES ($1, $2, $3, 0)";
+
+    const GIVE_UP_ON_LOCKS: &'static str = "PRAGMA busy_timeout = 0";
 
     async fn create() -> Self {
         SqliteTestDb::new().await

@@ -118,9 +118,13 @@ impl<S: Store> Worker<S> {
         emitted: bool,
         operation: &'static str,
     ) -> Result<(), AttemptError> {
-        tx.commit()
-            .await
-            .map_err(|source| AttemptError::Store(tidings_core::Error::Database { operation, source }))?;
+        tx.commit().await.map_err(|e| {
+            AttemptError::Store(tidings_core::Error::database(
+                operation,
+                self.store.error_class(&e),
+                e,
+            ))
+        })?;
         bump(&self.stats.transactions);
         if emitted {
             self.store.wake();

@@ -99,7 +99,7 @@ impl<S: Store> Worker<S> {
                 }
                 Err(AttemptError::Handler(e)) => {
                     bump(&self.stats.failed);
-                    (e.class(), e.to_string())
+                    (e.class_with(|db| self.store.error_class(db)), e.to_string())
                 }
             };
             let (class, message) = error;

@@ -113,16 +113,18 @@ impl<DB: SqlDb> Handler<DB> for Recorder {
         }
         let consumer = ctx.consumer().to_owned();
         if self.check_order && event.seq > 1 {
-            let previous: i64 = Stmt::<DB>::new(
+            let rows = applied::<DB>(
+                ctx.tx(),
                 "SELECT CAST(count(*) AS BIGINT) FROM test_applied WHERE consumer = $1 AND k = $2 AND seq = $3",
-                "checking the predecessor is applied",
+                &consumer,
+                &event.key,
+                event.seq - 1,
             )
-            .bind(consumer.as_str())
-            .bind(event.key.as_str())
-            .bind(event.seq - 1)
-            .fetch_one(ctx.tx())
-            .await?
-            .get(0)?;
+            .await?;
+            let previous: i64 = match rows.first() {
+                Some(row) => DB::get(row, 0)?,
+                None => 0,
+            };
             if previous != 1 {
                 return Err(HandlerError::permanent(format!(
                     "{}:{} before its predecessor",
@@ -130,14 +132,13 @@ impl<DB: SqlDb> Handler<DB> for Recorder {
                 )));
             }
         }
-        Stmt::<DB>::new(
+        applied::<DB>(
+            ctx.tx(),
             "INSERT INTO test_applied (consumer, k, seq) VALUES ($1, $2, $3)",
-            "applying a test event",
+            &consumer,
+            &event.key,
+            event.seq,
         )
-        .bind(consumer.as_str())
-        .bind(event.key.as_str())
-        .bind(event.seq)
-        .execute(ctx.tx())
         .await?;
         if self.effect {
             let keys = self.effect_keys.clone();
@@ -153,6 +154,24 @@ impl<DB: SqlDb> Handler<DB> for Recorder {
         self.seen.lock().unwrap().push((event.key, event.seq));
         Ok(())
     }
+}
+
+/// Runs `sql` over `test_applied` with (consumer, key, seq) on the
+/// handler's transaction, as a service's handler runs its own SQL: a
+/// database error goes up through `?`, for the store to classify.
+async fn applied<DB: SqlDb>(
+    conn: &mut DB::Connection,
+    sql: &'static str,
+    consumer: &str,
+    key: &str,
+    seq: i64,
+) -> Result<Vec<DB::Row>, HandlerError> {
+    let mut args = DB::Arguments::default();
+    DB::bind(&mut args, consumer)
+        .and_then(|()| DB::bind(&mut args, key))
+        .and_then(|()| DB::bind(&mut args, seq))
+        .map_err(HandlerError::permanent)?;
+    Ok(DB::rows(conn, sqlx::SqlSafeStr::into_sql_str(sql), args).await?)
 }
 
 /// What the checks do to a store besides its own API, written once for
@@ -185,7 +204,7 @@ pub trait StoreExt: Sized {
 impl<D: Dialect> StoreExt for SqlStore<D> {
     async fn setup(&self) {
         let mut conn = self.conn("creating test_applied").await.unwrap();
-        Stmt::<D::Db>::new(
+        Stmt::<D>::new(
             "CREATE TABLE IF NOT EXISTS test_applied (consumer TEXT NOT NULL, k TEXT NOT NULL, seq BIGINT NOT NULL)",
             "creating test_applied",
         )
@@ -220,7 +239,7 @@ impl<D: Dialect> StoreExt for SqlStore<D> {
 
     async fn count(&self, sql: &'static str) -> i64 {
         let mut conn = self.conn("counting").await.unwrap();
-        Stmt::<D::Db>::new(sql, "counting")
+        Stmt::<D>::new(sql, "counting")
             .fetch_one(&mut *conn)
             .await
             .unwrap()
@@ -237,7 +256,7 @@ impl<D: Dialect> StoreExt for SqlStore<D> {
         hold: Duration,
     ) {
         let mut tx = self.pool().begin().await.unwrap();
-        Stmt::<D::Db>::new(statement, "appending a raw log entry")
+        Stmt::<D>::new(statement, "appending a raw log entry")
             .bind(topic)
             .bind(key)
             .bind(body.as_slice())

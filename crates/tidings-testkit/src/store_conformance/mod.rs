@@ -18,6 +18,7 @@
 //! - [`consumer`]: the consumer runtime: order, duplicates, effects,
 //!   timeouts, batches;
 //! - [`dead_letters`]: dead letters, redrive, parking, skipping;
+//! - [`errors`]: which database errors are worth trying again;
 //! - [`members`]: leases and several members of one group;
 //! - [`replay`]: replays from the outbox;
 //! - [`versions`]: upcasting and dual publishing.
@@ -27,6 +28,7 @@
 
 pub mod consumer;
 pub mod dead_letters;
+pub mod errors;
 pub mod fixtures;
 pub mod members;
 pub mod outbox;
@@ -72,6 +74,9 @@ macro_rules! store_conformance {
                 a_dead_letter_holds_its_key_until_redriven,
                 a_skipped_dead_letter_lets_its_key_go_on,
                 a_consumer_may_continue_past_a_dead_letter,
+            ],
+            errors: [
+                a_lost_race_is_transient_and_bad_data_permanent,
             ],
             members: [
                 leases_go_to_one_member_and_fences_grow,
