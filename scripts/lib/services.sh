@@ -55,6 +55,61 @@ ensure_postgres() {
 
 tcp_open() { (exec 3<>"/dev/tcp/$1/$2") 2>/dev/null; }
 
+# The MariaDB client over loopback TCP as the tests connect: user root, no
+# password, no option files (a password in ~/.my.cnf would hide a problem).
+mariadb_tcp() { mariadb --no-defaults --protocol=TCP -h 127.0.0.1 -P 3306 -u root --connect-timeout=5 "$@"; }
+# Whether a server answers; true even when it refuses the login.
+mariadb_ready() { mariadb-admin --no-defaults --protocol=TCP -h 127.0.0.1 -P 3306 -u root --connect-timeout=2 ping; }
+
+# MariaDB (or MySQL) on 127.0.0.1:3306, user root without a password from
+# 127.0.0.1, a database `test`.
+ensure_mariadb() {
+  if ! command -v mariadb >/dev/null || ! command -v mariadb-admin >/dev/null; then
+    log "installing the MariaDB client from the distribution's packages"
+    apt_install mariadb-client
+  fi
+  if ! mariadb_ready >/dev/null 2>&1; then
+    if [ ! -x /usr/sbin/mariadbd ]; then
+      log "installing MariaDB from the distribution's packages"
+      apt_install mariadb-server
+    fi
+  fi
+  # Installing may have started it, where the machine lets packages start services.
+  if ! mariadb_ready >/dev/null 2>&1; then
+    log "starting MariaDB"
+    local datadir
+    datadir=$(/usr/sbin/mariadbd --print-defaults | tr ' ' '\n' | sed -n 's/^--datadir=//p' | tail -n 1)
+    datadir=${datadir:-/var/lib/mysql}
+    if ! as_root test -d "$datadir/mysql"; then
+      as_root mariadb-install-db --user=mysql --datadir="$datadir" --skip-test-db >/dev/null ||
+        die "MariaDB: cannot initialize its data directory $datadir (see mariadb-install-db's output)"
+    fi
+    as_root install -d -m 755 -o mysql -g root /run/mysqld
+    # mysqld_safe, as Debian's init script runs it, so that no systemd is needed.
+    as_root start-stop-daemon --start --oknodo --background --name mysqld_safe --startas /usr/bin/mysqld_safe
+    wait_until 60 "MariaDB on 127.0.0.1:3306" mariadb_ready
+  fi
+  if ! mariadb_tcp -e 'SELECT 1' >/dev/null 2>&1; then
+    # A fresh install lets root in through the unix socket only. Tests log
+    # in over loopback without a password, as on CI: from 127.0.0.1 as
+    # root@127.0.0.1, or as root@localhost when the server resolves names.
+    log "letting MariaDB's root log in from 127.0.0.1 without a password"
+    as_root mariadb --protocol=SOCKET -u root -e "
+      ALTER USER root@localhost IDENTIFIED VIA unix_socket OR mysql_native_password USING PASSWORD('');
+      CREATE USER IF NOT EXISTS root@'127.0.0.1' IDENTIFIED VIA mysql_native_password USING PASSWORD('');
+      GRANT ALL PRIVILEGES ON *.* TO root@'127.0.0.1' WITH GRANT OPTION;" ||
+      die "MariaDB at 127.0.0.1:3306: root cannot log in without a password, and the local socket did not let this script allow it (allow root@127.0.0.1 with an empty password yourself)"
+    mariadb_tcp -e 'SELECT 1' >/dev/null ||
+      die "MariaDB at 127.0.0.1:3306: root still cannot log in from 127.0.0.1 without a password (check mysql.user)"
+  fi
+  mariadb_tcp -e 'CREATE DATABASE IF NOT EXISTS test' ||
+    die "MariaDB at 127.0.0.1:3306: cannot create database test as user root"
+  # Databases left by interrupted test runs.
+  mariadb_tcp -N -e 'SELECT CONCAT("DROP DATABASE `", schema_name, "`;") FROM information_schema.schemata
+      WHERE schema_name LIKE "tidings\_test\_%"' | mariadb_tcp
+  log "MariaDB ready on 127.0.0.1:3306"
+}
+
 # NATS with JetStream on 127.0.0.1:4222.
 ensure_nats() {
   if ! tcp_open 127.0.0.1 4222; then

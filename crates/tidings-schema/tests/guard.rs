@@ -82,7 +82,7 @@ macro_rules! run_cases {
             }
             results.push(result);
         }
-        let rows: i64 = sqlx::query_scalar("SELECT CAST(count(*) AS BIGINT) FROM tidings_outbox")
+        let rows: i64 = sqlx::query_scalar("SELECT count(*) FROM tidings_outbox")
             .fetch_one(store.pool())
             .await
             .unwrap();

@@ -25,9 +25,9 @@ impl<D: Dialect> ConsumerStore for SqlStore<D> {
         let inserted = Stmt::<D>::new(D::SQL.mark_processed, "recording a processed marker")
             .bind(consumer)
             .bind(message_id)
-            .fetch_optional(conn)
+            .execute(conn)
             .await?;
-        Ok(inserted.is_some())
+        Ok(D::rows_affected(&inserted) == 1)
     }
 
     async fn mark_processed_all(

@@ -16,6 +16,7 @@ use uuid::Uuid;
 
 use crate::Dialect;
 use crate::errors::db_error;
+use crate::placeholders::{Placeholders, positional};
 
 /// The database can bind a `T` as a statement argument.
 pub trait Bind<'t, T>: Database {
@@ -147,17 +148,31 @@ where
 
 /// A statement, its arguments, and what it does (named in its errors), on
 /// dialect `D`'s database, which classifies its errors.
-pub struct Stmt<D: Dialect> {
+///
+/// The text numbers its parameters (`$1`, `$2`...) on every database; where
+/// the database binds by position ([`Placeholders::Positional`]), the
+/// arguments are kept until the statement runs, then bound once for each
+/// place the text names them.
+pub struct Stmt<'t, D: Dialect> {
     sql: SqlStr,
-    args: Args<D>,
-    bad_argument: Option<BoxDynError>,
+    args: Params<'t, D>,
     what: &'static str,
 }
 
 type Args<D> = <<D as Dialect>::Db as Database>::Arguments;
 type Connection<D> = <<D as Dialect>::Db as Database>::Connection;
+/// An argument kept for a database that binds by position: binds a copy.
+type Deferred<'t, D> = Box<dyn Fn(&mut Args<D>) -> std::result::Result<(), BoxDynError> + Send + 't>;
 
-impl<D: Dialect> std::fmt::Debug for Stmt<D> {
+/// A statement's arguments, bound as they come or kept until it runs.
+enum Params<'t, D: Dialect> {
+    /// Bound as they come; the first that could not be encoded.
+    Bound(Args<D>, Option<BoxDynError>),
+    /// Kept, with the parameter each `?` of the text stands for.
+    Kept(Vec<Deferred<'t, D>>, Vec<usize>),
+}
+
+impl<D: Dialect> std::fmt::Debug for Stmt<'_, D> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Stmt")
             .field("what", &self.what)
@@ -165,7 +180,7 @@ impl<D: Dialect> std::fmt::Debug for Stmt<D> {
     }
 }
 
-impl<D: Dialect> Stmt<D> {
+impl<'t, D: Dialect> Stmt<'t, D> {
     /// `sql`, which does `what` (`"claiming an outbox batch"`).
     pub fn new(sql: &'static str, what: &'static str) -> Self {
         Self::dynamic(sqlx::SqlSafeStr::into_sql_str(sql), what)
@@ -173,32 +188,70 @@ impl<D: Dialect> Stmt<D> {
 
     /// A statement whose text was put together at run time from trusted parts.
     pub fn dynamic(sql: SqlStr, what: &'static str) -> Self {
-        Stmt {
-            sql,
-            args: Args::<D>::default(),
-            bad_argument: None,
-            what,
+        match D::PLACEHOLDERS {
+            Placeholders::Numbered => Stmt {
+                sql,
+                args: Params::Bound(Args::<D>::default(), None),
+                what,
+            },
+            Placeholders::Positional => {
+                let (text, order) = positional(sql.as_str());
+                Stmt {
+                    sql: sqlx::SqlSafeStr::into_sql_str(sqlx::AssertSqlSafe(text)),
+                    args: Params::Kept(Vec::new(), order),
+                    what,
+                }
+            }
         }
     }
 
-    /// Binds the next argument.
-    pub fn bind<'t, T>(mut self, value: T) -> Self
+    /// Binds the next parameter (`$1`, then `$2`...).
+    pub fn bind<T>(mut self, value: T) -> Self
     where
         D::Db: Bind<'t, T>,
+        T: Clone + Send + 't,
     {
-        if self.bad_argument.is_none()
-            && let Err(e) = <D::Db as Bind<'t, T>>::bind(&mut self.args, value)
-        {
-            self.bad_argument = Some(e);
+        match &mut self.args {
+            Params::Bound(args, bad) => {
+                if bad.is_none()
+                    && let Err(e) = <D::Db as Bind<'t, T>>::bind(args, value)
+                {
+                    *bad = Some(e);
+                }
+            }
+            Params::Kept(kept, _) => {
+                kept.push(Box::new(move |args: &mut Args<D>| {
+                    <D::Db as Bind<'t, T>>::bind(args, value.clone())
+                }));
+            }
         }
         self
     }
 
     fn checked(self) -> Result<(SqlStr, Args<D>, &'static str)> {
-        match self.bad_argument {
-            Some(e) => Err(db_error::<D>(self.what)(sqlx::Error::Encode(e))),
-            None => Ok((self.sql, self.args, self.what)),
-        }
+        let args = match self.args {
+            Params::Bound(args, None) => args,
+            Params::Bound(_, Some(e)) => return Err(db_error::<D>(self.what)(sqlx::Error::Encode(e))),
+            Params::Kept(kept, order) => {
+                let mut args = Args::<D>::default();
+                for n in order {
+                    let bound = match kept.get(n) {
+                        Some(bind) => bind(&mut args),
+                        None => Err(format!(
+                            "the statement names parameter ${} but only {} were bound",
+                            n + 1,
+                            kept.len()
+                        )
+                        .into()),
+                    };
+                    if let Err(e) = bound {
+                        return Err(db_error::<D>(self.what)(sqlx::Error::Encode(e)));
+                    }
+                }
+                args
+            }
+        };
+        Ok((self.sql, args, self.what))
     }
 
     /// Runs it; returns the driver's result (see [`Dialect::rows_affected`]).

@@ -5,7 +5,8 @@
 //! reads the same Rust values on every database:
 //!
 //! - placeholders are `$1`, `$2`... in the order the field's doc gives; a
-//!   statement may leave a parameter unused;
+//!   statement may name one several times or leave it unused, on MySQL too
+//!   ([`placeholders`](crate::placeholders));
 //! - points in time cross the boundary as `i64` microseconds since the
 //!   Unix epoch (bound and selected), durations and ages as `i64`
 //!   milliseconds; each dialect converts to its own columns;
@@ -24,6 +25,7 @@ use uuid::Uuid;
 
 use crate::db::{Bind, SqlDb};
 use crate::migrate::MigrationPlan;
+use crate::placeholders::Placeholders;
 use crate::store::{SqlStore, StoreOptions};
 
 /// One database's part of the store.
@@ -35,11 +37,11 @@ pub trait Dialect: Sized + Send + Sync + 'static {
         + for<'a> Bind<'a, Self::TextList>
         + for<'a> Bind<'a, Self::UuidList>;
     /// A list of integers as a parameter.
-    type IntList: Send;
+    type IntList: Send + Clone;
     /// A list of strings as a parameter.
-    type TextList: Send;
+    type TextList: Send + Clone;
     /// A list of ids as a parameter.
-    type UuidList: Send;
+    type UuidList: Send + Clone;
     /// A batch the relay claimed ([`Dialect::claim`]).
     type Batch: ClaimedBatch + std::fmt::Debug;
     /// How producers wake relays and log readers ([`Wakeups`]).
@@ -52,6 +54,9 @@ pub trait Dialect: Sized + Send + Sync + 'static {
     const SCHEMES: &'static [&'static str];
     /// The database-log transport's name (`pg-log`).
     const LOG_TRANSPORT: &'static str;
+    /// How its statements mark parameters: numbered (the default) or by
+    /// position, where the store rewrites the `$n` of every statement.
+    const PLACEHOLDERS: Placeholders = Placeholders::Numbered;
     /// The statements.
     const SQL: Statements;
     /// The migrations.
@@ -149,7 +154,8 @@ pub struct Statements {
     pub outbox_cleanup: &'static str,
 
     // Consumer records.
-    /// ($1 consumer, $2 message id) -> a row if it was not recorded yet.
+    /// ($1 consumer, $2 message id): inserts the marker unless it is
+    /// recorded already, changing one row if it was not.
     pub mark_processed: &'static str,
     /// ($1 consumer, $2 id list) -> (message id) of those not recorded yet,
     /// where one statement can do it; else one by one.
@@ -172,16 +178,16 @@ pub struct Statements {
     /// inserts, or for the same (consumer, message id) adds attempts,
     /// appends errors and makes it pending again.
     pub dead_letter_upsert: &'static str,
-    /// ($1 consumer or null, $2 type or null, $3 limit or null, $4 include
+    /// ($1 consumer or null, $2 type or null, $3 limit, $4 include
     /// settled) -> [`DEAD_LETTER_COLUMNS`](crate::DEAD_LETTER_COLUMNS), newest first.
     pub dead_letters: &'static str,
     /// ($1 id): run before `dead_letter_for_redrive` where reading cannot lock.
     pub lock_dead_letter: Option<&'static str>,
-    /// ($1 id) -> the dead letter's columns, locked for the redrive.
+    /// ($1 id) -> the dead letter's columns, locked for a redrive or a skip.
     pub dead_letter_for_redrive: &'static str,
     /// ($1 id).
     pub mark_redriven: &'static str,
-    /// ($1 id) -> (consumer, topic, key, message id).
+    /// ($1 id).
     pub mark_skipped: &'static str,
     /// ($1 id list): deletes the settled ones.
     pub purge: &'static str,
@@ -210,8 +216,13 @@ pub struct Statements {
     /// ($1 scope) -> (member), sorted.
     pub members: &'static str,
     /// ($1 scope, $2 member, $3 partition list, $4 ttl ms) -> (partition
-    /// i32, fence) of those taken or renewed.
+    /// i32, fence) of those taken or renewed; or no rows, where the database
+    /// cannot return them and `held_leases` reads them after.
     pub acquire_leases: &'static str,
+    /// ($1 scope, $2 member, $3 partition list) -> (partition i32, fence) of
+    /// those it holds live: read after `acquire_leases`, in its transaction,
+    /// where that cannot return them.
+    pub held_leases: Option<&'static str>,
     /// ($1 scope, $2 member, $3 partition list).
     pub release_leases: &'static str,
     /// ($1 scope, $2 member): lapses all its leases.
@@ -262,8 +273,14 @@ pub struct Statements {
     pub request_replay: &'static str,
     /// ($1 id) -> the replay's columns.
     pub replay: &'static str,
-    /// ($1 consumer, $2 member, $3 ttl ms) -> the claimed replay's columns.
+    /// ($1 consumer, $2 member, $3 ttl ms) -> the claimed replay's columns;
+    /// or no rows, where the database cannot return them and
+    /// `claimed_replay` reads them after.
     pub claim_replay: &'static str,
+    /// ($1 consumer, $2 member) -> the columns of the replay the member
+    /// runs: read after `claim_replay`, in its transaction, where that
+    /// cannot return them.
+    pub claimed_replay: Option<&'static str>,
     /// ($1 id, $2 member, $3 cursor, $4 delivered, $5 suppressed, $6
     /// handled, $7 failed, $8 ttl ms, $9 done).
     pub replay_progress: &'static str,

@@ -40,6 +40,22 @@ fn letter<D: Dialect>(r: &Record<D>) -> Result<DeadLetter> {
 }
 
 impl<D: Dialect> SqlStore<D> {
+    /// The dead letter `id`, locked until `tx` ends, if there is one.
+    async fn locked_letter(tx: &mut <D::Db as Database>::Connection, id: Uuid) -> Result<Option<DeadLetter>> {
+        if let Some(lock) = D::SQL.lock_dead_letter {
+            // Take the write lock first, so that the read below is consistent with the update.
+            Stmt::<D>::new(lock, "locking a dead letter")
+                .bind(id)
+                .execute(&mut *tx)
+                .await?;
+        }
+        let row = Stmt::<D>::new(D::SQL.dead_letter_for_redrive, "reading a dead letter")
+            .bind(id)
+            .fetch_optional(&mut *tx)
+            .await?;
+        row.as_ref().map(letter::<D>).transpose()
+    }
+
     /// Stores a dead letter on `conn`; failing again after a redrive or a
     /// skip makes it pending again, with its history appended.
     pub(crate) async fn insert_dead_letter(
@@ -78,7 +94,7 @@ impl<D: Dialect> FailureStore for SqlStore<D> {
         let rows = Stmt::<D>::new(D::SQL.dead_letters, "listing dead letters")
             .bind(filter.consumer.as_deref())
             .bind(filter.message_type.as_deref())
-            .bind(filter.limit.map(i64::from))
+            .bind(filter.limit.map_or(i64::MAX, i64::from))
             .bind(filter.include_redriven)
             .fetch_all(&mut conn)
             .await?;
@@ -87,21 +103,9 @@ impl<D: Dialect> FailureStore for SqlStore<D> {
 
     async fn redrive(&self, id: Uuid) -> Result<Redrive> {
         let mut tx = self.begin_tx("starting a redrive").await?;
-        if let Some(lock) = D::SQL.lock_dead_letter {
-            // Take the write lock first, so that the read below is consistent with the update.
-            Stmt::<D>::new(lock, "locking a dead letter")
-                .bind(id)
-                .execute(&mut tx)
-                .await?;
-        }
-        let Some(row) = Stmt::<D>::new(D::SQL.dead_letter_for_redrive, "reading a dead letter")
-            .bind(id)
-            .fetch_optional(&mut tx)
-            .await?
-        else {
+        let Some(dead) = Self::locked_letter(&mut tx, id).await? else {
             return Ok(Redrive::NotFound);
         };
-        let dead = letter::<D>(&row)?;
         let Some(envelope) = redrive_envelope(&dead) else {
             return Ok(Redrive::Undecodable);
         };
@@ -129,18 +133,18 @@ impl<D: Dialect> FailureStore for SqlStore<D> {
     async fn skip(&self, id: Uuid) -> Result<Skip> {
         // Marks it skipped and releases the key it holds, in one transaction.
         let mut tx = self.begin_tx("starting a skip").await?;
-        let Some(found) = Stmt::<D>::new(D::SQL.mark_skipped, "marking a dead letter skipped")
-            .bind(id)
-            .fetch_optional(&mut tx)
-            .await?
-        else {
+        let Some(dead) = Self::locked_letter(&mut tx, id).await? else {
             return Ok(Skip::NotFound);
         };
+        Stmt::<D>::new(D::SQL.mark_skipped, "marking a dead letter skipped")
+            .bind(id)
+            .execute(&mut tx)
+            .await?;
         let released = Stmt::<D>::new(D::SQL.release_skipped, "releasing a held key")
-            .bind(found.get::<String>(0)?.as_str())
-            .bind(found.get::<String>(1)?.as_str())
-            .bind(found.get::<Option<String>>(2)?.as_deref())
-            .bind(found.get::<Option<Uuid>>(3)?)
+            .bind(dead.consumer.as_str())
+            .bind(dead.topic.as_str())
+            .bind(dead.aggregate_key.as_deref())
+            .bind(dead.message_id)
             .bind(true)
             .execute(&mut tx)
             .await?;

@@ -44,14 +44,37 @@ impl<D: Dialect> LeaseStore for SqlStore<D> {
         // A row is taken if it is ours or lapsed; the fence grows unless it
         // was ours and still live. Released rows stay (lapsed), keeping the
         // fence growing.
-        let mut conn = self.conn("acquiring leases").await?;
-        let rows = Stmt::<D>::new(D::SQL.acquire_leases, "acquiring leases")
-            .bind(scope)
-            .bind(member)
-            .bind(partitions::<D>(wanted))
-            .bind(millis(ttl))
-            .fetch_all(&mut conn)
-            .await?;
+        let rows = match D::SQL.held_leases {
+            None => {
+                let mut conn = self.conn("acquiring leases").await?;
+                Stmt::<D>::new(D::SQL.acquire_leases, "acquiring leases")
+                    .bind(scope)
+                    .bind(member)
+                    .bind(partitions::<D>(wanted))
+                    .bind(millis(ttl))
+                    .fetch_all(&mut conn)
+                    .await?
+            }
+            // The rows it took stay locked until the read: what it reads is what it holds.
+            Some(held) => {
+                let mut tx = self.begin_tx("acquiring leases").await?;
+                Stmt::<D>::new(D::SQL.acquire_leases, "acquiring leases")
+                    .bind(scope)
+                    .bind(member)
+                    .bind(partitions::<D>(wanted))
+                    .bind(millis(ttl))
+                    .execute(&mut tx)
+                    .await?;
+                let rows = Stmt::<D>::new(held, "reading the leases held")
+                    .bind(scope)
+                    .bind(member)
+                    .bind(partitions::<D>(wanted))
+                    .fetch_all(&mut tx)
+                    .await?;
+                tx.commit().await.map_err(db_error::<D>("acquiring leases"))?;
+                rows
+            }
+        };
         let mut leases = rows
             .iter()
             .map(|r| {

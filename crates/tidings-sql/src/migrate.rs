@@ -71,6 +71,11 @@ pub struct MigrationPlan {
     /// transaction (PostgreSQL: an advisory lock; SQLite: none needed, its
     /// first write takes the database lock).
     pub lock: Option<&'static str>,
+    /// The lock belongs to the session, not to the transaction (MySQL's
+    /// `GET_LOCK`, which outlives the commit each DDL statement makes
+    /// there): the runner then migrates on a connection of its own and
+    /// closes it afterwards, which releases the lock whatever happened.
+    pub session_lock: bool,
     /// Creates `tidings_migrations (version, name, applied_at)` if missing.
     pub create_table: &'static str,
     /// ($1 version) -> a row if applied.
@@ -91,8 +96,14 @@ impl MigrationPlan {
 /// Applies the migrations `pool`'s database lacks, in one transaction.
 pub async fn run<D: Dialect>(pool: &Pool<D::Db>) -> Result<()> {
     let plan = &D::MIGRATIONS;
-    let mut tx = pool
-        .begin()
+    let mut conn = pool
+        .acquire()
+        .await
+        .map_err(db_error::<D>("starting Tidings migrations"))?;
+    if plan.session_lock {
+        conn.close_on_drop();
+    }
+    let mut tx = sqlx::Connection::begin(&mut *conn)
         .await
         .map_err(db_error::<D>("starting Tidings migrations"))?;
     if let Some(lock) = plan.lock {

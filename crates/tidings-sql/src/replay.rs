@@ -11,6 +11,7 @@ use tidings_core::{RawMessage, Result};
 use uuid::Uuid;
 
 use crate::db::{Record, Stmt};
+use crate::errors::db_error;
 use crate::store::{count, from_micros, micros, millis};
 use crate::{Dialect, SqlStore};
 
@@ -146,13 +147,30 @@ impl<D: Dialect> ReplayStore for SqlStore<D> {
     }
 
     async fn claim_replay(&self, consumer: &str, member: &str, ttl: Duration) -> Result<Option<Replay>> {
-        let mut conn = self.conn("claiming a replay").await?;
-        let row = Stmt::<D>::new(D::SQL.claim_replay, "claiming a replay")
+        let claim = Stmt::<D>::new(D::SQL.claim_replay, "claiming a replay")
             .bind(consumer)
             .bind(member)
-            .bind(millis(ttl))
-            .fetch_optional(&mut conn)
-            .await?;
+            .bind(millis(ttl));
+        let row = match D::SQL.claimed_replay {
+            None => {
+                let mut conn = self.conn("claiming a replay").await?;
+                claim.fetch_optional(&mut conn).await?
+            }
+            // The claimed row stays locked until the read.
+            Some(claimed) => {
+                let mut tx = self.begin_tx("claiming a replay").await?;
+                if D::rows_affected(&claim.execute(&mut tx).await?) == 0 {
+                    return Ok(None);
+                }
+                let row = Stmt::<D>::new(claimed, "reading the claimed replay")
+                    .bind(consumer)
+                    .bind(member)
+                    .fetch_optional(&mut tx)
+                    .await?;
+                tx.commit().await.map_err(db_error::<D>("claiming a replay"))?;
+                row
+            }
+        };
         row.as_ref().map(replay_of::<D>).transpose()
     }
 

@@ -3,7 +3,7 @@
 
 /// Records a processed marker.
 pub const MARK_PROCESSED: &str = "INSERT INTO tidings_processed (consumer, message_id) VALUES ($1, $2)
-    ON CONFLICT DO NOTHING RETURNING 1";
+    ON CONFLICT DO NOTHING";
 
 /// Whether an effect is recorded.
 pub const EFFECT_RECORDED: &str =
@@ -47,7 +47,7 @@ pub const RELEASE_SKIPPED: &str = "UPDATE tidings_held_keys SET released = $5
     WHERE consumer = $1 AND topic = $2 AND aggregate_key = $3 AND message_id = $4";
 
 /// Held keys and parked messages per consumer and topic.
-pub const PARKED_LAG: &str = "SELECT h.consumer, h.topic, CAST(count(*) AS BIGINT),
+pub const PARKED_LAG: &str = "SELECT h.consumer, h.topic, count(*),
         CAST(COALESCE(sum((SELECT count(*) FROM tidings_parked p
              WHERE p.consumer = h.consumer AND p.topic = h.topic AND p.aggregate_key = h.aggregate_key)), 0) AS BIGINT)
     FROM tidings_held_keys h GROUP BY h.consumer, h.topic ORDER BY h.consumer, h.topic";

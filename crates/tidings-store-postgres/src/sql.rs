@@ -87,8 +87,7 @@ pub(crate) const SQL: Statements = Statements {
         " FROM tidings_dead_letters WHERE id = $1 FOR UPDATE"
     ),
     mark_redriven: "UPDATE tidings_dead_letters SET redrives = redrives + 1, redriven_at = now() WHERE id = $1",
-    mark_skipped: "UPDATE tidings_dead_letters SET skipped_at = now(), updated_at = now()
-        WHERE id = $1 RETURNING consumer, topic, aggregate_key, message_id",
+    mark_skipped: "UPDATE tidings_dead_letters SET skipped_at = now(), updated_at = now() WHERE id = $1",
     purge: "DELETE FROM tidings_dead_letters
         WHERE id = ANY($1) AND (redriven_at IS NOT NULL OR skipped_at IS NOT NULL)",
 
@@ -116,6 +115,7 @@ pub(crate) const SQL: Statements = Statements {
                            THEN l.fence ELSE l.fence + 1 END
           WHERE l.owner = EXCLUDED.owner OR l.expires_at < clock_timestamp()
         RETURNING partition_index, fence",
+    held_leases: None,
     release_leases: "UPDATE tidings_leases SET expires_at = '-infinity'
         WHERE scope = $1 AND owner = $2 AND partition_index = ANY($3::int4[])",
     release_all_leases: "UPDATE tidings_leases SET expires_at = '-infinity' WHERE scope = $1 AND owner = $2",
@@ -190,6 +190,7 @@ pub(crate) const SQL: Statements = Statements {
          RETURNING ",
         replay_columns!()
     ),
+    claimed_replay: None,
     replay_progress: "UPDATE tidings_replays SET cursor = $3, delivered = $4, suppressed = $5, handled = $6,
                failed = $7, claimed_until = clock_timestamp() + $8 * INTERVAL '1 millisecond',
                state = CASE WHEN $9 THEN 'done' ELSE state END, updated_at = now()

@@ -40,7 +40,7 @@ use sqlx::sqlite::{
 };
 use sqlx::{Sqlite, SqlitePool};
 use tidings_core::{Error, OutboxPartitions, OutgoingMessage, Result};
-use tidings_sql::{Dialect, LocalWakeups, SqlStore, Statements, StoreOptions, db_error};
+use tidings_sql::{Dialect, LocalWakeups, SqlStore, Statements, StoreOptions, db_error, json_lists};
 use uuid::Uuid;
 
 pub use claim::SqliteBatch;
@@ -59,10 +59,6 @@ pub(crate) fn now_millis() -> i64 {
     chrono::Utc::now().timestamp_millis()
 }
 
-fn json_list<T: serde::Serialize>(values: &[T]) -> String {
-    serde_json::to_string(values).expect("a list of plain values to JSON")
-}
-
 #[async_trait]
 impl Dialect for Lite {
     type Db = Sqlite;
@@ -79,22 +75,17 @@ impl Dialect for Lite {
     const MIGRATIONS: tidings_sql::migrate::MigrationPlan = migrate::PLAN;
 
     fn int_list(values: &[i64]) -> String {
-        json_list(values)
+        json_lists::ints(values)
     }
 
     fn text_list(values: &[String]) -> String {
-        json_list(values)
+        json_lists::texts(values)
     }
 
     /// Ids as hex strings: the statements match them with `unhex(value)`
     /// against the 16-byte blobs sqlx stores.
     fn uuid_list(values: &[Uuid]) -> String {
-        json_list(
-            &values
-                .iter()
-                .map(|id| id.simple().to_string())
-                .collect::<Vec<_>>(),
-        )
+        json_lists::hex_ids(values)
     }
 
     fn rows_affected(result: &SqliteQueryResult) -> u64 {

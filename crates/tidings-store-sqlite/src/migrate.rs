@@ -6,6 +6,7 @@ pub(crate) const PLAN: MigrationPlan = MigrationPlan {
     // The first statement writes, so the transaction holds SQLite's write
     // lock from there: concurrent migrators wait, then find the work done.
     lock: None,
+    session_lock: false,
     create_table: "CREATE TABLE IF NOT EXISTS tidings_migrations (
         version INTEGER PRIMARY KEY, name TEXT NOT NULL,
         applied_at INTEGER NOT NULL DEFAULT (CAST((julianday('now') - 2440587.5) * 86400000 AS INTEGER)))",

@@ -91,7 +91,7 @@ pub(crate) const SQL: Statements = Statements {
         " FROM tidings_dead_letters
          WHERE ($1 IS NULL OR consumer = $1) AND ($2 IS NULL OR message_type = $2)
            AND ($4 OR (redriven_at IS NULL AND skipped_at IS NULL))
-         ORDER BY created_at DESC LIMIT COALESCE($3, -1)"
+         ORDER BY created_at DESC LIMIT $3"
     ),
     // Take the write lock first, so that the read is consistent with the update.
     lock_dead_letter: Some("UPDATE tidings_dead_letters SET updated_at = updated_at WHERE id = $1"),
@@ -110,7 +110,7 @@ pub(crate) const SQL: Statements = Statements {
         now!(),
         ", updated_at = ",
         now!(),
-        " WHERE id = $1 RETURNING consumer, topic, aggregate_key, message_id"
+        " WHERE id = $1"
     ),
     purge: "DELETE FROM tidings_dead_letters
         WHERE id IN (SELECT unhex(value) FROM json_each($1))
@@ -154,6 +154,7 @@ pub(crate) const SQL: Statements = Statements {
         "
          RETURNING partition_index, fence"
     ),
+    held_leases: None,
     release_leases: "UPDATE tidings_leases SET expires_at = 0
         WHERE scope = $1 AND owner = $2 AND partition_index IN (SELECT value FROM json_each($3))",
     release_all_leases: "UPDATE tidings_leases SET expires_at = 0 WHERE scope = $1 AND owner = $2",
@@ -237,6 +238,7 @@ pub(crate) const SQL: Statements = Statements {
          RETURNING ",
         replay_columns!()
     ),
+    claimed_replay: None,
     replay_progress: concat!(
         "UPDATE tidings_replays SET cursor = $3, delivered = $4, suppressed = $5, handled = $6, failed = $7,
                 claimed_until = ",

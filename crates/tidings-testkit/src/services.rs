@@ -1,15 +1,18 @@
 //! Isolated stores on the real services.
 //!
 //! URLs come from the environment with loopback defaults:
-//! `DATABASE_URL` (default `postgres://postgres@127.0.0.1:5432/test`).
+//! `DATABASE_URL` (default `postgres://postgres@127.0.0.1:5432/test`) and
+//! `MYSQL_URL` (default `mysql://root@127.0.0.1:3306/test`, MariaDB or MySQL).
 
 use std::path::PathBuf;
 use std::str::FromStr;
 
 use async_trait::async_trait;
 use sqlx::Executor;
+use sqlx::mysql::MySqlPoolOptions;
 use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
 use tidings_sql::{Dialect, SqlStore};
+use tidings_store_mysql::{My, MySqlStore};
 use tidings_store_postgres::{Pg, PgStore};
 use tidings_store_sqlite::{Lite, SqliteStore};
 use uuid::Uuid;
@@ -17,6 +20,11 @@ use uuid::Uuid;
 /// The PostgreSQL URL tests use.
 pub fn postgres_url() -> String {
     std::env::var("DATABASE_URL").unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432/test".to_owned())
+}
+
+/// The MySQL (or MariaDB) URL tests use.
+pub fn mysql_url() -> String {
+    std::env::var("MYSQL_URL").unwrap_or_else(|_| "mysql://root@127.0.0.1:3306/test".to_owned())
 }
 
 /// A fresh, migrated store on a real database: what a test written once
@@ -82,6 +90,28 @@ impl TestDb for SqliteTestDb {
 
     fn store(&self) -> &SqliteStore {
         &self.store
+    }
+}
+
+#[async_trait]
+impl TestDb for MySqlTestDb {
+    type Dialect = My;
+
+    const LOG_APPEND_RAW: &'static str =
+        "INSERT INTO tidings_log (topic, aggregate_key, body) VALUES ($1, $2, $3)";
+
+    const GIVE_UP_ON_LOCKS: &'static str = "SET SESSION innodb_lock_wait_timeout = 1";
+
+    async fn create() -> Self {
+        MySqlTestDb::new().await
+    }
+
+    fn store(&self) -> &MySqlStore {
+        &self.store
+    }
+
+    async fn teardown(&self) {
+        self.drop_database().await;
     }
 }
 
@@ -182,5 +212,98 @@ impl Drop for SqliteTestDb {
             p.push(suffix);
             let _ = std::fs::remove_file(p);
         }
+    }
+}
+
+/// A migrated [`MySqlStore`] in a database of its own, dropped by
+/// [`MySqlTestDb::drop_database`].
+#[derive(Debug)]
+pub struct MySqlTestDb {
+    /// The store.
+    pub store: MySqlStore,
+    /// The database's name.
+    pub database: String,
+    /// A URL that reaches the same database (for a second process or pool).
+    pub url: String,
+}
+
+impl MySqlTestDb {
+    /// Creates a fresh database and a migrated store in it.
+    ///
+    /// # Panics
+    ///
+    /// If MySQL cannot be reached, with a message naming it and the URL.
+    pub async fn new() -> MySqlTestDb {
+        let base = mysql_url();
+        let database = format!("tidings_test_{}", Uuid::new_v4().simple());
+        let admin = MySqlPoolOptions::new()
+            .max_connections(1)
+            .connect(&base)
+            .await
+            .unwrap_or_else(|e| panic!("MySQL is not reachable at {base} (set MYSQL_URL): {e}"));
+        admin
+            .execute(sqlx::AssertSqlSafe(format!("CREATE DATABASE {database}")))
+            .await
+            .expect("creating a test database");
+        admin.close().await;
+        let url = with_database(&base, &database);
+        let store = MySqlStore::connect(&url)
+            .await
+            .unwrap_or_else(|e| panic!("MySQL refused the test database at {url}: {e}"));
+        store.migrate().await.expect("migrating the test database");
+        MySqlTestDb { store, database, url }
+    }
+
+    /// Closes the pool and drops the database.
+    pub async fn drop_database(&self) {
+        self.store.pool().close().await;
+        if let Ok(admin) = MySqlPoolOptions::new()
+            .max_connections(1)
+            .connect(&mysql_url())
+            .await
+        {
+            let _ = admin
+                .execute(sqlx::AssertSqlSafe(format!("DROP DATABASE {}", self.database)))
+                .await;
+            admin.close().await;
+        }
+    }
+}
+
+/// `url` with its path (the database) replaced by `database`, its query kept.
+fn with_database(url: &str, database: &str) -> String {
+    let (base, query) = match url.split_once('?') {
+        Some((base, query)) => (base, Some(query)),
+        None => (url, None),
+    };
+    let authority_end = base
+        .find("://")
+        .map(|i| i + 3)
+        .and_then(|start| base[start..].find('/').map(|j| start + j))
+        .unwrap_or(base.len());
+    let mut out = format!("{}/{database}", &base[..authority_end]);
+    if let Some(query) = query {
+        out.push('?');
+        out.push_str(query);
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn a_test_database_keeps_the_url_but_its_path() {
+        assert_eq!(
+            super::with_database("mysql://root@127.0.0.1:3306/test", "t1"),
+            "mysql://root@127.0.0.1:3306/t1"
+        );
+        assert_eq!(
+            super::with_database("mariadb://u:p@db/test?ssl-mode=disabled", "t1"),
+            "mariadb://u:p@db/t1?ssl-mode=disabled"
+        );
+        assert_eq!(
+            super::with_database("mysql://root@localhost", "t1"),
+            "mysql://root@localhost/t1"
+        );
     }
 }

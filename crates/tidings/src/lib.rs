@@ -1,8 +1,8 @@
 //! Tidings: reliable events for Rust backends.
 //!
 //! Add this one crate to a service and pick the backends with features:
-//! `sqlite` (the default, embedded, no server) and `postgres` for the
-//! store; `nats`, `rabbitmq` and `kafka` for brokers; `prometheus`, `otel`
+//! `sqlite` (the default, embedded, no server), `postgres` and `mysql`
+//! (MySQL and MariaDB) for the store; `nats`, `rabbitmq` and `kafka` for brokers; `prometheus`, `otel`
 //! and `schema` (on by default) for operations. Then:
 //!
 //! 1. write events to the outbox in the same transaction as the business
@@ -106,6 +106,12 @@ pub mod sql {
 #[cfg(feature = "postgres")]
 pub mod postgres {
     pub use tidings_store_postgres::*;
+}
+
+/// MySQL and MariaDB store (feature `mysql`).
+#[cfg(feature = "mysql")]
+pub mod mysql {
+    pub use tidings_store_mysql::*;
 }
 
 /// SQLite store, the embedded default (feature `sqlite`).

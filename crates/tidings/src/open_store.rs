@@ -13,13 +13,16 @@ pub enum AnyStore {
     /// PostgreSQL (`postgres://`).
     #[cfg(feature = "postgres")]
     Postgres(crate::postgres::PgStore),
+    /// MySQL or MariaDB (`mysql://`, `mariadb://`).
+    #[cfg(feature = "mysql")]
+    MySql(crate::mysql::MySqlStore),
     /// SQLite (`sqlite:`).
     #[cfg(feature = "sqlite")]
     Sqlite(crate::sqlite::SqliteStore),
 }
 
 /// Opens the store at `url` with default options: `postgres://user@host/db`,
-/// `sqlite://path.db` (or a plain path: the embedded default), as the
+/// `mysql://user@host/db`, `sqlite://path.db` (or a plain path: the embedded default), as the
 /// build's features allow ([`store_schemes`]).
 pub async fn open_store(url: &str) -> Result<AnyStore> {
     open_store_with(url, StoreOptions::default()).await
@@ -33,6 +36,8 @@ pub async fn open_store_with(url: &str, options: StoreOptions) -> Result<AnyStor
     match backend(url) {
         #[cfg(feature = "postgres")]
         Some(Backend::Postgres) => Ok(AnyStore::Postgres(SqlStore::connect_with(url, options).await?)),
+        #[cfg(feature = "mysql")]
+        Some(Backend::MySql) => Ok(AnyStore::MySql(SqlStore::connect_with(url, options).await?)),
         #[cfg(feature = "sqlite")]
         Some(Backend::Sqlite) => Ok(AnyStore::Sqlite(SqlStore::connect_with(url, options).await?)),
         None => {
@@ -48,7 +53,7 @@ fn refused(url: &str) -> Error {
         key: "database URL".into(),
         reason: format!(
             "no database of this build opens {:?}; it opens {} (each database is a feature of the \
-             tidings crate: sqlite, postgres)",
+             tidings crate: sqlite, postgres, mysql)",
             redact_url(url),
             store_schemes().join(", ")
         ),
@@ -61,6 +66,8 @@ pub fn store_schemes() -> Vec<&'static str> {
     let mut schemes = Vec::new();
     #[cfg(feature = "postgres")]
     schemes.extend(crate::postgres::Pg::SCHEMES);
+    #[cfg(feature = "mysql")]
+    schemes.extend(crate::mysql::My::SCHEMES);
     #[cfg(feature = "sqlite")]
     schemes.extend(crate::sqlite::Lite::SCHEMES);
     schemes
@@ -72,6 +79,8 @@ pub fn database_named(url: &str) -> Option<&'static str> {
     backend(url).map(|backend| match backend {
         #[cfg(feature = "postgres")]
         Backend::Postgres => crate::postgres::Pg::NAME,
+        #[cfg(feature = "mysql")]
+        Backend::MySql => crate::mysql::My::NAME,
         #[cfg(feature = "sqlite")]
         Backend::Sqlite => crate::sqlite::Lite::NAME,
     })
@@ -82,6 +91,8 @@ pub fn database_named(url: &str) -> Option<&'static str> {
 enum Backend {
     #[cfg(feature = "postgres")]
     Postgres,
+    #[cfg(feature = "mysql")]
+    MySql,
     #[cfg(feature = "sqlite")]
     Sqlite,
 }
@@ -93,6 +104,10 @@ fn backend(url: &str) -> Option<Backend> {
     #[cfg(feature = "postgres")]
     if opens::<crate::postgres::Pg>(url) {
         return Some(Backend::Postgres);
+    }
+    #[cfg(feature = "mysql")]
+    if opens::<crate::mysql::My>(url) {
+        return Some(Backend::MySql);
     }
     #[cfg(feature = "sqlite")]
     if opens::<crate::sqlite::Lite>(url) || !has_scheme(url) {
@@ -158,6 +173,7 @@ macro_rules! with_store {
             #[allow(unreachable_code, unused_labels)]
             __tidings_store => 'tidings_store: {
                 $crate::__with_postgres!(__tidings_store, $s, $body, 'tidings_store);
+                $crate::__with_mysql!(__tidings_store, $s, $body, 'tidings_store);
                 $crate::__with_sqlite!(__tidings_store, $s, $body, 'tidings_store);
                 ::core::unreachable!("a store of a database this build does not include")
             }
@@ -200,5 +216,24 @@ macro_rules! __with_sqlite {
 #[doc(hidden)]
 #[macro_export]
 macro_rules! __with_sqlite {
+    ($($t:tt)*) => {};
+}
+
+#[cfg(feature = "mysql")]
+#[doc(hidden)]
+#[macro_export]
+macro_rules! __with_mysql {
+    ($store:ident, $s:ident, $body:expr, $done:lifetime) => {
+        #[allow(irrefutable_let_patterns)]
+        if let $crate::AnyStore::MySql($s) = $store {
+            break $done $body;
+        }
+    };
+}
+
+#[cfg(not(feature = "mysql"))]
+#[doc(hidden)]
+#[macro_export]
+macro_rules! __with_mysql {
     ($($t:tt)*) => {};
 }

@@ -10,6 +10,11 @@ pub use crate::postgres::PgStore;
 #[cfg(feature = "postgres")]
 pub use sqlx::Postgres;
 
+#[cfg(feature = "mysql")]
+pub use crate::mysql::MySqlStore;
+#[cfg(feature = "mysql")]
+pub use sqlx::MySql;
+
 #[cfg(feature = "sqlite")]
 pub use crate::sqlite::SqliteStore;
 #[cfg(feature = "sqlite")]

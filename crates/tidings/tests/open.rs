@@ -57,10 +57,10 @@ async fn a_plain_path_opens_the_embedded_store() {
 
 #[tokio::test]
 async fn an_unknown_scheme_is_refused_naming_the_known_ones() {
-    let err = open_store("mysql://app:hunter2@db/shop").await.unwrap_err();
+    let err = open_store("oracle://app:hunter2@db/shop").await.unwrap_err();
     let text = err.to_string();
     assert!(
-        text.contains("mysql://app:***@db/shop") || text.contains("mysql://app@db/shop"),
+        text.contains("oracle://app:***@db/shop") || text.contains("oracle://app@db/shop"),
         "{text}"
     );
     assert!(
@@ -71,6 +71,25 @@ async fn an_unknown_scheme_is_refused_naming_the_known_ones() {
         assert!(text.contains(scheme), "{text} names {scheme}");
     }
     assert!(!err.class().is_retryable());
+}
+
+/// Built with the `mysql` feature (as the workspace's own tests are): a
+/// `mysql://` or `mariadb://` URL opens MySQL (MariaDB here).
+#[cfg(feature = "mysql")]
+#[tokio::test]
+async fn a_mysql_url_opens_mysql() {
+    let url = std::env::var("MYSQL_URL").unwrap_or_else(|_| "mysql://root@127.0.0.1:3306/test".to_owned());
+    let store = open_store(&url)
+        .await
+        .unwrap_or_else(|e| panic!("MySQL at {url} (set MYSQL_URL): {}", e.report()));
+    assert!(matches!(store, AnyStore::MySql(_)), "{store:?}");
+    assert_eq!(store.database(), "MySQL");
+    let mariadb = url.replacen("mysql://", "mariadb://", 1);
+    assert_eq!(tidings::database_named(&mariadb), Some("MySQL"));
+    let store = open_store(&mariadb)
+        .await
+        .unwrap_or_else(|e| panic!("MariaDB at {mariadb}: {}", e.report()));
+    assert!(matches!(store, AnyStore::MySql(_)), "{store:?}");
 }
 
 /// Built with the `postgres` feature (as the workspace's own tests are):

@@ -175,7 +175,7 @@ pub async fn a_redriven_dead_letter_is_handled_once<T: TestDb>(db: &T) {
     pipeline.stop().await;
     assert_eq!(
         store
-            .count("SELECT CAST(count(*) AS BIGINT) FROM test_applied WHERE k = 'bad'")
+            .count("SELECT count(*) FROM test_applied WHERE k = 'bad'")
             .await,
         1,
         "handled exactly once"

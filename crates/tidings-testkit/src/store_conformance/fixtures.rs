@@ -15,6 +15,7 @@ use tidings_core::{Backoff, Envelope, Kind, Message, Outbox, OutgoingMessage, Su
 use tidings_log::{LogPublisher, LogReaderConfig, LogSubscriber};
 use tidings_relay::{Relay, RelayConfig};
 use tidings_sql::db::{SqlDb, Stmt};
+use tidings_sql::placeholders::positional;
 use tidings_sql::{Dialect, SqlStore, StoreOptions};
 use tokio_util::sync::CancellationToken;
 
@@ -115,7 +116,7 @@ impl<DB: SqlDb> Handler<DB> for Recorder {
         if self.check_order && event.seq > 1 {
             let rows = applied::<DB>(
                 ctx.tx(),
-                "SELECT CAST(count(*) AS BIGINT) FROM test_applied WHERE consumer = $1 AND k = $2 AND seq = $3",
+                "SELECT count(*) FROM test_applied WHERE consumer = $1 AND k = $2 AND seq = $3",
                 &consumer,
                 &event.key,
                 event.seq - 1,
@@ -158,7 +159,9 @@ impl<DB: SqlDb> Handler<DB> for Recorder {
 
 /// Runs `sql` over `test_applied` with (consumer, key, seq) on the
 /// handler's transaction, as a service's handler runs its own SQL: a
-/// database error goes up through `?`, for the store to classify.
+/// database error goes up through `?`, for the store to classify. MySQL
+/// marks parameters with `?`: there the text's `$1`, `$2`, `$3` become `?`
+/// (each named once, in order).
 async fn applied<DB: SqlDb>(
     conn: &mut DB::Connection,
     sql: &'static str,
@@ -171,7 +174,12 @@ async fn applied<DB: SqlDb>(
         .and_then(|()| DB::bind(&mut args, key))
         .and_then(|()| DB::bind(&mut args, seq))
         .map_err(HandlerError::permanent)?;
-    Ok(DB::rows(conn, sqlx::SqlSafeStr::into_sql_str(sql), args).await?)
+    let sql = if DB::NAME == "MySQL" {
+        sqlx::SqlSafeStr::into_sql_str(sqlx::AssertSqlSafe(positional(sql).0))
+    } else {
+        sqlx::SqlSafeStr::into_sql_str(sql)
+    };
+    Ok(DB::rows(conn, sql, args).await?)
 }
 
 /// What the checks do to a store besides its own API, written once for

@@ -105,20 +105,13 @@ pub async fn retention_keeps_sent_rows_until_cleanup<T: TestDb>(db: &T) {
     );
     assert_eq!(store.lag().await.unwrap().outbox_pending, 0);
     assert_eq!(
-        store
-            .count("SELECT CAST(count(*) AS BIGINT) FROM tidings_outbox")
-            .await,
+        store.count("SELECT count(*) FROM tidings_outbox").await,
         5,
         "kept for retention"
     );
     tokio::time::sleep(Duration::from_millis(20)).await;
     assert_eq!(store.cleanup().await.unwrap(), 5);
-    assert_eq!(
-        store
-            .count("SELECT CAST(count(*) AS BIGINT) FROM tidings_outbox")
-            .await,
-        0
-    );
+    assert_eq!(store.count("SELECT count(*) FROM tidings_outbox").await, 0);
 }
 
 /// A publisher that takes its time, to catch the relay mid-publish.
@@ -156,12 +149,7 @@ pub async fn shutdown_finishes_the_batch_being_published<T: TestDb>(db: &T) {
         "the batch in flight is finished, not abandoned"
     );
     assert_eq!(store.lag().await.unwrap().outbox_pending, 0);
-    assert_eq!(
-        store
-            .count("SELECT CAST(count(*) AS BIGINT) FROM tidings_log")
-            .await,
-        3
-    );
+    assert_eq!(store.count("SELECT count(*) FROM tidings_log").await, 3);
 }
 
 /// Writers whose transactions overlap and commit out of sequence order: a
@@ -256,7 +244,7 @@ pub async fn log_retention_keeps_what_a_group_has_not_read<T: TestDb>(db: &T) {
         .commit_offset("reader", TOPIC, Partition::WHOLE, entries[2].at)
         .await
         .unwrap();
-    let total = || store.count("SELECT CAST(count(*) AS BIGINT) FROM tidings_log");
+    let total = || store.count("SELECT count(*) FROM tidings_log");
     assert_eq!(total().await, 7);
     assert_eq!(
         store.trim(Duration::from_secs(3600), 100).await.unwrap(),

@@ -76,9 +76,9 @@ fn start<D: Dialect>(store: &SqlStore<D>, id: &'static str, log: &PublishLog) ->
 /// Whether relay `id` has taken a partition (lease rows keep their last owner).
 async fn holds<D: Dialect>(store: &SqlStore<D>, id: &str) -> bool {
     let sql = match id {
-        "r1" => "SELECT CAST(count(*) AS BIGINT) FROM tidings_leases WHERE owner = 'r1'",
-        "r2" => "SELECT CAST(count(*) AS BIGINT) FROM tidings_leases WHERE owner = 'r2'",
-        _ => "SELECT CAST(count(*) AS BIGINT) FROM tidings_leases WHERE owner = 'r3'",
+        "r1" => "SELECT count(*) FROM tidings_leases WHERE owner = 'r1'",
+        "r2" => "SELECT count(*) FROM tidings_leases WHERE owner = 'r2'",
+        _ => "SELECT count(*) FROM tidings_leases WHERE owner = 'r3'",
     };
     store.count(sql).await > 0
 }

@@ -1,0 +1,169 @@
+//! The relay's claim on MySQL: the rows of its partitions, locked by key, under the lease locks.
+
+use async_trait::async_trait;
+use sqlx::{MySql, Row, Transaction};
+use tidings_core::{ClaimedBatch, OutboxPartitions, OutgoingMessage, Result, cloudevents};
+use tidings_sql::db_error;
+
+use crate::{My, MySqlStore};
+
+/// A batch claimed by one relay: its rows stay locked (other relays skip
+/// them) until the batch is completed or released, or the relay dies and
+/// the server rolls its transaction back.
+#[derive(Debug)]
+pub struct MySqlBatch {
+    tx: Option<Transaction<'static, MySql>>,
+    messages: Vec<OutgoingMessage>,
+}
+
+// Read committed: InnoDB then locks the rows a locking read returns and
+// no gaps between them, so producers inserting new rows never wait for a
+// batch being published. Repeatable read (the server's default) would
+// lock the gap after the last unsent row, and every producer with it.
+const CLAIM_BEGIN: &str = "SET TRANSACTION ISOLATION LEVEL READ COMMITTED; START TRANSACTION";
+
+// The claim's transaction first takes a share lock on the relay's live
+// leases: until the batch commits or rolls back, no other relay can take
+// those partitions over (taking one over updates its row). The fences are
+// compared here, not in SQL.
+const HOLD_LEASES: &str = concat!(
+    "SELECT partition_index, fence FROM tidings_leases WHERE scope = ? AND owner = ? AND expires_at > ",
+    now!(),
+    " LOCK IN SHARE MODE"
+);
+
+/// Claims a batch: the rows stay locked until it is completed or released.
+pub(crate) async fn claim(store: &MySqlStore, limit: usize, held: &OutboxPartitions) -> Result<MySqlBatch> {
+    let mut tx = store
+        .pool()
+        .begin_with(CLAIM_BEGIN)
+        .await
+        .map_err(db_error::<My>("starting an outbox claim"))?;
+    let rows = sqlx::query(HOLD_LEASES)
+        .bind(&held.scope)
+        .bind(&held.member)
+        .fetch_all(&mut *tx)
+        .await
+        .map_err(db_error::<My>("checking the relay's leases"))?;
+    let live: Vec<i64> = rows
+        .iter()
+        .map(|r| (r.get::<i32, _>(0), r.get::<i64, _>(1)))
+        .filter(|&(p, fence)| {
+            held.leases
+                .iter()
+                .any(|l| i64::from(l.partition) == i64::from(p) && l.fence == fence)
+        })
+        .map(|(p, _)| i64::from(p))
+        .collect();
+    if live.is_empty() {
+        let _ = tx.rollback().await;
+        return Ok(MySqlBatch {
+            tx: None,
+            messages: Vec::new(),
+        });
+    }
+    // First the candidates, read without locking. A locking read would lock
+    // every unsent row it scans before testing its partition (the test
+    // cannot use the index), and another relay's claim, skipping locked
+    // rows, would then skip rows of its own partitions and publish a key's
+    // later records before its earlier ones. The partitions are numbers the
+    // store computed: written into the text, they leave the optimizer a
+    // plain IN list.
+    let partitions = live.iter().map(i64::to_string).collect::<Vec<_>>().join(", ");
+    let candidates = format!(
+        "SELECT seq FROM tidings_outbox
+         WHERE published_at IS NULL AND (? = 1 OR COALESCE(key_hash, 0) % ? IN ({partitions}))
+         ORDER BY seq LIMIT ?"
+    );
+    let candidates: Vec<i64> = sqlx::query_scalar(sqlx::AssertSqlSafe(candidates))
+        .bind(i64::from(held.count))
+        .bind(i64::from(held.count))
+        .bind(i64::try_from(limit).unwrap_or(i64::MAX))
+        .fetch_all(&mut *tx)
+        .await
+        .map_err(db_error::<My>("claiming an outbox batch"))?;
+    if candidates.is_empty() {
+        let _ = tx.rollback().await;
+        return Ok(MySqlBatch {
+            tx: None,
+            messages: Vec::new(),
+        });
+    }
+    // Then exactly those rows, locked by their keys. Only a relay holding
+    // these partitions reads them so, and the lease locks above keep any
+    // other relay from holding them now.
+    let candidates = candidates
+        .iter()
+        .map(i64::to_string)
+        .collect::<Vec<_>>()
+        .join(", ");
+    let locked = format!(
+        "SELECT seq, topic, body FROM tidings_outbox
+         WHERE seq IN ({candidates}) AND published_at IS NULL ORDER BY seq FOR UPDATE"
+    );
+    let rows = sqlx::query(sqlx::AssertSqlSafe(locked))
+        .fetch_all(&mut *tx)
+        .await
+        .map_err(db_error::<My>("claiming an outbox batch"))?;
+    let mut seqs = Vec::with_capacity(rows.len());
+    let mut messages = Vec::with_capacity(rows.len());
+    for r in rows {
+        seqs.push(r.get::<i64, _>(0).to_string());
+        let body: Vec<u8> = r.get(2);
+        messages.push(OutgoingMessage {
+            topic: r.get(1),
+            envelope: cloudevents::from_json(&body)?,
+        });
+    }
+    if !seqs.is_empty() {
+        // Deleted (or stamped) now, under the locks: the change is only
+        // seen if the relay commits, after the transport confirmed.
+        let seqs = seqs.join(", ");
+        let done = match store.options().retention_period() {
+            Some(_) => format!(
+                concat!(
+                    "UPDATE tidings_outbox SET published_at = ",
+                    now!(),
+                    " WHERE seq IN ({})"
+                ),
+                seqs
+            ),
+            None => format!("DELETE FROM tidings_outbox WHERE seq IN ({seqs})"),
+        };
+        sqlx::query(sqlx::AssertSqlSafe(done))
+            .execute(&mut *tx)
+            .await
+            .map_err(db_error::<My>("claiming an outbox batch"))?;
+    }
+    Ok(MySqlBatch {
+        tx: Some(tx),
+        messages,
+    })
+}
+
+#[async_trait]
+impl ClaimedBatch for MySqlBatch {
+    fn messages(&self) -> &[OutgoingMessage] {
+        &self.messages
+    }
+
+    async fn complete(mut self) -> Result<()> {
+        match self.tx.take() {
+            Some(tx) => tx
+                .commit()
+                .await
+                .map_err(db_error::<My>("completing an outbox batch")),
+            None => Ok(()),
+        }
+    }
+
+    async fn release(mut self) -> Result<()> {
+        match self.tx.take() {
+            Some(tx) => tx
+                .rollback()
+                .await
+                .map_err(db_error::<My>("releasing an outbox batch")),
+            None => Ok(()),
+        }
+    }
+}
