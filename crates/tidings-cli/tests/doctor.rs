@@ -223,3 +223,21 @@ async fn doctor_fails_on_a_database_without_tidings_tables() {
     );
     let _ = std::fs::remove_file(&path);
 }
+
+/// The operator commands run on MySQL (MariaDB here) like on the others: a
+/// migrated database passes the table check, shows no backlog, and its
+/// outbox status names the partition and no relay.
+#[tokio::test]
+async fn doctor_and_outbox_status_read_a_mysql_database() {
+    let db = tidings_testkit::services::MySqlTestDb::new().await;
+    let (_, checks) = doctor(&db.url, &[]);
+    assert_eq!(item(&checks, "tables")["verdict"], "pass", "{checks:#?}");
+    assert_eq!(item(&checks, "outbox lag")["verdict"], "pass", "{checks:#?}");
+    let status = outbox_status(&db.url);
+    assert_eq!(status["pending"], 0, "{status:#}");
+    assert_eq!(status["relays"].as_array().unwrap().len(), 0, "{status:#}");
+    let out = tidings().args(["lag", "--database", &db.url]).output().unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(String::from_utf8_lossy(&out.stdout).contains("outbox pending"));
+    db.drop_database().await;
+}
