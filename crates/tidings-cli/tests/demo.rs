@@ -279,9 +279,9 @@ async fn checkout_on_postgres_over_kafka_with_two_relays_two_members_duplicates_
     pg.drop_schema().await;
 }
 
-#[test]
-fn a_killed_demo_resumes_without_loss_or_duplicated_effects() {
-    let db = TempDb::new();
+/// Kills a demo on `database` midway without warning, then runs it again
+/// over the same database: nothing lost, no effect twice.
+fn a_killed_demo_resumes(database: &str) {
     let mut child = tidings()
         .args([
             "demo",
@@ -293,7 +293,7 @@ fn a_killed_demo_resumes_without_loss_or_duplicated_effects() {
             "--poison-rate",
             "0.02",
         ])
-        .args(["--database", &db.url()])
+        .args(["--database", database])
         .stdout(Stdio::null())
         .stderr(Stdio::null())
         .spawn()
@@ -307,9 +307,42 @@ fn a_killed_demo_resumes_without_loss_or_duplicated_effects() {
     child.kill().unwrap();
     child.wait().unwrap();
 
-    let s = demo(&db.url(), &["--orders", "50"]);
+    let s = demo(database, &["--orders", "50"]);
     assert_sound(&s);
     assert!(n(&s, "orders_total") > 50, "the killed run placed orders: {s:#}");
+}
+
+#[test]
+fn a_killed_demo_resumes_without_loss_or_duplicated_effects() {
+    let db = TempDb::new();
+    a_killed_demo_resumes(&db.url());
+}
+
+/// The checkout system on MySQL (MariaDB here), over NATS, with two relays,
+/// two members per group, duplicates and poison; then killed midway and run
+/// again over the same database.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn checkout_on_mysql_over_nats_with_two_relays_two_members_then_killed_and_resumed() {
+    let db = tidings_testkit::services::MySqlTestDb::new().await;
+    let url = db.url.clone();
+    let nats = tidings_testkit::nats::nats_url();
+    let s = tokio::task::spawn_blocking(move || {
+        let mut args = FAULTY.to_vec();
+        args.extend(["--members", "2", "--relays", "2", "--broker", nats.as_str()]);
+        let s = demo(&url, &args);
+        a_killed_demo_resumes(&url);
+        s
+    })
+    .await
+    .unwrap();
+    assert_sound(&s);
+    assert!(s["database"].as_str().unwrap().starts_with("mysql"), "{s:#}");
+    assert_eq!(n(&s, "orders_total"), 300);
+    assert_eq!(
+        s["published"].as_i64().unwrap(),
+        n(&s, "commands_committed") + n(&s, "events_committed")
+    );
+    db.drop_database().await;
 }
 
 #[test]

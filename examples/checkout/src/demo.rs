@@ -304,6 +304,16 @@ async fn open_and_run(
             let label = format!("postgres ({})", redact(&url));
             run_on(store, provider, options, label, role, shutdown).await
         }
+        AnyStore::MySql(store) => {
+            // The provider is another system: it gets its own connections.
+            let provider_pool = sqlx::mysql::MySqlPoolOptions::new()
+                .max_connections(4)
+                .connect(&url)
+                .await?;
+            let provider = EmailProvider::MySql(provider_pool);
+            let label = format!("mysql ({})", redact(&url));
+            run_on(store, provider, options, label, role, shutdown).await
+        }
         AnyStore::Sqlite(store) => {
             let path = url
                 .strip_prefix("sqlite://")
@@ -315,7 +325,10 @@ async fn open_and_run(
             let label = format!("sqlite ({path})");
             run_on(store, provider, options, label, role, shutdown).await
         }
-        other => anyhow::bail!("the demo runs on PostgreSQL or SQLite, not {}", other.database()),
+        other => anyhow::bail!(
+            "the demo runs on PostgreSQL, MySQL or SQLite, not {}",
+            other.database()
+        ),
     }
 }
 

@@ -1,12 +1,18 @@
 //! The five services of the checkout system, as Tidings handlers.
 //!
-//! Their SQL runs unchanged on PostgreSQL and SQLite, so each handler is
-//! written once and implemented for both databases by `for_both_databases!`.
+//! Each handler is written once over the checkout's SQL table
+//! ([`CheckoutSql`](crate::sql::CheckoutSql)) and implemented for every
+//! database by `for_each_database!`.
 
-use sqlx::{PgPool, SqlitePool};
+use sqlx::{MySqlPool, PgPool, Pool, SqlitePool};
 use tidings_consumer::{Context, Handler, HandlerError, IdempotencyKey};
+use tidings_sql::db::Stmt;
+use tidings_store_mysql::My;
+use tidings_store_postgres::Pg;
+use tidings_store_sqlite::Lite;
 
 use crate::messages::*;
+use crate::sql::CheckoutDialect;
 
 /// Handles checkout's commands: writes the order and emits its events.
 #[derive(Debug, Clone, Copy)]
@@ -43,19 +49,11 @@ pub struct Loyalty;
 pub enum EmailProvider {
     /// Provider state in PostgreSQL.
     Postgres(PgPool),
+    /// Provider state in MySQL.
+    MySql(MySqlPool),
     /// Provider state in its own SQLite file.
     Sqlite(SqlitePool),
 }
-
-const PROVIDER_SCHEMA: &str = "CREATE TABLE IF NOT EXISTS email_provider (
-    idempotency_key TEXT PRIMARY KEY, order_id TEXT NOT NULL, kind TEXT NOT NULL, calls BIGINT NOT NULL)";
-const PROVIDER_SEND: &str =
-    "INSERT INTO email_provider (idempotency_key, order_id, kind, calls) VALUES ($1, $2, $3, 1)
-    ON CONFLICT (idempotency_key) DO UPDATE SET calls = email_provider.calls + 1";
-const PROVIDER_TALLY: &str = "SELECT
-    (SELECT CAST(count(*) AS BIGINT) FROM email_provider),
-    (SELECT CAST(COALESCE(sum(calls), 0) AS BIGINT) FROM email_provider),
-    (SELECT CAST(count(*) AS BIGINT) FROM (SELECT order_id, kind FROM email_provider GROUP BY order_id, kind HAVING count(*) > 1) d)";
 
 /// What the email provider saw.
 #[derive(Debug, Clone, Copy, Default)]
@@ -70,111 +68,153 @@ pub struct ProviderTally {
 
 impl EmailProvider {
     /// Creates the provider's table.
-    pub async fn setup(&self) -> sqlx::Result<()> {
+    pub async fn setup(&self) -> tidings_core::Result<()> {
         match self {
-            EmailProvider::Postgres(p) => sqlx::query(PROVIDER_SCHEMA).execute(p).await.map(drop),
-            EmailProvider::Sqlite(p) => sqlx::query(PROVIDER_SCHEMA).execute(p).await.map(drop),
+            EmailProvider::Postgres(p) => provider_setup::<Pg>(p).await,
+            EmailProvider::MySql(p) => provider_setup::<My>(p).await,
+            EmailProvider::Sqlite(p) => provider_setup::<Lite>(p).await,
         }
     }
 
     async fn send(&self, key: &IdempotencyKey, order_id: &str, kind: &str) -> Result<(), HandlerError> {
-        let (key, order_id) = (key.as_str(), order_id);
-        match self {
-            EmailProvider::Postgres(p) => sqlx::query(PROVIDER_SEND)
-                .bind(key)
-                .bind(order_id)
-                .bind(kind)
-                .execute(p)
-                .await
-                .map(drop),
-            EmailProvider::Sqlite(p) => sqlx::query(PROVIDER_SEND)
-                .bind(key)
-                .bind(order_id)
-                .bind(kind)
-                .execute(p)
-                .await
-                .map(drop),
-        }
-        .map_err(HandlerError::transient)
+        let sent = match self {
+            EmailProvider::Postgres(p) => provider_send::<Pg>(p, key, order_id, kind).await,
+            EmailProvider::MySql(p) => provider_send::<My>(p, key, order_id, kind).await,
+            EmailProvider::Sqlite(p) => provider_send::<Lite>(p, key, order_id, kind).await,
+        };
+        sent.map_err(HandlerError::transient)
     }
 
     /// Reads what the provider saw.
-    pub async fn tally(&self) -> sqlx::Result<ProviderTally> {
-        let (sent, calls, duplicated): (i64, i64, i64) = match self {
-            EmailProvider::Postgres(p) => sqlx::query_as(PROVIDER_TALLY).fetch_one(p).await?,
-            EmailProvider::Sqlite(p) => sqlx::query_as(PROVIDER_TALLY).fetch_one(p).await?,
-        };
-        Ok(ProviderTally {
-            sent,
-            calls,
-            duplicated,
-        })
+    pub async fn tally(&self) -> tidings_core::Result<ProviderTally> {
+        match self {
+            EmailProvider::Postgres(p) => provider_tally::<Pg>(p).await,
+            EmailProvider::MySql(p) => provider_tally::<My>(p).await,
+            EmailProvider::Sqlite(p) => provider_tally::<Lite>(p).await,
+        }
     }
 }
 
-macro_rules! for_both_databases {
+async fn provider_setup<D: CheckoutDialect>(pool: &Pool<D::Db>) -> tidings_core::Result<()> {
+    let mut conn = pool
+        .acquire()
+        .await
+        .map_err(tidings_sql::db_error::<D>("reaching the email provider"))?;
+    Stmt::<D>::new(D::CHECKOUT.provider_schema, "creating the email provider's table")
+        .execute(&mut conn)
+        .await
+        .map(drop)
+}
+
+async fn provider_send<D: CheckoutDialect>(
+    pool: &Pool<D::Db>,
+    key: &IdempotencyKey,
+    order_id: &str,
+    kind: &str,
+) -> tidings_core::Result<()> {
+    let mut conn = pool
+        .acquire()
+        .await
+        .map_err(tidings_sql::db_error::<D>("reaching the email provider"))?;
+    Stmt::<D>::new(D::CHECKOUT.provider_send, "sending an email")
+        .bind(key.as_str())
+        .bind(order_id)
+        .bind(kind)
+        .execute(&mut conn)
+        .await
+        .map(drop)
+}
+
+async fn provider_tally<D: CheckoutDialect>(pool: &Pool<D::Db>) -> tidings_core::Result<ProviderTally> {
+    let mut conn = pool
+        .acquire()
+        .await
+        .map_err(tidings_sql::db_error::<D>("reaching the email provider"))?;
+    let row = Stmt::<D>::new(D::CHECKOUT.provider_tally, "reading what the email provider saw")
+        .fetch_one(&mut conn)
+        .await?;
+    Ok(ProviderTally {
+        sent: row.get(0)?,
+        calls: row.get(1)?,
+        duplicated: row.get(2)?,
+    })
+}
+
+macro_rules! for_each_database {
     ($($body:tt)*) => {
         mod on_postgres {
             #[allow(unused_imports)]
             use super::*;
+            type D = Pg;
             type Db = sqlx::Postgres;
+            $($body)*
+        }
+        mod on_mysql {
+            #[allow(unused_imports)]
+            use super::*;
+            type D = My;
+            type Db = sqlx::MySql;
             $($body)*
         }
         mod on_sqlite {
             #[allow(unused_imports)]
             use super::*;
+            type D = Lite;
             type Db = sqlx::Sqlite;
             $($body)*
         }
     };
 }
 
-for_both_databases! {
+for_each_database! {
+    use crate::sql::shared;
+
     /// Records the order event's step for this consumer, and a violation if
     /// it does not come after the last step this consumer saw for the order.
     async fn check_order(ctx: &mut Context<'_, Db>) -> Result<(), HandlerError> {
         let event: AnyOrderEvent = serde_json::from_slice(&ctx.envelope().payload).map_err(HandlerError::permanent)?;
         let consumer = ctx.consumer().to_owned();
-        let last: Option<i64> =
-            sqlx::query_scalar("SELECT last_step FROM order_progress WHERE consumer = $1 AND order_id = $2")
-                .bind(&consumer)
-                .bind(&event.order_id)
-                .fetch_optional(ctx.tx())
-                .await?;
+        let last: Option<i64> = match Stmt::<D>::new(shared::LAST_STEP, "reading the order's last step")
+            .bind(consumer.as_str())
+            .bind(event.order_id.as_str())
+            .fetch_optional(ctx.tx())
+            .await?
+        {
+            Some(row) => Some(row.get(0)?),
+            None => None,
+        };
         if let Some(last) = last.filter(|&last| event.step <= last) {
             tracing::error!(consumer, order_id = %event.order_id, step = event.step, last, "order violation");
-            sqlx::query("INSERT INTO order_violations (consumer, order_id, step, last_step) VALUES ($1, $2, $3, $4)")
-                .bind(&consumer)
-                .bind(&event.order_id)
+            Stmt::<D>::new(shared::VIOLATION, "recording an order violation")
+                .bind(consumer.as_str())
+                .bind(event.order_id.as_str())
                 .bind(event.step)
                 .bind(last)
                 .execute(ctx.tx())
                 .await?;
         }
-        sqlx::query(
-            "INSERT INTO order_progress (consumer, order_id, last_step) VALUES ($1, $2, $3)
-             ON CONFLICT (consumer, order_id) DO UPDATE SET last_step = excluded.last_step
-             WHERE order_progress.last_step < excluded.last_step",
-        )
-        .bind(&consumer)
-        .bind(&event.order_id)
-        .bind(event.step)
-        .execute(ctx.tx())
-        .await?;
+        Stmt::<D>::new(D::CHECKOUT.progress, "recording the order's progress")
+            .bind(consumer.as_str())
+            .bind(event.order_id.as_str())
+            .bind(event.step)
+            .execute(ctx.tx())
+            .await?;
         Ok(())
     }
 
     /// Moves the order to `status`, counts one more event, returns (step, total).
     async fn advance(ctx: &mut Context<'_, Db>, order_id: &str, status: &str) -> Result<(i64, i64), HandlerError> {
-        let row: Option<(i64, i64)> = sqlx::query_as(
-            "UPDATE checkout_orders SET status = $2, events = events + 1 WHERE order_id = $1
-             RETURNING events, total_cents",
-        )
-        .bind(order_id)
-        .bind(status)
-        .fetch_optional(ctx.tx())
-        .await?;
-        row.ok_or_else(|| HandlerError::permanent(format!("unknown order {order_id}")))
+        Stmt::<D>::new(shared::ADVANCE, "moving the order on")
+            .bind(order_id)
+            .bind(status)
+            .execute(ctx.tx())
+            .await?;
+        let row = Stmt::<D>::new(shared::ORDER_FIGURES, "reading the order")
+            .bind(order_id)
+            .fetch_optional(ctx.tx())
+            .await?
+            .ok_or_else(|| HandlerError::permanent(format!("unknown order {order_id}")))?;
+        Ok((row.get(0)?, row.get(1)?))
     }
 
     #[async_trait::async_trait]
@@ -184,17 +224,14 @@ for_both_databases! {
             match message_type.as_str() {
                 "PlaceOrder" => {
                     let c: PlaceOrder = ctx.decode()?;
-                    sqlx::query(
-                        "INSERT INTO checkout_orders (order_id, customer_id, sku, quantity, total_cents, status, events)
-                         VALUES ($1, $2, $3, $4, $5, 'placed', 1)",
-                    )
-                    .bind(&c.order_id)
-                    .bind(&c.customer_id)
-                    .bind(&c.sku)
-                    .bind(i64::from(c.quantity))
-                    .bind(c.total_cents)
-                    .execute(ctx.tx())
-                    .await?;
+                    Stmt::<D>::new(shared::PLACE, "recording the order")
+                        .bind(c.order_id.as_str())
+                        .bind(c.customer_id.as_str())
+                        .bind(c.sku.as_str())
+                        .bind(i64::from(c.quantity))
+                        .bind(c.total_cents)
+                        .execute(ctx.tx())
+                        .await?;
                     ctx.emit(&OrderPlaced {
                         order_id: c.order_id,
                         customer_email: Some(format!("{}@customers.example", c.customer_id)),
@@ -238,19 +275,17 @@ for_both_databases! {
                         // Looks transient, never heals: retried, then dead-lettered.
                         return Err(HandlerError::transient(format!("warehouse rejected sku {}", e.sku)));
                     }
-                    sqlx::query(
-                        "INSERT INTO inventory_reservations (order_id, sku, quantity, status) VALUES ($1, $2, $3, 'reserved')",
-                    )
-                    .bind(&e.order_id)
-                    .bind(&e.sku)
-                    .bind(i64::from(e.quantity))
-                    .execute(ctx.tx())
-                    .await?;
+                    Stmt::<D>::new(shared::RESERVE, "reserving stock")
+                        .bind(e.order_id.as_str())
+                        .bind(e.sku.as_str())
+                        .bind(i64::from(e.quantity))
+                        .execute(ctx.tx())
+                        .await?;
                 }
                 "OrderShipped" | "OrderCancelled" => {
                     let status = if message_type == "OrderShipped" { "shipped" } else { "released" };
-                    sqlx::query("UPDATE inventory_reservations SET status = $2 WHERE order_id = $1")
-                        .bind(&order_id)
+                    Stmt::<D>::new(shared::RESERVATION_STATUS, "settling the reservation")
+                        .bind(order_id.as_str())
                         .bind(status)
                         .execute(ctx.tx())
                         .await?;
@@ -283,13 +318,10 @@ for_both_databases! {
     impl Handler<Db> for Analytics {
         async fn handle(&self, ctx: &mut Context<'_, Db>) -> Result<(), HandlerError> {
             let message_type = ctx.envelope().message_type.clone();
-            sqlx::query(
-                "INSERT INTO analytics_counts (message_type, n) VALUES ($1, 1)
-                 ON CONFLICT (message_type) DO UPDATE SET n = analytics_counts.n + 1",
-            )
-            .bind(message_type)
-            .execute(ctx.tx())
-            .await?;
+            Stmt::<D>::new(D::CHECKOUT.count_event, "counting an event")
+                .bind(message_type.as_str())
+                .execute(ctx.tx())
+                .await?;
             check_order(ctx).await
         }
     }
@@ -302,32 +334,36 @@ for_both_databases! {
             match message_type.as_str() {
                 "OrderPlaced" => {
                     let e: OrderPlaced = ctx.decode()?;
-                    sqlx::query("INSERT INTO loyalty_pending (order_id, customer_id, points) VALUES ($1, $2, $3)")
-                        .bind(&e.order_id)
-                        .bind(&e.customer_id)
+                    Stmt::<D>::new(shared::PEND_POINTS, "holding points until shipping")
+                        .bind(e.order_id.as_str())
+                        .bind(e.customer_id.as_str())
                         .bind(e.total_cents / 100)
                         .execute(ctx.tx())
                         .await?;
                 }
                 "OrderShipped" => {
-                    let pending: Option<(String, i64)> =
-                        sqlx::query_as("DELETE FROM loyalty_pending WHERE order_id = $1 RETURNING customer_id, points")
-                            .bind(&order_id)
-                            .fetch_optional(ctx.tx())
-                            .await?;
-                    if let Some((customer, points)) = pending {
-                        sqlx::query(
-                            "INSERT INTO loyalty_points (customer_id, points) VALUES ($1, $2)
-                             ON CONFLICT (customer_id) DO UPDATE SET points = loyalty_points.points + excluded.points",
-                        )
-                        .bind(customer)
-                        .bind(points)
-                        .execute(ctx.tx())
+                    let pending = Stmt::<D>::new(shared::PENDING_POINTS, "reading the points held")
+                        .bind(order_id.as_str())
+                        .fetch_optional(ctx.tx())
                         .await?;
+                    if let Some(row) = pending {
+                        let (customer, points): (String, i64) = (row.get(0)?, row.get(1)?);
+                        Stmt::<D>::new(shared::DROP_PENDING, "releasing the points held")
+                            .bind(order_id.as_str())
+                            .execute(ctx.tx())
+                            .await?;
+                        Stmt::<D>::new(D::CHECKOUT.credit, "crediting points")
+                            .bind(customer.as_str())
+                            .bind(points)
+                            .execute(ctx.tx())
+                            .await?;
                     }
                 }
                 "OrderCancelled" => {
-                    sqlx::query("DELETE FROM loyalty_pending WHERE order_id = $1").bind(&order_id).execute(ctx.tx()).await?;
+                    Stmt::<D>::new(shared::DROP_PENDING, "releasing the points held")
+                        .bind(order_id.as_str())
+                        .execute(ctx.tx())
+                        .await?;
                 }
                 _ => {}
             }

@@ -10,6 +10,7 @@
 pub mod demo;
 pub mod handlers;
 pub mod messages;
+pub mod sql;
 pub mod system;
 
 pub use demo::{DemoOptions, Progress, Role, Summary};

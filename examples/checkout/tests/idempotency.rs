@@ -1,16 +1,19 @@
 //! The checkout system's five consumers through the idempotency harness on
-//! PostgreSQL: delivered twice, redelivered after a crash on either side of
-//! the commit, and reordered across orders, each ends in the state of a
-//! clean run.
+//! PostgreSQL and on MySQL (MariaDB here): delivered twice, redelivered
+//! after a crash on either side of the commit, and reordered across orders,
+//! each ends in the state of a clean run.
 
-use sqlx::PgPool;
 use tidings_core::{Envelope, Message};
-use tidings_example_checkout::handlers::{Analytics, Checkout, Email, EmailProvider, Inventory, Loyalty};
+use tidings_example_checkout::handlers::{Analytics, Checkout, Email, Inventory, Loyalty};
 use tidings_example_checkout::messages::*;
+use tidings_example_checkout::sql::CheckoutDialect;
 use tidings_example_checkout::system::CheckoutStore;
-use tidings_store_postgres::PgStore;
+use tidings_sql::SqlStore;
+use tidings_sql::db::Stmt;
+use tidings_store_mysql::My;
+use tidings_store_postgres::Pg;
 use tidings_testkit::idempotency::{Harness, Report, State};
-use tidings_testkit::services::PgTestDb;
+use tidings_testkit::services::{MySqlTestDb, PgTestDb, TestDb};
 
 const ORDERS_PLACED: usize = 24;
 
@@ -86,132 +89,197 @@ fn events() -> Vec<Envelope> {
     out
 }
 
-/// Every business table of the checkout system, row by row, and what the
-/// email provider sent (emails, not calls: a retried call with the same
-/// idempotency key is the same email).
-const TABLES: &[(&str, &str)] = &[
-    (
-        "order",
-        "SELECT order_id, row_to_json(t)::text FROM checkout_orders t",
-    ),
-    (
-        "reservation",
-        "SELECT order_id, row_to_json(t)::text FROM inventory_reservations t",
-    ),
-    ("analytics", "SELECT message_type, n::text FROM analytics_counts"),
-    (
-        "loyalty pending",
-        "SELECT order_id, points::text FROM loyalty_pending",
-    ),
-    (
-        "loyalty points",
-        "SELECT customer_id, points::text FROM loyalty_points",
-    ),
-    (
-        "progress",
-        "SELECT consumer || '/' || order_id, last_step::text FROM order_progress",
-    ),
-    (
-        "violations",
-        "SELECT 'count', count(*)::text FROM order_violations",
-    ),
-    (
-        "email",
-        "SELECT order_id || '/' || kind, count(*)::text FROM email_provider GROUP BY 1",
-    ),
-];
+/// A database whose business tables the harness compares, row by row, and
+/// what the email provider sent (emails, not calls: a retried call with
+/// the same idempotency key is the same email): (name, query of (key, row)).
+trait Tables: CheckoutDialect {
+    const TABLES: &'static [(&'static str, &'static str)];
+}
 
-async fn snapshot(store: &PgStore) -> State {
-    let pool = store.pool();
+impl Tables for Pg {
+    const TABLES: &'static [(&'static str, &'static str)] = &[
+        (
+            "order",
+            "SELECT order_id, row_to_json(t)::text FROM checkout_orders t",
+        ),
+        (
+            "reservation",
+            "SELECT order_id, row_to_json(t)::text FROM inventory_reservations t",
+        ),
+        ("analytics", "SELECT message_type, n::text FROM analytics_counts"),
+        (
+            "loyalty pending",
+            "SELECT order_id, points::text FROM loyalty_pending",
+        ),
+        (
+            "loyalty points",
+            "SELECT customer_id, points::text FROM loyalty_points",
+        ),
+        (
+            "progress",
+            "SELECT consumer || '/' || order_id, last_step::text FROM order_progress",
+        ),
+        (
+            "violations",
+            "SELECT 'count', count(*)::text FROM order_violations",
+        ),
+        (
+            "email",
+            "SELECT order_id || '/' || kind, count(*)::text FROM email_provider GROUP BY 1",
+        ),
+        ("emitted", EMITTED),
+    ];
+}
+
+impl Tables for My {
+    const TABLES: &'static [(&'static str, &'static str)] = &[
+        (
+            "order",
+            "SELECT order_id, CAST(JSON_OBJECT('order_id', order_id, 'customer_id', customer_id, 'sku', sku,
+                 'quantity', quantity, 'total_cents', total_cents, 'status', status, 'events', events) AS CHAR)
+             FROM checkout_orders",
+        ),
+        (
+            "reservation",
+            "SELECT order_id, CAST(JSON_OBJECT('order_id', order_id, 'sku', sku, 'quantity', quantity,
+                 'status', status) AS CHAR) FROM inventory_reservations",
+        ),
+        ("analytics", "SELECT message_type, CAST(n AS CHAR) FROM analytics_counts"),
+        ("loyalty pending", "SELECT order_id, CAST(points AS CHAR) FROM loyalty_pending"),
+        ("loyalty points", "SELECT customer_id, CAST(points AS CHAR) FROM loyalty_points"),
+        ("progress", "SELECT CONCAT(consumer, '/', order_id), CAST(last_step AS CHAR) FROM order_progress"),
+        ("violations", "SELECT 'count', CAST(count(*) AS CHAR) FROM order_violations"),
+        (
+            "email",
+            "SELECT CONCAT(order_id, '/', kind), CAST(count(*) AS CHAR) FROM email_provider
+             GROUP BY order_id, kind",
+        ),
+        ("emitted", EMITTED),
+    ];
+}
+
+/// What the checkout service emitted through the outbox: (order/type, body),
+/// bodies compared by their payloads.
+const EMITTED: &str = "SELECT aggregate_key, message_type, body FROM tidings_outbox ORDER BY seq";
+
+async fn snapshot<D: Tables>(store: &SqlStore<D>) -> State {
+    let mut conn = store.conn("reading the state").await.unwrap();
     let mut state = State::new();
-    for (name, query) in TABLES {
-        let rows: Vec<(String, String)> = sqlx::query_as(*query).fetch_all(pool).await.unwrap();
-        state.extend_prefixed(name, rows.into_iter().collect());
+    for (name, query) in D::TABLES {
+        let rows = Stmt::<D>::new(query, "reading the state")
+            .fetch_all(&mut conn)
+            .await
+            .unwrap();
+        if *name == "emitted" {
+            let mut grouped = std::collections::BTreeMap::<String, Vec<String>>::new();
+            for row in rows {
+                let (key, kind, body): (String, String, Vec<u8>) =
+                    (row.get(0).unwrap(), row.get(1).unwrap(), row.get(2).unwrap());
+                let envelope = tidings_core::cloudevents::from_json(&body).unwrap();
+                grouped
+                    .entry(format!("{key}/{kind}"))
+                    .or_default()
+                    .push(String::from_utf8(envelope.payload).unwrap());
+            }
+            state.extend_prefixed(
+                name,
+                grouped.into_iter().map(|(k, v)| (k, v.join(" | "))).collect(),
+            );
+        } else {
+            let rows: Vec<(String, String)> = rows
+                .iter()
+                .map(|r| (r.get(0).unwrap(), r.get(1).unwrap()))
+                .collect();
+            state.extend_prefixed(name, rows.into_iter().collect());
+        }
     }
-    state.extend_prefixed("emitted", emitted(pool).await);
     state
 }
 
-/// What the checkout service emitted through the outbox: per order and type, the payloads.
-async fn emitted(pool: &PgPool) -> State {
-    let rows: Vec<(String, String, Vec<u8>)> =
-        sqlx::query_as("SELECT aggregate_key, message_type, body FROM tidings_outbox ORDER BY seq")
-            .fetch_all(pool)
-            .await
-            .unwrap();
-    let mut grouped = std::collections::BTreeMap::<String, Vec<String>>::new();
-    for (key, kind, body) in rows {
-        let envelope = tidings_core::cloudevents::from_json(&body).unwrap();
-        grouped
-            .entry(format!("{key}/{kind}"))
-            .or_default()
-            .push(String::from_utf8(envelope.payload).unwrap());
-    }
-    grouped.into_iter().map(|(k, v)| (k, v.join(" | "))).collect()
-}
-
-async fn check<H: tidings_consumer::Handler<sqlx::Postgres>>(
+async fn check<T, H>(
     consumer: &str,
-    handler: impl Fn(&PgStore) -> H,
+    handler: impl Fn(&SqlStore<T::Dialect>) -> H,
     topic: &str,
     events: Vec<Envelope>,
-) -> Report {
+) -> Report
+where
+    T: TestDb,
+    T::Dialect: Tables,
+    H: tidings_consumer::Handler<<T::Dialect as tidings_sql::Dialect>::Db>,
+{
     let mut dbs = Vec::new();
     let report = Harness::new(consumer, handler)
         .events(topic, events)
         .check(
             async || {
-                let db = PgTestDb::new().await;
-                db.store.setup().await.unwrap();
-                EmailProvider::Postgres(db.store.pool().clone())
+                let db = T::create().await;
+                db.store().setup().await.unwrap();
+                T::Dialect::email_provider(db.store().pool().clone())
                     .setup()
                     .await
                     .unwrap();
-                let store = db.store.clone();
+                let store = db.store().clone();
                 dbs.push(db);
                 store
             },
-            async |store: &PgStore| snapshot(store).await,
+            async |store: &SqlStore<T::Dialect>| snapshot(store).await,
         )
         .await;
     for db in dbs {
-        db.drop_schema().await;
+        db.teardown().await;
     }
     println!("{report}");
     report.assert_idempotent();
     report
 }
 
-#[tokio::test]
-async fn checkout_is_idempotent() {
-    let report = check("checkout", |_| Checkout, COMMANDS, commands()).await;
-    assert_eq!(report.scenarios[0].handled, 3 * ORDERS_PLACED);
-}
+/// Each consumer's check, on the test database `$db`.
+macro_rules! idempotency_checks {
+    ($module:ident, $db:ty) => {
+        mod $module {
+            use super::*;
 
-#[tokio::test]
-async fn inventory_is_idempotent_and_dead_letters_the_poisoned_order() {
-    // A redelivered poisoned event is not processed, so it fails and is
-    // dead-lettered again: one dead letter in the store all the same (the
-    // state compares them).
-    let report = check("inventory", |_| Inventory::default(), ORDERS, events()).await;
-    assert_eq!(report.scenarios[0].dead_lettered, 1, "{report}");
-    assert!(report.scenarios.iter().all(|s| s.dead_lettered >= 1), "{report}");
-}
+            #[tokio::test]
+            async fn checkout_is_idempotent() {
+                let report = check::<$db, _>("checkout", |_| Checkout, COMMANDS, commands()).await;
+                assert_eq!(report.scenarios[0].handled, 3 * ORDERS_PLACED);
+            }
 
-#[tokio::test]
-async fn email_is_idempotent() {
-    let provider = |store: &PgStore| Email {
-        provider: EmailProvider::Postgres(store.pool().clone()),
+            #[tokio::test]
+            async fn inventory_is_idempotent_and_dead_letters_the_poisoned_order() {
+                // A redelivered poisoned event is not processed, so it fails and is
+                // dead-lettered again: one dead letter in the store all the same (the
+                // state compares them).
+                let report = check::<$db, _>("inventory", |_| Inventory::default(), ORDERS, events()).await;
+                assert_eq!(report.scenarios[0].dead_lettered, 1, "{report}");
+                assert!(
+                    report.scenarios.iter().all(|s| s.dead_lettered >= 1),
+                    "{report}"
+                );
+            }
+
+            #[tokio::test]
+            async fn email_is_idempotent() {
+                let provider = |store: &SqlStore<<$db as TestDb>::Dialect>| Email {
+                    provider: <<$db as TestDb>::Dialect as CheckoutDialect>::email_provider(
+                        store.pool().clone(),
+                    ),
+                };
+                check::<$db, _>("email", provider, ORDERS, events()).await;
+            }
+
+            #[tokio::test]
+            async fn analytics_is_idempotent() {
+                check::<$db, _>("analytics", |_| Analytics, ORDERS, events()).await;
+            }
+
+            #[tokio::test]
+            async fn loyalty_is_idempotent() {
+                check::<$db, _>("loyalty", |_| Loyalty, ORDERS, events()).await;
+            }
+        }
     };
-    check("email", provider, ORDERS, events()).await;
 }
 
-#[tokio::test]
-async fn analytics_is_idempotent() {
-    check("analytics", |_| Analytics, ORDERS, events()).await;
-}
-
-#[tokio::test]
-async fn loyalty_is_idempotent() {
-    check("loyalty", |_| Loyalty, ORDERS, events()).await;
-}
+idempotency_checks!(on_postgres, PgTestDb);
+idempotency_checks!(on_mysql, MySqlTestDb);
