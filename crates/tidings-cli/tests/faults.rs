@@ -21,14 +21,16 @@ use std::time::{Duration, Instant};
 
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
+use tidings::sql::SqlStore;
+use tidings::sql::db::Stmt;
 use tidings_core::{DeadLetterFilter, FailureStore, LagSource};
 use tidings_example_checkout::demo::lost;
+use tidings_example_checkout::sql::CheckoutDialect;
 use tidings_example_checkout::system::{CheckoutStore, Tally};
-use tidings_store_postgres::PgStore;
 use tidings_testkit::nats::PrivateNats;
 use tidings_testkit::outage::PrivateBroker;
 use tidings_testkit::rabbitmq::PrivateRabbit;
-use tidings_testkit::services::PgTestDb;
+use tidings_testkit::services::{MySqlTestDb, PgTestDb, TestDb};
 
 /// The `tidings` binary's error shapes, to group the dead letters a failure reports.
 #[path = "../src/cause.rs"]
@@ -55,7 +57,15 @@ async fn checkout_processes_survive_kills_freezes_and_a_nats_outage() {
     let _one = ONE_AT_A_TIME.lock().await;
     let nats = PrivateNats::start();
     let url = nats.url();
-    run_scenario("nats", Box::new(nats), url).await;
+    run_scenario::<PgTestDb>("nats", Box::new(nats), url).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn checkout_processes_on_mysql_survive_kills_freezes_and_a_nats_outage() {
+    let _one = ONE_AT_A_TIME.lock().await;
+    let nats = PrivateNats::start();
+    let url = nats.url();
+    run_scenario::<MySqlTestDb>("mysql-nats", Box::new(nats), url).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -63,7 +73,7 @@ async fn checkout_processes_survive_kills_freezes_and_a_rabbitmq_outage() {
     let _one = ONE_AT_A_TIME.lock().await;
     let rabbit = PrivateRabbit::start();
     let url = rabbit.url();
-    run_scenario("rabbitmq", Box::new(rabbit), url).await;
+    run_scenario::<PgTestDb>("rabbitmq", Box::new(rabbit), url).await;
 }
 
 /// A process of the system.
@@ -175,14 +185,18 @@ const FAULTS: [Fault; 6] = [
 const FREEZE: Duration = Duration::from_secs(5);
 const OUTAGE: Duration = Duration::from_secs(4);
 
-async fn run_scenario(name: &str, mut broker: Box<dyn PrivateBroker + Send>, broker_url: String) {
-    let db = PgTestDb::new().await;
+async fn run_scenario<T>(name: &str, mut broker: Box<dyn PrivateBroker + Send>, broker_url: String)
+where
+    T: TestDb,
+    T::Dialect: CheckoutDialect,
+{
+    let db = T::create().await;
     let logs = std::env::temp_dir().join(format!("tidings-faults-{name}-{}", uuid::Uuid::new_v4().simple()));
     std::fs::create_dir_all(&logs).unwrap();
-    let store = db.store.clone();
+    let store = db.store().clone();
     let started = Instant::now();
     let mut system = System {
-        database: db.url.clone(),
+        database: db.url(),
         broker: broker_url,
         logs: logs.clone(),
         relays: Vec::new(),
@@ -287,21 +301,28 @@ async fn run_scenario(name: &str, mut broker: Box<dyn PrivateBroker + Send>, bro
     report.assert_sound(&store, &t).await;
     let _ = std::fs::remove_dir_all(&logs);
     drop(system);
-    db.drop_schema().await;
+    db.teardown().await;
 }
 
-async fn tally(store: &PgStore) -> Tally {
+async fn tally<D: CheckoutDialect>(store: &SqlStore<D>) -> Tally {
     store.tally().await.expect("reading the checkout figures")
 }
 
-async fn count(store: &PgStore, sql: &'static str) -> i64 {
-    sqlx::query_scalar(sql).fetch_one(store.pool()).await.unwrap()
+async fn count<D: CheckoutDialect>(store: &SqlStore<D>, sql: &'static str) -> i64 {
+    let mut conn = store.conn("counting").await.unwrap();
+    Stmt::<D>::new(sql, "counting")
+        .fetch_one(&mut conn)
+        .await
+        .unwrap()
+        .get(0)
+        .unwrap()
 }
 
 /// What one scenario shows.
 #[derive(Debug)]
 struct Report {
     name: String,
+    database: &'static str,
     events: i64,
     commands: i64,
     applied: i64,
@@ -317,9 +338,9 @@ struct Report {
 }
 
 impl Report {
-    async fn read(
+    async fn read<D: CheckoutDialect>(
         name: &str,
-        store: &PgStore,
+        store: &SqlStore<D>,
         t: &Tally,
         committed_during_outage: Option<i64>,
         drained_in: Duration,
@@ -328,6 +349,7 @@ impl Report {
         let sum = |counts: &[(String, i64)]| counts.iter().map(|(_, n)| n).sum::<i64>();
         Report {
             name: name.to_owned(),
+            database: D::NAME,
             events: t.events,
             commands: t.commands,
             applied: sum(&t.processed),
@@ -347,7 +369,7 @@ impl Report {
         }
     }
 
-    async fn assert_sound(&self, store: &PgStore, t: &Tally) {
+    async fn assert_sound<D: CheckoutDialect>(&self, store: &SqlStore<D>, t: &Tally) {
         assert_eq!(self.lost, 0, "{self}");
         assert_eq!(self.order_violations, 0, "{self}");
         assert_eq!(self.duplicated_effects, 0, "{self}");
@@ -421,8 +443,8 @@ impl std::fmt::Display for Report {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         writeln!(
             f,
-            "fault suite · {} (PostgreSQL, private broker, 2 relay + 2 consumer processes)",
-            self.name
+            "fault suite · {} ({}, private broker, 2 relay + 2 consumer processes)",
+            self.name, self.database
         )?;
         writeln!(
             f,

@@ -49,6 +49,9 @@ pub trait TestDb: Send + Sync + Sized + 'static {
     /// The store.
     fn store(&self) -> &SqlStore<Self::Dialect>;
 
+    /// A URL that reaches the same database (for another process or pool).
+    fn url(&self) -> String;
+
     /// Cleans up what [`create`](Self::create) made, where dropping does not.
     async fn teardown(&self) {}
 }
@@ -68,6 +71,10 @@ impl TestDb for PgTestDb {
 
     fn store(&self) -> &PgStore {
         &self.store
+    }
+
+    fn url(&self) -> String {
+        self.url.clone()
     }
 
     async fn teardown(&self) {
@@ -91,6 +98,10 @@ impl TestDb for SqliteTestDb {
     fn store(&self) -> &SqliteStore {
         &self.store
     }
+
+    fn url(&self) -> String {
+        format!("sqlite://{}", self.path.display())
+    }
 }
 
 #[async_trait]
@@ -108,6 +119,10 @@ impl TestDb for MySqlTestDb {
 
     fn store(&self) -> &MySqlStore {
         &self.store
+    }
+
+    fn url(&self) -> String {
+        self.url.clone()
     }
 
     async fn teardown(&self) {
