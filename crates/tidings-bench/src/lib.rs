@@ -10,6 +10,7 @@
 
 mod all;
 mod consumer;
+mod database;
 mod latency;
 mod peer;
 mod plot;
@@ -298,14 +299,9 @@ fn drain(instances: usize, events: usize, started: Instant) -> Drain {
 }
 
 /// The business table the producer scenarios write.
-async fn create_orders(store: &PgStore) -> anyhow::Result<()> {
-    sqlx::query(
-        "CREATE TABLE bench_orders (id UUID PRIMARY KEY, customer TEXT NOT NULL, total_cents BIGINT NOT NULL,
-         created_at TIMESTAMPTZ NOT NULL DEFAULT now())",
-    )
-    .execute(store.pool())
-    .await?;
-    Ok(())
+async fn create_orders<D: database::BenchDialect>(store: &tidings_sql::SqlStore<D>) -> anyhow::Result<()> {
+    let mut conn = store.conn("creating the bench's business table").await?;
+    database::run::<D>(&mut conn, D::ORDERS_TABLE, |_| Ok(())).await
 }
 
 /// The relays' configuration in the bench: `partitions`, 5 s leases.
@@ -437,12 +433,15 @@ pub(crate) fn status_mib(field: &str) -> Option<f64> {
     Some(kib / 1024.0)
 }
 
+/// Whether `database` is a URL of dialect `D`.
+fn opens<D: tidings_sql::Dialect>(database: &str) -> bool {
+    D::SCHEMES.iter().any(|scheme| database.starts_with(scheme))
+}
+
 /// The benches measure PostgreSQL: refuse anything else with one line.
 fn ensure_postgres(database: &str, bench: &str) -> anyhow::Result<()> {
     anyhow::ensure!(
-        <tidings_store_postgres::Pg as tidings_sql::Dialect>::SCHEMES
-            .iter()
-            .any(|scheme| database.starts_with(scheme)),
+        opens::<tidings_store_postgres::Pg>(database),
         "the {bench} bench needs PostgreSQL (--database postgres://...)"
     );
     Ok(())

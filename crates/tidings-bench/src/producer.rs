@@ -5,15 +5,18 @@ use std::time::{Duration, Instant};
 
 use serde::Serialize;
 use tidings_core::{Envelope, Message, Outbox, OutgoingMessage};
-use tidings_store_postgres::PgStore;
+use tidings_sql::{SqlStore, StoreOptions};
+use tidings_store_mysql::My;
 use tokio::task::JoinSet;
 
+use super::database::{BenchDialect, MySqlScratch, arg, run};
 use super::{BenchEvent, Schema, create_orders};
 
 /// What the producer-tax scenario runs.
 #[derive(Debug, Clone, clap::Args)]
 pub struct ProducerBench {
-    /// PostgreSQL (the bench works in a schema of its own, dropped at the end).
+    /// PostgreSQL or MySQL (the bench works in a schema or database of its
+    /// own, dropped at the end).
     #[arg(long, env = "TIDINGS_DATABASE_URL")]
     pub(crate) database: String,
     /// Connections writing at once.
@@ -27,7 +30,10 @@ pub struct ProducerBench {
 impl ProducerBench {
     /// Refuses what cannot run, with one line.
     pub(crate) fn check(&self) -> anyhow::Result<()> {
-        super::ensure_postgres(&self.database, "producer")?;
+        anyhow::ensure!(
+            super::opens::<tidings_store_postgres::Pg>(&self.database) || super::opens::<My>(&self.database),
+            "the producer bench needs PostgreSQL or MySQL (--database postgres://... or mysql://...)"
+        );
         anyhow::ensure!(
             self.connections > 0 && self.seconds > 0.0,
             "--connections and --seconds must be positive"
@@ -50,6 +56,8 @@ pub(crate) struct Throughput {
 /// What writing an event with the business row costs a producer.
 #[derive(Debug, Clone, Serialize)]
 pub(crate) struct ProducerTax {
+    /// The database measured.
+    pub(crate) database: &'static str,
     /// Connections writing at once.
     pub(crate) connections: usize,
     /// The business insert alone (the raw limit).
@@ -68,8 +76,6 @@ pub(crate) struct ProducerTax {
     pub(crate) encode_micros: f64,
 }
 
-const BUSINESS: &str = "INSERT INTO bench_orders (id, customer, total_cents) VALUES ($1, $2, $3)";
-
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(super) enum Write {
     BusinessOnly,
@@ -80,32 +86,31 @@ pub(super) enum Write {
 }
 
 /// One producer transaction of the given kind.
-async fn write_one(store: &PgStore, kind: Write, seq: u64) -> anyhow::Result<()> {
+async fn write_one<D: BenchDialect>(store: &SqlStore<D>, kind: Write, seq: u64) -> anyhow::Result<()> {
     let order = BenchEvent {
         key: format!("order-{seq}"),
         seq,
         note: "an order-sized payload, about as large as a small business event".into(),
     };
     let mut tx = store.pool().begin().await?;
-    sqlx::query(BUSINESS)
-        .bind(uuid::Uuid::now_v7())
-        .bind(&order.key)
-        .bind(seq as i64)
-        .execute(&mut *tx)
-        .await?;
+    run::<D>(&mut tx, D::BUSINESS, |a| {
+        arg::<D, _>(a, uuid::Uuid::now_v7())?;
+        arg::<D, _>(a, order.key.as_str())?;
+        arg::<D, _>(a, seq as i64)
+    })
+    .await?;
     match kind {
         Write::BusinessOnly => {}
         // What a hand-rolled outbox writes: the event as JSON, its key and type.
         Write::RawOutbox => {
-            sqlx::query(
-                "INSERT INTO tidings_outbox (id, topic, aggregate_key, message_type, body) VALUES ($1, $2, $3, $4, $5)",
-            )
-            .bind(uuid::Uuid::now_v7())
-            .bind(BenchEvent::TOPIC)
-            .bind(&order.key)
-            .bind(BenchEvent::TYPE)
-            .bind(serde_json::to_vec(&order)?)
-            .execute(&mut *tx)
+            let body = serde_json::to_vec(&order)?;
+            run::<D>(&mut tx, D::RAW_OUTBOX, |a| {
+                arg::<D, _>(a, uuid::Uuid::now_v7())?;
+                arg::<D, _>(a, BenchEvent::TOPIC)?;
+                arg::<D, _>(a, order.key.as_str())?;
+                arg::<D, _>(a, BenchEvent::TYPE)?;
+                arg::<D, _>(a, body.as_slice())
+            })
             .await?;
         }
         Write::Tidings | Write::Validated => {
@@ -120,8 +125,8 @@ async fn write_one(store: &PgStore, kind: Write, seq: u64) -> anyhow::Result<()>
 }
 
 /// Runs `kind` on `connections` writers for `duration`; transactions committed.
-pub(super) async fn write_for(
-    store: &PgStore,
+pub(super) async fn write_for<D: BenchDialect>(
+    store: &SqlStore<D>,
     kind: Write,
     connections: usize,
     duration: Duration,
@@ -149,13 +154,22 @@ pub(super) async fn write_for(
 /// Runs the producer-tax scenario: the variants rotate through rounds, so
 /// that drift of a shared machine falls on all of them alike.
 pub(crate) async fn producer(bench: ProducerBench) -> anyhow::Result<ProducerTax> {
+    if super::opens::<My>(&bench.database) {
+        let scratch = MySqlScratch::create(&bench.database).await?;
+        let result = producer_in(&scratch.store, &bench).await;
+        scratch.drop().await;
+        return result;
+    }
     let schema = Schema::create(&bench.database).await?;
     let result = producer_in(&schema.store, &bench).await;
     schema.drop().await;
     result
 }
 
-async fn producer_in(store: &PgStore, bench: &ProducerBench) -> anyhow::Result<ProducerTax> {
+async fn producer_in<D: BenchDialect>(
+    store: &SqlStore<D>,
+    bench: &ProducerBench,
+) -> anyhow::Result<ProducerTax> {
     create_orders(store).await?;
     // As many rounds as variants, each round starting at the next variant:
     // each variant runs once in each position, so that a drifting machine
@@ -197,6 +211,7 @@ async fn producer_in(store: &PgStore, bench: &ProducerBench) -> anyhow::Result<P
         per_second: transactions as f64 / seconds,
     };
     Ok(ProducerTax {
+        database: D::NAME,
         connections: bench.connections,
         business_only: figure("business insert only", totals[0]),
         raw_outbox: figure("business + outbox insert by hand", totals[1]),
@@ -208,12 +223,12 @@ async fn producer_in(store: &PgStore, bench: &ProducerBench) -> anyhow::Result<P
 }
 
 /// The bench store with `SchemaGuard` over the bench event's schema.
-fn guarded(store: &PgStore) -> anyhow::Result<PgStore> {
+fn guarded<D: BenchDialect>(store: &SqlStore<D>) -> anyhow::Result<SqlStore<D>> {
     let registry = tidings_schema::Registry::new().register::<BenchEvent>();
     let guard = std::sync::Arc::new(tidings_schema::SchemaGuard::new(&registry)?);
-    Ok(PgStore::with_options(
+    Ok(SqlStore::with_options(
         store.pool().clone(),
-        tidings_store_postgres::PgStoreOptions::default().guard(guard),
+        StoreOptions::default().guard(guard),
     ))
 }
 
@@ -248,8 +263,8 @@ impl fmt::Display for ProducerTax {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         writeln!(
             f,
-            "producer tax · PostgreSQL · {} connections · committed transactions/s",
-            self.connections
+            "producer tax · {} · {} connections · committed transactions/s",
+            self.database, self.connections
         )?;
         let base = self.business_only.per_second.max(1e-9);
         for t in [

@@ -6,14 +6,19 @@ use std::process::Command;
 
 use serde_json::Value;
 use tidings_testkit::nats::nats_url;
-use tidings_testkit::services::postgres_url;
+use tidings_testkit::services::{mysql_url, postgres_url};
 
 /// Runs `tidings bench <scenario> --json --database <PostgreSQL> <args>`
 /// and returns its figures; the run must succeed.
 fn bench(scenario: &str, args: &[&str]) -> Value {
+    bench_on(&postgres_url(), scenario, args)
+}
+
+/// Runs `tidings bench <scenario> --json --database <database> <args>`.
+fn bench_on(database: &str, scenario: &str, args: &[&str]) -> Value {
     let out = Command::new(env!("CARGO_BIN_EXE_tidings"))
         .env("RUST_LOG", "error")
-        .args(["bench", scenario, "--json", "--database", &postgres_url()])
+        .args(["bench", scenario, "--json", "--database", database])
         .args(args)
         .output()
         .expect("running tidings bench");
@@ -84,7 +89,14 @@ fn relay_bench_runs_over_nats() {
 
 #[test]
 fn producer_bench_reports_the_ways_of_writing() {
-    let v = bench("producer", &["--connections", "2", "--seconds", "0.6"]);
+    for (database, name) in [(postgres_url(), "PostgreSQL"), (mysql_url(), "MySQL")] {
+        let v = bench_on(&database, "producer", &["--connections", "2", "--seconds", "0.6"]);
+        assert_eq!(v["database"], name, "{v:#}");
+        assert_ways_of_writing(&v);
+    }
+}
+
+fn assert_ways_of_writing(v: &Value) {
     assert_eq!(v["connections"], 2);
     assert!(v["guard_check_micros"].as_f64().unwrap() > 0.0, "{v:#}");
     assert!(v["encode_micros"].as_f64().unwrap() > 0.0, "{v:#}");
