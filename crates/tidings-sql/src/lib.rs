@@ -40,9 +40,11 @@ pub mod placeholders;
 mod replay;
 pub mod shared;
 mod store;
+mod tx_batch;
 
 pub use dialect::{Dialect, LocalWakeups, Statements, Wakeups};
 pub use errors::{classify, db_error, log_error};
 pub use failures::DEAD_LETTER_COLUMNS;
 pub use replay::REPLAY_COLUMNS;
 pub use store::{SqlStore, StoreOptions};
+pub use tx_batch::TxBatch;

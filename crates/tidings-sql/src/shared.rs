@@ -1,5 +1,5 @@
-//! Statements that read the same on PostgreSQL and SQLite, declared once
-//! for the dialects' tables ([`Statements`](crate::Statements)).
+//! Statements that read the same on several databases, declared once for
+//! the dialects' tables ([`Statements`](crate::Statements)).
 
 /// Records a processed marker.
 pub const MARK_PROCESSED: &str = "INSERT INTO tidings_processed (consumer, message_id) VALUES ($1, $2)
@@ -63,3 +63,14 @@ pub const HAS_PROCESSED: &str = "SELECT EXISTS (SELECT 1 FROM tidings_processed 
 
 /// The highest applied migration.
 pub const APPLIED_MIGRATION: &str = "SELECT max(version) FROM tidings_migrations";
+
+/// Reads the database log by sequence alone, for databases whose log
+/// positions follow commit order (one writer at a time, or appends
+/// serialized): a row is visible once committed, with no lower one to come.
+pub const LOG_READ_BY_SEQ: &str = "SELECT 0, seq, aggregate_key, body FROM tidings_log
+    WHERE topic = $1 AND seq > $3 AND ($5 = 1 OR COALESCE(key_hash, 0) % $5 = $6)
+    ORDER BY seq LIMIT $4";
+
+/// A reader's offset, by sequence alone (see [`LOG_READ_BY_SEQ`]).
+pub const LOG_OFFSET_BY_SEQ: &str = "SELECT 0, seq FROM tidings_log_offsets
+    WHERE consumer_group = $1 AND topic = $2 AND partition_count = $3 AND partition_index = $4";

@@ -1,20 +1,14 @@
 //! The relay's claim on MySQL: the rows of its partitions, locked by key, under the lease locks.
 
-use async_trait::async_trait;
-use sqlx::{MySql, Row, Transaction};
-use tidings_core::{ClaimedBatch, OutboxPartitions, OutgoingMessage, Result, cloudevents};
-use tidings_sql::db_error;
+use sqlx::Row;
+use tidings_core::{OutboxPartitions, OutgoingMessage, Result, cloudevents};
+use tidings_sql::{TxBatch, db_error};
 
 use crate::{My, MySqlStore};
 
-/// A batch claimed by one relay: its rows stay locked (other relays skip
-/// them) until the batch is completed or released, or the relay dies and
-/// the server rolls its transaction back.
-#[derive(Debug)]
-pub struct MySqlBatch {
-    tx: Option<Transaction<'static, MySql>>,
-    messages: Vec<OutgoingMessage>,
-}
+/// A batch claimed by one relay: its rows stay locked until it is
+/// completed or released ([`TxBatch`]).
+pub type MySqlBatch = TxBatch<My>;
 
 // Read committed: InnoDB then locks the rows a locking read returns and
 // no gaps between them, so producers inserting new rows never wait for a
@@ -57,10 +51,7 @@ pub(crate) async fn claim(store: &MySqlStore, limit: usize, held: &OutboxPartiti
         .collect();
     if live.is_empty() {
         let _ = tx.rollback().await;
-        return Ok(MySqlBatch {
-            tx: None,
-            messages: Vec::new(),
-        });
+        return Ok(MySqlBatch::empty());
     }
     // First the candidates, read without locking. A locking read would lock
     // every unsent row it scans before testing its partition (the test
@@ -84,10 +75,7 @@ pub(crate) async fn claim(store: &MySqlStore, limit: usize, held: &OutboxPartiti
         .map_err(db_error::<My>("claiming an outbox batch"))?;
     if candidates.is_empty() {
         let _ = tx.rollback().await;
-        return Ok(MySqlBatch {
-            tx: None,
-            messages: Vec::new(),
-        });
+        return Ok(MySqlBatch::empty());
     }
     // Then exactly those rows, locked by their keys. Only a relay holding
     // these partitions reads them so, and the lease locks above keep any
@@ -135,35 +123,5 @@ pub(crate) async fn claim(store: &MySqlStore, limit: usize, held: &OutboxPartiti
             .await
             .map_err(db_error::<My>("claiming an outbox batch"))?;
     }
-    Ok(MySqlBatch {
-        tx: Some(tx),
-        messages,
-    })
-}
-
-#[async_trait]
-impl ClaimedBatch for MySqlBatch {
-    fn messages(&self) -> &[OutgoingMessage] {
-        &self.messages
-    }
-
-    async fn complete(mut self) -> Result<()> {
-        match self.tx.take() {
-            Some(tx) => tx
-                .commit()
-                .await
-                .map_err(db_error::<My>("completing an outbox batch")),
-            None => Ok(()),
-        }
-    }
-
-    async fn release(mut self) -> Result<()> {
-        match self.tx.take() {
-            Some(tx) => tx
-                .rollback()
-                .await
-                .map_err(db_error::<My>("releasing an outbox batch")),
-            None => Ok(()),
-        }
-    }
+    Ok(MySqlBatch::new(tx, messages))
 }

@@ -1,20 +1,14 @@
 //! The relay's claim on PostgreSQL: `FOR UPDATE SKIP LOCKED` under the lease locks.
 
-use async_trait::async_trait;
-use sqlx::{Postgres, Row, Transaction};
-use tidings_core::{ClaimedBatch, OutboxPartitions, OutgoingMessage, Result, cloudevents};
-use tidings_sql::db_error;
+use sqlx::Row;
+use tidings_core::{OutboxPartitions, OutgoingMessage, Result, cloudevents};
+use tidings_sql::{TxBatch, db_error};
 
 use crate::{Pg, PgStore};
 
-/// A batch claimed by one relay: its rows stay locked (other relays skip
-/// them) until the batch is completed or released, or the relay dies and
-/// PostgreSQL rolls its transaction back.
-#[derive(Debug)]
-pub struct PgBatch {
-    tx: Option<Transaction<'static, Postgres>>,
-    messages: Vec<OutgoingMessage>,
-}
+/// A batch claimed by one relay: its rows stay locked until it is
+/// completed or released ([`TxBatch`]).
+pub type PgBatch = TxBatch<Pg>;
 
 // The claim's transaction first takes a share lock on the relay's live
 // leases whose fencing token is still its own: until the batch commits or
@@ -64,10 +58,7 @@ pub(crate) async fn claim(store: &PgStore, limit: usize, held: &OutboxPartitions
         .map_err(db_error::<Pg>("checking the relay's leases"))?;
     if live.is_empty() {
         let _ = tx.rollback().await;
-        return Ok(PgBatch {
-            tx: None,
-            messages: Vec::new(),
-        });
+        return Ok(PgBatch::empty());
     }
     let sql = if store.options().retention_period().is_some() {
         CLAIM_MARK
@@ -93,35 +84,5 @@ pub(crate) async fn claim(store: &PgStore, limit: usize, held: &OutboxPartitions
             })
         })
         .collect::<Result<Vec<_>>>()?;
-    Ok(PgBatch {
-        tx: Some(tx),
-        messages,
-    })
-}
-
-#[async_trait]
-impl ClaimedBatch for PgBatch {
-    fn messages(&self) -> &[OutgoingMessage] {
-        &self.messages
-    }
-
-    async fn complete(mut self) -> Result<()> {
-        match self.tx.take() {
-            Some(tx) => tx
-                .commit()
-                .await
-                .map_err(db_error::<Pg>("completing an outbox batch")),
-            None => Ok(()),
-        }
-    }
-
-    async fn release(mut self) -> Result<()> {
-        match self.tx.take() {
-            Some(tx) => tx
-                .rollback()
-                .await
-                .map_err(db_error::<Pg>("releasing an outbox batch")),
-            None => Ok(()),
-        }
-    }
+    Ok(PgBatch::new(tx, messages))
 }

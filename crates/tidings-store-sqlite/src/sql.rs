@@ -254,11 +254,8 @@ pub(crate) const SQL: Statements = Statements {
     ),
 
     // One writer at a time: a row is visible once committed, in seq order.
-    log_read: "SELECT 0, seq, aggregate_key, body FROM tidings_log
-        WHERE topic = $1 AND seq > $3 AND ($5 = 1 OR COALESCE(key_hash, 0) % $5 = $6)
-        ORDER BY seq LIMIT $4",
-    log_offset: "SELECT 0, seq FROM tidings_log_offsets
-        WHERE consumer_group = $1 AND topic = $2 AND partition_count = $3 AND partition_index = $4",
+    log_read: shared::LOG_READ_BY_SEQ,
+    log_offset: shared::LOG_OFFSET_BY_SEQ,
     log_commit: concat!(
         "INSERT INTO tidings_log_offsets (consumer_group, topic, seq, updated_at, partition_count, partition_index)
          VALUES ($1, $2, $4, ",
