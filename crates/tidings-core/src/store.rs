@@ -85,20 +85,6 @@ pub trait Outbox: Send + Sync + 'static {
     fn wake(&self);
 }
 
-/// The span of writing `message` to the outbox (`tidings.enqueue`), which
-/// [`Outbox::enqueue`] implementations run in.
-pub fn enqueue_span(message: &OutgoingMessage) -> tracing::Span {
-    let e = &message.envelope;
-    tracing::info_span!(
-        "tidings.enqueue",
-        message_id = %e.id,
-        message_type = %e.message_type,
-        topic = %message.topic,
-        correlation_id = %e.correlation_id,
-        trace_id = %e.trace().map(|t| t.trace_id_hex()).unwrap_or_default(),
-    )
-}
-
 /// The outbox partitions a relay holds, and the leases that allow it.
 ///
 /// Records fall in partitions by the [`Partition::of`](crate::Partition::of)

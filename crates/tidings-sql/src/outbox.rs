@@ -37,7 +37,7 @@ impl<D: Dialect> Outbox for SqlStore<D> {
             .bind(e.message_type.as_str())
             .bind(body.as_slice())
             .execute(conn)
-            .instrument(tidings_core::store::enqueue_span(message))
+            .instrument(enqueue_span(message))
             .await?;
         Ok(())
     }
@@ -74,4 +74,18 @@ impl<D: Dialect> RelayStore for SqlStore<D> {
             .await?;
         Ok(D::rows_affected(&done))
     }
+}
+
+/// The span of writing `message` to the outbox (`tidings.enqueue`), with
+/// the ids a trace search needs.
+fn enqueue_span(message: &OutgoingMessage) -> tracing::Span {
+    let e = &message.envelope;
+    tracing::info_span!(
+        "tidings.enqueue",
+        message_id = %e.id,
+        message_type = %e.message_type,
+        topic = %message.topic,
+        correlation_id = %e.correlation_id,
+        trace_id = %e.trace().map(|t| t.trace_id_hex()).unwrap_or_default(),
+    )
 }
