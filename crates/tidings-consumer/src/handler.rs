@@ -52,7 +52,9 @@ pub trait Handler<DB: Database>: Send + Sync + 'static {
 /// `?` on a `sqlx::Error` leaves it to the store's database to classify
 /// ([`Outbox::error_class`](tidings_core::Outbox::error_class)): lost races,
 /// busy locks and connection faults are transient, constraint violations
-/// permanent.
+/// permanent. The codes read are the store's database's: classify an error
+/// of another database yourself ([`HandlerError::transient`],
+/// [`HandlerError::permanent`]).
 pub struct HandlerError {
     /// `None` for a database error: the store's dialect classifies it.
     class: Option<ErrorClass>,

@@ -13,7 +13,7 @@
 -- compares keys byte for byte, as PostgreSQL does.
 
 -- The transactional outbox. Producers insert in their own transaction; the
--- relay claims the oldest rows with FOR UPDATE SKIP LOCKED.
+-- relay reads the oldest rows of its partitions, then locks exactly those.
 CREATE TABLE tidings_outbox (
     seq           BIGINT       NOT NULL AUTO_INCREMENT PRIMARY KEY,
     id            BINARY(16)   NOT NULL,

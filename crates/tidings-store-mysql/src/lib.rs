@@ -36,6 +36,16 @@ macro_rules! now {
     };
 }
 
+/// The database's clock, in microseconds, read when evaluated rather than
+/// at the statement's start: an expiry written after waiting for a row
+/// lock must not lose the wait. It reads the session's time zone, UTC on
+/// the store's connections (sqlx's default).
+macro_rules! clock {
+    () => {
+        "CAST(UNIX_TIMESTAMP(SYSDATE(6)) * 1000000 AS SIGNED)"
+    };
+}
+
 mod claim;
 mod log;
 mod migrate;
@@ -67,14 +77,18 @@ pub type MySqlStoreOptions = StoreOptions;
 
 /// The server's error numbers that mean trying again may help.
 const TRANSIENT: &[u16] = &[
+    1020, // the record changed since it was read (a serialization failure)
     1040, // too many connections
     1053, // the server is shutting down
+    1203, // the user has too many connections
     1205, // lock wait timeout exceeded
     1213, // deadlock found when trying to get lock
     1290, // the server runs with --read-only (a fail-over in progress)
     1317, // the query was interrupted
     1836, // the server is in read-only mode
     1927, // the connection was killed (MariaDB)
+    1969, // the statement ran past max_statement_time (MariaDB)
+    3024, // the statement ran past max_execution_time (MySQL)
     3572, // a NOWAIT lock could not be taken at once (MySQL 8)
 ];
 

@@ -194,21 +194,25 @@ pub(crate) const SQL: Statements = Statements {
     // The same rule as on PostgreSQL: ours or lapsed is taken, and the fence
     // grows unless it was ours and live. The fence is set first, from the
     // row as it was; then the owner; then the expiry, for the rows now ours.
+    // Timed after the row lock (`clock!`): a wait on a batch or a handler
+    // that holds it must not eat into the new lease.
     acquire_leases: concat!(
         "INSERT INTO tidings_leases (scope, partition_index, owner, fence, expires_at)
          SELECT $1, v, $2, 1, ",
-        now!(),
+        clock!(),
         " + $4 * 1000 FROM (",
         ints!("$3"),
         ") AS wanted
          ON DUPLICATE KEY UPDATE
            fence = IF(expires_at < ",
-        now!(),
+        clock!(),
         ", fence + 1, fence),
            owner = IF(owner = VALUES(owner) OR expires_at < ",
-        now!(),
+        clock!(),
         ", VALUES(owner), owner),
-           expires_at = IF(owner = VALUES(owner), VALUES(expires_at), expires_at)"
+           expires_at = IF(owner = VALUES(owner), ",
+        clock!(),
+        " + $4 * 1000, expires_at)"
     ),
     held_leases: Some(concat!(
         "SELECT partition_index, fence FROM tidings_leases
@@ -308,7 +312,7 @@ pub(crate) const SQL: Statements = Statements {
     // time waits, then finds the replay taken.
     claim_replay: concat!(
         "UPDATE tidings_replays SET state = 'running', `member` = $2, claimed_until = ",
-        now!(),
+        clock!(),
         " + $3 * 1000, updated_at = ",
         now!(),
         " WHERE consumer = $1 AND (state = 'pending' OR (state = 'running' AND claimed_until < ",

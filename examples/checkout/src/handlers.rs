@@ -348,15 +348,18 @@ for_each_database! {
                         .await?;
                     if let Some(row) = pending {
                         let (customer, points): (String, i64) = (row.get(0)?, row.get(1)?);
-                        Stmt::<D>::new(shared::DROP_PENDING, "releasing the points held")
+                        let dropped = Stmt::<D>::new(shared::DROP_PENDING, "releasing the points held")
                             .bind(order_id.as_str())
                             .execute(ctx.tx())
                             .await?;
-                        Stmt::<D>::new(D::CHECKOUT.credit, "crediting points")
-                            .bind(customer.as_str())
-                            .bind(points)
-                            .execute(ctx.tx())
-                            .await?;
+                        // Only the run that removed the pending points credits them.
+                        if <D as tidings_sql::Dialect>::rows_affected(&dropped) == 1 {
+                            Stmt::<D>::new(D::CHECKOUT.credit, "crediting points")
+                                .bind(customer.as_str())
+                                .bind(points)
+                                .execute(ctx.tx())
+                                .await?;
+                        }
                     }
                 }
                 "OrderCancelled" => {
