@@ -39,7 +39,7 @@ pub(crate) async fn append(store: &MySqlStore, batch: &[OutgoingMessage]) -> Res
 
 /// `rows` cut into statements of at most [`ROWS_PER_INSERT`] rows and
 /// [`BYTES_PER_INSERT`] body bytes.
-fn chunks<'a, T>(rows: &'a [(T, Vec<u8>)]) -> impl Iterator<Item = &'a [(T, Vec<u8>)]> {
+fn chunks<T>(rows: &[(T, Vec<u8>)]) -> impl Iterator<Item = &[(T, Vec<u8>)]> {
     let mut start = 0;
     std::iter::from_fn(move || {
         if start == rows.len() {
