@@ -44,31 +44,25 @@ impl<D: Dialect> LeaseStore for SqlStore<D> {
         // A row is taken if it is ours or lapsed; the fence grows unless it
         // was ours and still live. Released rows stay (lapsed), keeping the
         // fence growing.
+        let list = partitions::<D>(wanted);
+        let acquire = Stmt::<D>::new(D::SQL.acquire_leases, "acquiring leases")
+            .bind(scope)
+            .bind(member)
+            .bind(list.clone())
+            .bind(millis(ttl));
         let rows = match D::SQL.held_leases {
             None => {
                 let mut conn = self.conn("acquiring leases").await?;
-                Stmt::<D>::new(D::SQL.acquire_leases, "acquiring leases")
-                    .bind(scope)
-                    .bind(member)
-                    .bind(partitions::<D>(wanted))
-                    .bind(millis(ttl))
-                    .fetch_all(&mut conn)
-                    .await?
+                acquire.fetch_all(&mut conn).await?
             }
             // The rows it took stay locked until the read: what it reads is what it holds.
             Some(held) => {
                 let mut tx = self.begin_tx("acquiring leases").await?;
-                Stmt::<D>::new(D::SQL.acquire_leases, "acquiring leases")
-                    .bind(scope)
-                    .bind(member)
-                    .bind(partitions::<D>(wanted))
-                    .bind(millis(ttl))
-                    .execute(&mut tx)
-                    .await?;
+                acquire.execute(&mut tx).await?;
                 let rows = Stmt::<D>::new(held, "reading the leases held")
                     .bind(scope)
                     .bind(member)
-                    .bind(partitions::<D>(wanted))
+                    .bind(list)
                     .fetch_all(&mut tx)
                     .await?;
                 tx.commit().await.map_err(db_error::<D>("acquiring leases"))?;
