@@ -4,6 +4,7 @@
 //! event and in batches.
 
 use std::fmt;
+use std::marker::PhantomData;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
@@ -12,17 +13,19 @@ use futures::StreamExt;
 use serde::Serialize;
 use tidings_consumer::{Consumer, ConsumerConfig, Context, Handler, HandlerError};
 use tidings_core::{AckKind, Delivery, OutgoingMessage, Partition, Subscriber};
-use tidings_store_postgres::PgStore;
+use tidings_sql::SqlStore;
 use tokio::sync::mpsc;
 use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 
-use super::{BenchEvent, CpuSample, CpuUse, Schema, event, open_transport, short_id};
+use super::database::{BenchDialect, OnDatabase, arg, ensure_measured, on_scratch, run, scalar};
+use super::{BenchEvent, CpuSample, CpuUse, event, open_transport, short_id};
 
 /// What the consumer-cost scenario runs.
 #[derive(Debug, Clone, clap::Args)]
 pub struct ConsumerBench {
-    /// PostgreSQL (the bench works in a schema of its own, dropped at the end).
+    /// PostgreSQL or MySQL (the bench works in a schema or database of its
+    /// own, dropped at the end).
     #[arg(long, env = "TIDINGS_DATABASE_URL")]
     pub(crate) database: String,
     /// `nats://...` or `amqp://...`; the database log when left out.
@@ -42,7 +45,7 @@ pub struct ConsumerBench {
 impl ConsumerBench {
     /// Refuses what cannot run, with one line.
     pub(crate) fn check(&self) -> anyhow::Result<()> {
-        super::ensure_postgres(&self.database, "consumer")?;
+        ensure_measured(&self.database, "consumer")?;
         anyhow::ensure!(
             self.events > 0 && self.lanes > 0 && self.batch > 0,
             "--events, --lanes and --batch must be positive"
@@ -71,6 +74,8 @@ pub(crate) struct ConsumerRun {
 /// Handled events/s with and without idempotency, per transaction and batched.
 #[derive(Debug, Clone, Serialize)]
 pub(crate) struct ConsumerCost {
+    /// The database the handler writes to.
+    pub(crate) database: &'static str,
     /// The transport (no credentials).
     pub(crate) transport: String,
     /// Events per run.
@@ -81,37 +86,56 @@ pub(crate) struct ConsumerCost {
     pub(crate) runs: Vec<ConsumerRun>,
 }
 
-/// What every variant does with an event: decode it and insert a row.
-const APPLY: &str = "INSERT INTO bench_applied (key, seq) VALUES ($1, $2)";
+/// What every variant does with an event: insert a row for it, in the
+/// database's own SQL.
+async fn apply<D: BenchDialect>(
+    conn: &mut <D::Db as sqlx::Database>::Connection,
+    e: &BenchEvent,
+) -> anyhow::Result<()> {
+    run::<D>(conn, D::APPLY, |a| {
+        arg::<D, _>(a, e.key.as_str())?;
+        arg::<D, _>(a, e.seq as i64)
+    })
+    .await
+}
 
 /// The handler, run by the consumer runtime.
-struct Apply;
+struct Apply<D>(PhantomData<D>);
 
 #[async_trait::async_trait]
-impl Handler<sqlx::Postgres> for Apply {
-    async fn handle(&self, ctx: &mut Context<'_, sqlx::Postgres>) -> Result<(), HandlerError> {
+impl<D: BenchDialect> Handler<D::Db> for Apply<D> {
+    async fn handle(&self, ctx: &mut Context<'_, D::Db>) -> Result<(), HandlerError> {
         let e: BenchEvent = ctx.decode()?;
-        sqlx::query(APPLY)
-            .bind(e.key)
-            .bind(e.seq as i64)
-            .execute(ctx.tx())
-            .await?;
+        apply::<D>(ctx.tx(), &e).await.map_err(HandlerError::transient)?;
         Ok(())
     }
 }
 
 /// Runs the consumer-cost scenario.
 pub(crate) async fn consumer(bench: ConsumerBench) -> anyhow::Result<ConsumerCost> {
-    let schema = Schema::create(&bench.database).await?;
-    let result = consumer_in(&schema.store, &bench).await;
-    schema.drop().await;
-    result
+    on_scratch(&bench.database, &bench).await
 }
 
-async fn consumer_in(store: &PgStore, bench: &ConsumerBench) -> anyhow::Result<ConsumerCost> {
-    sqlx::query("CREATE TABLE bench_applied (key TEXT NOT NULL, seq BIGINT NOT NULL)")
-        .execute(store.pool())
-        .await?;
+impl OnDatabase for ConsumerBench {
+    type Figures = ConsumerCost;
+
+    async fn run_on<D: BenchDialect>(
+        &self,
+        store: &SqlStore<D>,
+        _scratch: &str,
+    ) -> anyhow::Result<ConsumerCost> {
+        consumer_in(store, self).await
+    }
+}
+
+async fn consumer_in<D: BenchDialect>(
+    store: &SqlStore<D>,
+    bench: &ConsumerBench,
+) -> anyhow::Result<ConsumerCost> {
+    {
+        let mut conn = store.conn("creating the bench's table").await?;
+        run::<D>(&mut conn, D::APPLIED_TABLE, |_| Ok(())).await?;
+    }
     let topic = format!("bench.consume.{}", short_id());
     let transport = open_transport(store, bench.broker.as_deref(), 1).await?;
     let variants = [
@@ -155,9 +179,7 @@ async fn consumer_in(store: &PgStore, bench: &ConsumerBench) -> anyhow::Result<C
             per_second: bench.events as f64 / seconds.max(1e-9),
         });
     }
-    let applied: i64 = sqlx::query_scalar("SELECT count(*) FROM bench_applied")
-        .fetch_one(store.pool())
-        .await?;
+    let applied = scalar(store, "SELECT count(*) FROM bench_applied").await?;
     anyhow::ensure!(
         applied as usize == bench.events * runs.len(),
         "{applied} rows applied for {} events in {} runs",
@@ -167,6 +189,7 @@ async fn consumer_in(store: &PgStore, bench: &ConsumerBench) -> anyhow::Result<C
     let group_refs: Vec<&str> = groups.iter().map(String::as_str).collect();
     transport.remove(&topic, &group_refs).await?;
     Ok(ConsumerCost {
+        database: D::NAME,
         transport: transport.label.clone(),
         events: bench.events,
         lanes: bench.lanes,
@@ -175,15 +198,15 @@ async fn consumer_in(store: &PgStore, bench: &ConsumerBench) -> anyhow::Result<C
 }
 
 /// The consumer runtime until every event is handled; its transactions.
-async fn by_tidings(
-    store: &PgStore,
+async fn by_tidings<D: BenchDialect>(
+    store: &SqlStore<D>,
     subscriber: &dyn Subscriber,
     group: &str,
     topic: &str,
     bench: &ConsumerBench,
     batch: usize,
 ) -> anyhow::Result<u64> {
-    let consumer = Consumer::new(group, store.clone(), Apply)
+    let consumer = Consumer::new(group, store.clone(), Apply::<D>(PhantomData))
         .topic(topic)
         .config(ConsumerConfig::default().lanes(bench.lanes).batch(batch));
     let stats = consumer.stats();
@@ -202,8 +225,8 @@ async fn by_tidings(
 /// The same handler by hand: the subscription spread over as many lanes by
 /// key, each lane committing what is queued for it (up to `batch`) in one
 /// transaction, then acknowledging it. No marker, no fence.
-async fn by_hand(
-    store: &PgStore,
+async fn by_hand<D: BenchDialect>(
+    store: &SqlStore<D>,
     subscriber: &dyn Subscriber,
     group: &str,
     topic: &str,
@@ -231,11 +254,7 @@ async fn by_hand(
                 let mut tx = pool.begin().await?;
                 for d in &queued {
                     let e: BenchEvent = d.message.decode()?.decode()?;
-                    sqlx::query(APPLY)
-                        .bind(e.key)
-                        .bind(e.seq as i64)
-                        .execute(&mut *tx)
-                        .await?;
+                    apply::<D>(&mut tx, &e).await?;
                 }
                 tx.commit().await?;
                 transactions.fetch_add(1, Ordering::Relaxed);
@@ -279,8 +298,8 @@ impl fmt::Display for ConsumerCost {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         writeln!(
             f,
-            "consumer cost of idempotency · {} -> PostgreSQL · {} events · {} lanes",
-            self.transport, self.events, self.lanes
+            "consumer cost of idempotency · {} -> {} · {} events · {} lanes",
+            self.transport, self.database, self.events, self.lanes
         )?;
         for run in &self.runs {
             let raw = self

@@ -9,16 +9,18 @@ use serde::Serialize;
 use tidings_consumer::{Consumer, Context, Handler, HandlerError};
 use tidings_core::{Outbox, OutgoingMessage};
 use tidings_relay::{Relay, RelayConfig};
-use tidings_store_postgres::PgStore;
+use tidings_sql::SqlStore;
 use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 
-use super::{Schema, event, open_transport, short_id};
+use super::database::{BenchDialect, OnDatabase, ensure_measured, on_scratch};
+use super::{event, open_transport, short_id};
 
 /// What the latency scenario runs.
 #[derive(Debug, Clone, clap::Args)]
 pub struct LatencyBench {
-    /// PostgreSQL (the bench works in a schema of its own, dropped at the end).
+    /// PostgreSQL or MySQL (the bench works in a schema or database of its
+    /// own, dropped at the end).
     #[arg(long, env = "TIDINGS_DATABASE_URL")]
     pub(crate) database: String,
     /// `nats://...` or `amqp://...`; the database log when left out.
@@ -41,7 +43,7 @@ pub struct LatencyBench {
 impl LatencyBench {
     /// Refuses what cannot run, with one line.
     pub(crate) fn check(&self) -> anyhow::Result<()> {
-        super::ensure_postgres(&self.database, "latency")?;
+        ensure_measured(&self.database, "latency")?;
         anyhow::ensure!(
             !self.rates.is_empty() && !self.rates.contains(&0) && self.seconds > 0.0 && self.poll_ms > 0,
             "--rates, --seconds and --poll-ms must be positive"
@@ -86,6 +88,10 @@ pub(crate) struct Latency {
 /// Latencies by mode and rate.
 #[derive(Debug, Clone, Serialize)]
 pub(crate) struct Latencies {
+    /// The database of the outbox.
+    pub(crate) database: &'static str,
+    /// How its producers wake the relay and the log readers in the wake-up mode.
+    pub(crate) wakeups: &'static str,
     /// The transport (no credentials).
     pub(crate) transport: String,
     /// The polling interval of the polling mode, milliseconds.
@@ -172,8 +178,8 @@ struct Stopwatch {
 }
 
 #[async_trait::async_trait]
-impl Handler<sqlx::Postgres> for Stopwatch {
-    async fn handle(&self, ctx: &mut Context<'_, sqlx::Postgres>) -> Result<(), HandlerError> {
+impl<DB: sqlx::Database> Handler<DB> for Stopwatch {
+    async fn handle(&self, ctx: &mut Context<'_, DB>) -> Result<(), HandlerError> {
         let now = Instant::now();
         self.started
             .lock()
@@ -188,17 +194,26 @@ impl Handler<sqlx::Postgres> for Stopwatch {
 /// consumer handles them; the time from each commit's return to its
 /// handler's start is measured.
 pub(crate) async fn latency(bench: LatencyBench) -> anyhow::Result<Latencies> {
-    let schema = Schema::create(&bench.database).await?;
-    let result = latency_in(&schema.store, &bench).await;
-    schema.drop().await;
-    let latencies = result?;
+    let latencies = on_scratch(&bench.database, &bench).await?;
     if let Some(path) = &bench.plot {
         std::fs::write(path, super::plot::latency_svg(&[&latencies]))?;
     }
     Ok(latencies)
 }
 
-async fn latency_in(store: &PgStore, bench: &LatencyBench) -> anyhow::Result<Latencies> {
+impl OnDatabase for LatencyBench {
+    type Figures = Latencies;
+
+    async fn run_on<D: BenchDialect>(
+        &self,
+        store: &SqlStore<D>,
+        _scratch: &str,
+    ) -> anyhow::Result<Latencies> {
+        latency_in(store, self).await
+    }
+}
+
+async fn latency_in<D: BenchDialect>(store: &SqlStore<D>, bench: &LatencyBench) -> anyhow::Result<Latencies> {
     let mut runs = Vec::new();
     let mut label = String::new();
     for mode in ["wake-up", "polling"] {
@@ -209,14 +224,16 @@ async fn latency_in(store: &PgStore, bench: &LatencyBench) -> anyhow::Result<Lat
         }
     }
     Ok(Latencies {
+        database: D::NAME,
+        wakeups: D::WAKEUPS,
         transport: label,
         poll_interval_ms: bench.poll_interval().as_secs_f64() * 1000.0,
         runs,
     })
 }
 
-async fn latency_run(
-    store: &PgStore,
+async fn latency_run<D: BenchDialect>(
+    store: &SqlStore<D>,
     bench: &LatencyBench,
     mode: &'static str,
     rate: u32,
@@ -336,8 +353,8 @@ impl fmt::Display for Latencies {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         writeln!(
             f,
-            "commit-to-handler latency · PostgreSQL outbox -> {} · polling every {:.0} ms in the polling mode",
-            self.transport, self.poll_interval_ms
+            "commit-to-handler latency · {} outbox -> {} · wake-ups {} · polling every {:.0} ms in the polling mode",
+            self.database, self.transport, self.wakeups, self.poll_interval_ms
         )?;
         writeln!(
             f,

@@ -36,18 +36,14 @@ pub(crate) use relays::{RelayScaling, relays};
 pub(crate) use steady::{SteadyState, steady};
 
 use std::process::ExitCode;
-use std::str::FromStr;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use anyhow::Context as _;
 use serde::{Deserialize, Serialize};
-use sqlx::Executor;
-use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
 use tidings_core::{Envelope, Kind, Message, Outbox, OutgoingMessage};
 use tidings_example_checkout::demo::Transport;
 use tidings_relay::{Relay, RelayConfig};
-use tidings_store_postgres::PgStore;
+use tidings_sql::{Dialect, SqlStore};
 use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 
@@ -225,50 +221,8 @@ fn event(seq: usize) -> OutgoingMessage {
     }
 }
 
-/// A PostgreSQL schema of the bench's own.
-struct Schema {
-    store: PgStore,
-    name: String,
-    admin: sqlx::PgPool,
-}
-
-impl Schema {
-    async fn create(url: &str) -> anyhow::Result<Schema> {
-        let admin = PgPoolOptions::new()
-            .max_connections(1)
-            .connect(url)
-            .await
-            .with_context(|| {
-                format!(
-                    "connecting to PostgreSQL at {}",
-                    tidings_core::secret::redact_url(url)
-                )
-            })?;
-        let name = format!("tidings_bench_{}", uuid::Uuid::new_v4().simple());
-        admin
-            .execute(sqlx::AssertSqlSafe(format!("CREATE SCHEMA {name}")))
-            .await?;
-        let options = PgConnectOptions::from_str(url)?.options([("search_path", name.as_str())]);
-        let pool = PgPoolOptions::new()
-            .max_connections(24)
-            .connect_with(options)
-            .await?;
-        let store = PgStore::new(pool);
-        store.migrate().await?;
-        Ok(Schema { store, name, admin })
-    }
-
-    async fn drop(self) {
-        self.store.pool().close().await;
-        let _ = self
-            .admin
-            .execute(sqlx::AssertSqlSafe(format!("DROP SCHEMA {} CASCADE", self.name)))
-            .await;
-    }
-}
-
 /// Fills the outbox with `n` events, committed 1000 to a transaction by 4 writers.
-async fn fill(store: &PgStore, n: usize) -> anyhow::Result<()> {
+async fn fill<D: Dialect>(store: &SqlStore<D>, n: usize) -> anyhow::Result<()> {
     let mut writers = JoinSet::new();
     for w in 0..4 {
         let store = store.clone();
@@ -299,7 +253,7 @@ fn drain(instances: usize, events: usize, started: Instant) -> Drain {
 }
 
 /// The business table the producer scenarios write.
-async fn create_orders<D: database::BenchDialect>(store: &tidings_sql::SqlStore<D>) -> anyhow::Result<()> {
+async fn create_orders<D: database::BenchDialect>(store: &SqlStore<D>) -> anyhow::Result<()> {
     let mut conn = store.conn("creating the bench's business table").await?;
     database::run::<D>(&mut conn, D::ORDERS_TABLE, |_| Ok(())).await
 }
@@ -317,8 +271,8 @@ type Relays = (
 );
 
 /// Starts `n` relays sharing the outbox, until `stop`; their tasks and counters.
-fn start_relays(
-    store: &PgStore,
+fn start_relays<D: Dialect>(
+    store: &SqlStore<D>,
     transport: &Transport,
     n: usize,
     config: RelayConfig,
@@ -340,19 +294,25 @@ fn short_id() -> String {
 }
 
 /// The transport a run publishes through, its broker resources named for the run.
-async fn open_transport(store: &PgStore, broker: Option<&str>, partitions: u32) -> anyhow::Result<Transport> {
+async fn open_transport<D: Dialect>(
+    store: &SqlStore<D>,
+    broker: Option<&str>,
+    partitions: u32,
+) -> anyhow::Result<Transport> {
     Transport::open(store, broker, partitions, &format!("bench-{}", short_id())).await
 }
 
 /// CPU time used so far, in seconds, by this process and by the services on
-/// the same machine (PostgreSQL's processes, nats-server, RabbitMQ's VM), read
+/// the same machine (PostgreSQL's processes, MariaDB or MySQL, nats-server, RabbitMQ's VM), read
 /// from `/proc`; empty where `/proc` is not there.
 #[derive(Debug, Clone, Default)]
 struct CpuSample(std::collections::BTreeMap<&'static str, f64>);
 
 /// The processes a bench accounts for: the name in `/proc/<pid>/stat`, and the label.
-const ACCOUNTED: [(&str, &str); 3] = [
+const ACCOUNTED: [(&str, &str); 5] = [
     ("postgres", "PostgreSQL"),
+    ("mariadbd", "MariaDB"),
+    ("mysqld", "MySQL"),
     ("nats-server", "nats-server"),
     ("beam.smp", "RabbitMQ"),
 ];
@@ -433,15 +393,10 @@ pub(crate) fn status_mib(field: &str) -> Option<f64> {
     Some(kib / 1024.0)
 }
 
-/// Whether `database` is a URL of dialect `D`.
-fn opens<D: tidings_sql::Dialect>(database: &str) -> bool {
-    D::SCHEMES.iter().any(|scheme| database.starts_with(scheme))
-}
-
-/// The benches measure PostgreSQL: refuse anything else with one line.
+/// Peer and all measure PostgreSQL only: refuse anything else with one line.
 fn ensure_postgres(database: &str, bench: &str) -> anyhow::Result<()> {
     anyhow::ensure!(
-        opens::<tidings_store_postgres::Pg>(database),
+        database::opens::<tidings_store_postgres::Pg>(database),
         "the {bench} bench needs PostgreSQL (--database postgres://...)"
     );
     Ok(())

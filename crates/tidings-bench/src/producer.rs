@@ -6,11 +6,10 @@ use std::time::{Duration, Instant};
 use serde::Serialize;
 use tidings_core::{Envelope, Message, Outbox, OutgoingMessage};
 use tidings_sql::{SqlStore, StoreOptions};
-use tidings_store_mysql::My;
 use tokio::task::JoinSet;
 
-use super::database::{BenchDialect, MySqlScratch, arg, run};
-use super::{BenchEvent, Schema, create_orders};
+use super::database::{BenchDialect, OnDatabase, arg, ensure_measured, on_scratch, run};
+use super::{BenchEvent, create_orders};
 
 /// What the producer-tax scenario runs.
 #[derive(Debug, Clone, clap::Args)]
@@ -30,10 +29,7 @@ pub struct ProducerBench {
 impl ProducerBench {
     /// Refuses what cannot run, with one line.
     pub(crate) fn check(&self) -> anyhow::Result<()> {
-        anyhow::ensure!(
-            super::opens::<tidings_store_postgres::Pg>(&self.database) || super::opens::<My>(&self.database),
-            "the producer bench needs PostgreSQL or MySQL (--database postgres://... or mysql://...)"
-        );
+        ensure_measured(&self.database, "producer")?;
         anyhow::ensure!(
             self.connections > 0 && self.seconds > 0.0,
             "--connections and --seconds must be positive"
@@ -154,16 +150,19 @@ pub(super) async fn write_for<D: BenchDialect>(
 /// Runs the producer-tax scenario: the variants rotate through rounds, so
 /// that drift of a shared machine falls on all of them alike.
 pub(crate) async fn producer(bench: ProducerBench) -> anyhow::Result<ProducerTax> {
-    if super::opens::<My>(&bench.database) {
-        let scratch = MySqlScratch::create(&bench.database).await?;
-        let result = producer_in(&scratch.store, &bench).await;
-        scratch.drop().await;
-        return result;
+    on_scratch(&bench.database, &bench).await
+}
+
+impl OnDatabase for ProducerBench {
+    type Figures = ProducerTax;
+
+    async fn run_on<D: BenchDialect>(
+        &self,
+        store: &SqlStore<D>,
+        _scratch: &str,
+    ) -> anyhow::Result<ProducerTax> {
+        producer_in(store, self).await
     }
-    let schema = Schema::create(&bench.database).await?;
-    let result = producer_in(&schema.store, &bench).await;
-    schema.drop().await;
-    result
 }
 
 async fn producer_in<D: BenchDialect>(

@@ -3,24 +3,24 @@
 use std::fmt;
 use std::time::{Duration, Instant};
 
-use std::str::FromStr;
-
 use anyhow::Context as _;
 use serde::{Deserialize, Serialize};
 use tidings_core::{LagSource, Message, OutgoingMessage};
 use tidings_example_checkout::demo::Transport;
-use tidings_store_postgres::PgStore;
+use tidings_sql::SqlStore;
+use tidings_store_mysql::My;
+use tidings_store_postgres::Pg;
 use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 
-use super::{
-    BenchEvent, Drain, Schema, drain, event, fill, raw, relay_config, short_id, start_relays, status_mib,
-};
+use super::database::{BenchDialect, OnDatabase, Scratch, ensure_measured, on_scratch, opens};
+use super::{BenchEvent, Drain, drain, event, fill, raw, relay_config, short_id, start_relays, status_mib};
 
 /// What the relay-scaling scenario runs.
 #[derive(Debug, Clone, clap::Args)]
 pub struct RelayBench {
-    /// PostgreSQL (the bench works in a schema of its own, dropped at the end).
+    /// PostgreSQL or MySQL (the bench works in a schema or database of its
+    /// own, dropped at the end).
     #[arg(long, env = "TIDINGS_DATABASE_URL")]
     pub(crate) database: String,
     /// `nats://...` or `amqp://...`; the database log when left out.
@@ -43,7 +43,7 @@ pub struct RelayBench {
 impl RelayBench {
     /// Refuses what cannot run, with one line.
     pub(crate) fn check(&self) -> anyhow::Result<()> {
-        super::ensure_postgres(&self.database, "relay")?;
+        ensure_measured(&self.database, "relay")?;
         anyhow::ensure!(
             self.events > 0 && self.batch_size > 0,
             "--events and --batch-size must be positive"
@@ -59,6 +59,8 @@ impl RelayBench {
 /// Relay throughput by number of instances, beside the raw limits.
 #[derive(Debug, Clone, Serialize)]
 pub(crate) struct RelayScaling {
+    /// The database of the outbox.
+    pub(crate) database: &'static str,
     /// The transport (no credentials).
     pub(crate) transport: String,
     /// Events per backlog.
@@ -67,9 +69,9 @@ pub(crate) struct RelayScaling {
     pub(crate) partitions: u32,
     /// Records per batch.
     pub(crate) batch_size: usize,
-    /// Raw limit of the database: the same claim (`DELETE ... FOR UPDATE
-    /// SKIP LOCKED ... RETURNING`, one transaction per batch) in batches,
-    /// publishing nothing, by connections.
+    /// Raw limit of the database: a hand-written claim (the oldest unsent
+    /// rows `FOR UPDATE SKIP LOCKED`, read and deleted, one transaction per
+    /// batch), publishing nothing, by connections.
     pub(crate) sql_drain: Vec<Drain>,
     /// The same batches published through the transport adapter and
     /// confirmed one after another, without the outbox.
@@ -86,31 +88,17 @@ pub(crate) struct RelayScaling {
 }
 
 /// The database's limit: claim-and-delete in batches, publishing nothing.
-async fn sql_drain(store: &PgStore, connections: usize, batch: usize) -> anyhow::Result<()> {
+async fn sql_drain<D: BenchDialect>(
+    store: &SqlStore<D>,
+    connections: usize,
+    batch: usize,
+) -> anyhow::Result<()> {
     let mut drainers = JoinSet::new();
     for _ in 0..connections {
         let pool = store.pool().clone();
         drainers.spawn(async move {
-            loop {
-                // The relay's planner settings (see the PostgreSQL store's claim), so
-                // that this limit is not measured on a worse plan than the relay gets.
-                let mut tx = pool
-                    .begin_with("BEGIN; SET LOCAL enable_bitmapscan = off; SET LOCAL enable_seqscan = off")
-                    .await?;
-                let rows: Vec<(Vec<u8>,)> = sqlx::query_as(
-                    "DELETE FROM tidings_outbox WHERE seq IN (
-                         SELECT seq FROM tidings_outbox WHERE published_at IS NULL
-                         ORDER BY seq LIMIT $1 FOR UPDATE SKIP LOCKED)
-                     RETURNING body",
-                )
-                .bind(batch as i64)
-                .fetch_all(&mut *tx)
-                .await?;
-                tx.commit().await?;
-                if rows.is_empty() {
-                    return anyhow::Ok(());
-                }
-            }
+            while D::drain_batch(&pool, batch).await? > 0 {}
+            anyhow::Ok(())
         });
     }
     while let Some(done) = drainers.join_next().await {
@@ -121,14 +109,26 @@ async fn sql_drain(store: &PgStore, connections: usize, batch: usize) -> anyhow:
 
 /// Runs the relay-scaling scenario.
 pub(crate) async fn relays(bench: RelayBench) -> anyhow::Result<RelayScaling> {
-    let schema = Schema::create(&bench.database).await?;
-    let result = relays_in(&schema, &bench).await;
-    schema.drop().await;
-    result
+    on_scratch(&bench.database, &bench).await
 }
 
-async fn relays_in(schema: &Schema, bench: &RelayBench) -> anyhow::Result<RelayScaling> {
-    let store = &schema.store;
+impl OnDatabase for RelayBench {
+    type Figures = RelayScaling;
+
+    async fn run_on<D: BenchDialect>(
+        &self,
+        store: &SqlStore<D>,
+        scratch: &str,
+    ) -> anyhow::Result<RelayScaling> {
+        relays_in(store, scratch, self).await
+    }
+}
+
+async fn relays_in<D: BenchDialect>(
+    store: &SqlStore<D>,
+    scratch: &str,
+    bench: &RelayBench,
+) -> anyhow::Result<RelayScaling> {
     let system = format!("bench-{}", short_id());
     let transport = Transport::open(store, bench.broker.as_deref(), bench.partitions, &system).await?;
     // A queue for what is published (RabbitMQ refuses what no queue takes).
@@ -173,7 +173,7 @@ async fn relays_in(schema: &Schema, bench: &RelayBench) -> anyhow::Result<RelayS
             .poll_interval(Duration::from_millis(50));
         let (mut running, stats) = start_relays(store, &transport, instances, config, &stop);
         // Watch the relays' own counters: querying the outbox while it drains
-        // would take CPU from the relays and PostgreSQL.
+        // would take CPU from the relays and the database.
         loop {
             let published: u64 = stats.iter().map(|s| s.published()).sum();
             if published as usize >= n {
@@ -199,7 +199,7 @@ async fn relays_in(schema: &Schema, bench: &RelayBench) -> anyhow::Result<RelayS
     fill(store, n).await?;
     let relay_process = RelayChild {
         database: bench.database.clone(),
-        schema: schema.name.clone(),
+        scratch: scratch.to_owned(),
         broker: bench.broker.clone(),
         system,
         events: n,
@@ -210,6 +210,7 @@ async fn relays_in(schema: &Schema, bench: &RelayBench) -> anyhow::Result<RelayS
     .await?;
     transport.remove(BenchEvent::TOPIC, &["bench"]).await?;
     Ok(RelayScaling {
+        database: D::NAME,
         transport: transport.label.clone(),
         events: n,
         partitions: bench.partitions,
@@ -226,8 +227,8 @@ impl fmt::Display for RelayScaling {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         writeln!(
             f,
-            "relay scaling · PostgreSQL outbox -> {} · {} events per backlog · {} partitions · batches of {}",
-            self.transport, self.events, self.partitions, self.batch_size
+            "relay scaling · {} outbox -> {} · {} events per backlog · {} partitions · batches of {}",
+            self.database, self.transport, self.events, self.partitions, self.batch_size
         )?;
         for d in &self.sql_drain {
             writeln!(
@@ -286,12 +287,12 @@ impl fmt::Display for RelayScaling {
 /// hidden): the parent fills the backlog, the child drains it and reports.
 #[derive(Debug, Clone, clap::Args)]
 pub struct RelayChild {
-    /// PostgreSQL.
+    /// PostgreSQL or MySQL.
     #[arg(long)]
     pub(crate) database: String,
-    /// The bench's schema, holding the filled outbox.
+    /// The bench's schema (PostgreSQL) or database (MySQL), holding the filled outbox.
     #[arg(long)]
-    pub(crate) schema: String,
+    pub(crate) scratch: String,
     /// The transport URL; the database log when left out.
     #[arg(long)]
     pub(crate) broker: Option<String>,
@@ -325,7 +326,7 @@ impl RelayChild {
     async fn spawn(self) -> anyhow::Result<RelayProcessRun> {
         let mut command = std::process::Command::new(std::env::current_exe()?);
         command.args(["bench", "relay-process", "--database", &self.database]);
-        command.args(["--schema", &self.schema, "--system", &self.system]);
+        command.args(["--scratch", &self.scratch, "--system", &self.system]);
         command.args(["--events", &self.events.to_string()]);
         command.args(["--partitions", &self.partitions.to_string()]);
         command.args(["--batch-size", &self.batch_size.to_string()]);
@@ -343,13 +344,15 @@ impl RelayChild {
 
     /// In the child: one relay drains `events`, then the figures go to stdout.
     pub(crate) async fn run(self) -> anyhow::Result<RelayProcessRun> {
-        let options = sqlx::postgres::PgConnectOptions::from_str(&self.database)?
-            .options([("search_path", self.schema.as_str())]);
-        let pool = sqlx::postgres::PgPoolOptions::new()
-            .max_connections(4)
-            .connect_with(options)
-            .await?;
-        let store = PgStore::new(pool);
+        if opens::<My>(&self.database) {
+            self.run_on::<My>().await
+        } else {
+            self.run_on::<Pg>().await
+        }
+    }
+
+    async fn run_on<D: BenchDialect>(self) -> anyhow::Result<RelayProcessRun> {
+        let store = Scratch::<D>::open(&self.database, &self.scratch, 4).await?;
         let transport =
             Transport::open(&store, self.broker.as_deref(), self.partitions, &self.system).await?;
         let stop = CancellationToken::new();

@@ -5,16 +5,18 @@ use std::time::{Duration, Instant};
 
 use serde::Serialize;
 use tidings_core::Message;
-use tidings_store_postgres::PgStore;
+use tidings_sql::SqlStore;
 use tokio_util::sync::CancellationToken;
 
+use super::database::{BenchDialect, OnDatabase, ensure_measured, on_scratch, scalar};
 use super::producer::{Write, write_for};
-use super::{BenchEvent, Schema, create_orders, open_transport, relay_config, start_relays};
+use super::{BenchEvent, create_orders, open_transport, relay_config, start_relays};
 
 /// What the steady-state scenario runs.
 #[derive(Debug, Clone, clap::Args)]
 pub struct SteadyBench {
-    /// PostgreSQL (the bench works in a schema of its own, dropped at the end).
+    /// PostgreSQL or MySQL (the bench works in a schema or database of its
+    /// own, dropped at the end).
     #[arg(long, env = "TIDINGS_DATABASE_URL")]
     pub(crate) database: String,
     /// `nats://...` or `amqp://...`; the database log when left out.
@@ -37,7 +39,7 @@ pub struct SteadyBench {
 impl SteadyBench {
     /// Refuses what cannot run, with one line.
     pub(crate) fn check(&self) -> anyhow::Result<()> {
-        super::ensure_postgres(&self.database, "steady-state")?;
+        ensure_measured(&self.database, "steady-state")?;
         anyhow::ensure!(
             self.connections > 0 && self.seconds > 0.0 && self.relays > 0,
             "--connections, --seconds and --relays must be positive"
@@ -49,6 +51,8 @@ impl SteadyBench {
 /// Producers at full speed with the relays running: does the relay keep up?
 #[derive(Debug, Clone, Serialize)]
 pub(crate) struct SteadyState {
+    /// The database of the outbox.
+    pub(crate) database: &'static str,
     /// The transport (no credentials).
     pub(crate) transport: String,
     /// Producer connections.
@@ -67,22 +71,33 @@ pub(crate) struct SteadyState {
     pub(crate) drained_after_stop: f64,
 }
 
-async fn backlog(store: &PgStore) -> anyhow::Result<u64> {
-    let n: i64 = sqlx::query_scalar("SELECT count(*) FROM tidings_outbox WHERE published_at IS NULL")
-        .fetch_one(store.pool())
-        .await?;
+async fn backlog<D: BenchDialect>(store: &SqlStore<D>) -> anyhow::Result<u64> {
+    let n = scalar(
+        store,
+        "SELECT count(*) FROM tidings_outbox WHERE published_at IS NULL",
+    )
+    .await?;
     Ok(n.max(0) as u64)
 }
 
 /// Runs the steady-state scenario.
 pub(crate) async fn steady(bench: SteadyBench) -> anyhow::Result<SteadyState> {
-    let schema = Schema::create(&bench.database).await?;
-    let result = steady_in(&schema.store, &bench).await;
-    schema.drop().await;
-    result
+    on_scratch(&bench.database, &bench).await
 }
 
-async fn steady_in(store: &PgStore, bench: &SteadyBench) -> anyhow::Result<SteadyState> {
+impl OnDatabase for SteadyBench {
+    type Figures = SteadyState;
+
+    async fn run_on<D: BenchDialect>(
+        &self,
+        store: &SqlStore<D>,
+        _scratch: &str,
+    ) -> anyhow::Result<SteadyState> {
+        steady_in(store, self).await
+    }
+}
+
+async fn steady_in<D: BenchDialect>(store: &SqlStore<D>, bench: &SteadyBench) -> anyhow::Result<SteadyState> {
     create_orders(store).await?;
     let transport = open_transport(store, bench.broker.as_deref(), bench.partitions).await?;
     transport
@@ -94,9 +109,10 @@ async fn steady_in(store: &PgStore, bench: &SteadyBench) -> anyhow::Result<Stead
     // The raw limit: the same producers with no relay (their rows are cleared after).
     let alone =
         write_for(store, Write::Tidings, bench.connections, run / 2).await? as f64 / (run / 2).as_secs_f64();
-    sqlx::query("DELETE FROM tidings_outbox")
-        .execute(store.pool())
-        .await?;
+    {
+        let mut conn = store.conn("clearing the bench's outbox").await?;
+        super::database::run::<D>(&mut conn, "DELETE FROM tidings_outbox", |_| Ok(())).await?;
+    }
 
     let stop = CancellationToken::new();
     let config = relay_config(bench.partitions).poll_interval(Duration::from_millis(100));
@@ -139,6 +155,7 @@ async fn steady_in(store: &PgStore, bench: &SteadyBench) -> anyhow::Result<Stead
     }
     transport.remove(BenchEvent::TOPIC, &["bench"]).await?;
     Ok(SteadyState {
+        database: D::NAME,
         transport: transport.label.clone(),
         connections: bench.connections,
         relays: bench.relays.max(1),
@@ -154,8 +171,8 @@ impl fmt::Display for SteadyState {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         writeln!(
             f,
-            "steady state · PostgreSQL outbox -> {} · {} producer connections · {} relay(s)",
-            self.transport, self.connections, self.relays
+            "steady state · {} outbox -> {} · {} producer connections · {} relay(s)",
+            self.database, self.transport, self.connections, self.relays
         )?;
         writeln!(
             f,

@@ -1,5 +1,6 @@
 //! `tidings bench` at a tiny size, so that it cannot rot: it runs end to
-//! end against the real PostgreSQL (and NATS) and reports every figure.
+//! end against the real PostgreSQL and MariaDB (and NATS) and reports
+//! every figure.
 //! The figures themselves are measured by running it at full size.
 
 use std::process::Command;
@@ -30,12 +31,17 @@ fn bench_on(database: &str, scenario: &str, args: &[&str]) -> Value {
     serde_json::from_slice(&out.stdout).expect("the figures as JSON")
 }
 
-fn bench_relays(broker: Option<&str>) -> Value {
+/// The two databases the benches measure, with the name they report.
+fn databases() -> [(String, &'static str); 2] {
+    [(postgres_url(), "PostgreSQL"), (mysql_url(), "MySQL")]
+}
+
+fn bench_relays(database: &str, broker: Option<&str>) -> Value {
     let mut args = vec!["--events", "1500", "--instances", "1,2"];
     if let Some(broker) = broker {
         args.extend(["--broker", broker]);
     }
-    bench("relays", &args)
+    bench_on(database, "relays", &args)
 }
 
 fn assert_figures(v: &Value) {
@@ -70,15 +76,18 @@ fn assert_figures(v: &Value) {
 
 #[test]
 fn relay_bench_runs_over_the_database_log() {
-    let v = bench_relays(None);
-    assert_eq!(v["transport"], "the database log");
-    assert_figures(&v);
-    assert!(v["raw_publish"].is_null(), "no broker, no broker limit: {v:#}");
+    for (database, name) in databases() {
+        let v = bench_relays(&database, None);
+        assert_eq!(v["database"], name, "{v:#}");
+        assert_eq!(v["transport"], "the database log");
+        assert_figures(&v);
+        assert!(v["raw_publish"].is_null(), "no broker, no broker limit: {v:#}");
+    }
 }
 
 #[test]
 fn relay_bench_runs_over_nats() {
-    let v = bench_relays(Some(&nats_url()));
+    let v = bench_relays(&postgres_url(), Some(&nats_url()));
     assert!(
         v["transport"].as_str().unwrap().starts_with("NATS JetStream"),
         "{v:#}"
@@ -89,7 +98,7 @@ fn relay_bench_runs_over_nats() {
 
 #[test]
 fn producer_bench_reports_the_ways_of_writing() {
-    for (database, name) in [(postgres_url(), "PostgreSQL"), (mysql_url(), "MySQL")] {
+    for (database, name) in databases() {
         let v = bench_on(&database, "producer", &["--connections", "2", "--seconds", "0.6"]);
         assert_eq!(v["database"], name, "{v:#}");
         assert_ways_of_writing(&v);
@@ -114,18 +123,36 @@ fn assert_ways_of_writing(v: &Value) {
 
 #[test]
 fn steady_bench_reports_producers_relays_and_the_drain() {
-    let v = bench("steady", &["--connections", "2", "--seconds", "1"]);
-    assert_eq!(v["transport"], "the database log");
-    for figure in ["producers_alone", "producers_with_relays", "published_per_second"] {
-        assert!(v[figure].as_f64().unwrap() > 0.0, "{figure}: {v:#}");
+    for (database, name) in databases() {
+        let v = bench_on(&database, "steady", &["--connections", "2", "--seconds", "1"]);
+        assert_eq!(v["database"], name, "{v:#}");
+        assert_eq!(v["transport"], "the database log");
+        for figure in ["producers_alone", "producers_with_relays", "published_per_second"] {
+            assert!(v[figure].as_f64().unwrap() > 0.0, "{figure}: {v:#}");
+        }
+        assert!(v["drained_after_stop"].as_f64().unwrap() >= 0.0, "{v:#}");
+        assert!(v["max_backlog"].is_u64(), "{v:#}");
     }
-    assert!(v["drained_after_stop"].as_f64().unwrap() >= 0.0, "{v:#}");
-    assert!(v["max_backlog"].is_u64(), "{v:#}");
 }
 
 #[test]
 fn latency_bench_reports_percentiles_in_both_modes() {
-    let v = bench("latency", &["--rates", "50", "--seconds", "1", "--poll-ms", "50"]);
+    for (database, name, wakeups) in [
+        (postgres_url(), "PostgreSQL", "LISTEN/NOTIFY and in-process"),
+        (mysql_url(), "MySQL", "in-process only"),
+    ] {
+        let v = bench_on(
+            &database,
+            "latency",
+            &["--rates", "50", "--seconds", "1", "--poll-ms", "50"],
+        );
+        assert_eq!(v["database"], name, "{v:#}");
+        assert_eq!(v["wakeups"], wakeups, "{v:#}");
+        assert_percentiles(&v);
+    }
+}
+
+fn assert_percentiles(v: &Value) {
     let runs = v["runs"].as_array().unwrap();
     assert_eq!(
         runs.iter()
@@ -150,7 +177,18 @@ fn latency_bench_reports_percentiles_in_both_modes() {
 
 #[test]
 fn consumer_bench_reports_both_variants_per_transaction_and_batched() {
-    let v = bench("consumer", &["--events", "600", "--lanes", "4", "--batch", "16"]);
+    for (database, name) in databases() {
+        let v = bench_on(
+            &database,
+            "consumer",
+            &["--events", "600", "--lanes", "4", "--batch", "16"],
+        );
+        assert_eq!(v["database"], name, "{v:#}");
+        assert_variants(&v);
+    }
+}
+
+fn assert_variants(v: &Value) {
     let runs = v["runs"].as_array().unwrap();
     let shape: Vec<(&str, u64)> = runs
         .iter()
@@ -180,7 +218,7 @@ fn relay_bench_refuses_sqlite_with_one_clear_line() {
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert_eq!(
         stderr.trim(),
-        "error: the relay bench needs PostgreSQL (--database postgres://...)"
+        "error: the relay bench needs PostgreSQL or MySQL (--database postgres://... or mysql://...)"
     );
 }
 
