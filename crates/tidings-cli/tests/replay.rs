@@ -1,6 +1,7 @@
-//! `tidings replay` after a checkout run on PostgreSQL: the dry run counts
-//! every event and changes nothing; the replay re-delivers every event to
-//! the consumer, through its running member, and changes no balance.
+//! `tidings replay` after a checkout run on PostgreSQL and on MariaDB: the
+//! dry run counts every event and changes nothing; the replay re-delivers
+//! every event to the consumer, through its running member, and changes no
+//! balance.
 
 mod common;
 
@@ -9,19 +10,41 @@ use std::time::Duration;
 use chrono::{SecondsFormat, Utc};
 use common::{produce, start_consumers, start_daemon, tidings, wait_drained};
 use serde_json::Value;
-use tidings_testkit::services::PgTestDb;
+use tidings::sql::db::Stmt;
+use tidings::sql::{Dialect, SqlStore};
+use tidings_testkit::services::{MySqlTestDb, PgTestDb, TestDb};
+
+/// Column 0 of every row `sql` returns, as text.
+async fn texts<D: Dialect>(store: &SqlStore<D>, sql: &'static str) -> Vec<String> {
+    let mut conn = store.conn("reading the test's figures").await.unwrap();
+    let rows = Stmt::<D>::new(sql, "reading the test's figures")
+        .fetch_all(&mut conn)
+        .await
+        .unwrap();
+    rows.iter().map(|r| r.get(0).unwrap()).collect()
+}
+
+/// The one count `sql` returns.
+async fn count<D: Dialect>(store: &SqlStore<D>, sql: &'static str) -> i64 {
+    let mut conn = store.conn("counting").await.unwrap();
+    Stmt::<D>::new(sql, "counting")
+        .fetch_one(&mut conn)
+        .await
+        .unwrap()
+        .get(0)
+        .unwrap()
+}
 
 /// What the loyalty and analytics services hold, and the markers they wrote.
-async fn business_state(db: &PgTestDb) -> Vec<String> {
+async fn business_state<D: Dialect>(store: &SqlStore<D>) -> Vec<String> {
     let mut state = Vec::new();
     for sql in [
-        "SELECT customer_id || '=' || points FROM loyalty_points ORDER BY 1",
-        "SELECT order_id || '=' || points FROM loyalty_pending ORDER BY 1",
-        "SELECT message_type || '=' || n FROM analytics_counts ORDER BY 1",
-        "SELECT consumer || '=' || count(*) FROM tidings_processed GROUP BY consumer ORDER BY 1",
+        "SELECT CONCAT(customer_id, '=', CAST(points AS CHAR)) FROM loyalty_points ORDER BY 1",
+        "SELECT CONCAT(order_id, '=', CAST(points AS CHAR)) FROM loyalty_pending ORDER BY 1",
+        "SELECT CONCAT(message_type, '=', CAST(n AS CHAR)) FROM analytics_counts ORDER BY 1",
+        "SELECT CONCAT(consumer, '=', CAST(count(*) AS CHAR)) FROM tidings_processed GROUP BY consumer ORDER BY 1",
     ] {
-        let rows: Vec<String> = sqlx::query_scalar(sql).fetch_all(db.store.pool()).await.unwrap();
-        state.push(rows.join(","));
+        state.push(texts(store, sql).await.join(","));
     }
     state
 }
@@ -41,44 +64,45 @@ fn replay(database: &str, args: &[&str]) -> (Value, String) {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn replay_redelivers_every_event_and_changes_no_balance() {
-    let db = PgTestDb::new().await;
+    replay_changes_no_balance::<PgTestDb>().await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn replay_on_mysql_redelivers_every_event_and_changes_no_balance() {
+    replay_changes_no_balance::<MySqlTestDb>().await;
+}
+
+async fn replay_changes_no_balance<T: TestDb>() {
+    let db = T::create().await;
+    let (url, store) = (db.url(), db.store());
     let since = (Utc::now() - chrono::Duration::seconds(1)).to_rfc3339_opts(SecondsFormat::Millis, true);
-    let mut daemon = start_daemon(&db.url, &[("TIDINGS_METRICS__LISTEN", String::new())]);
-    let mut consumers = start_consumers(&db.url, &[]);
-    produce(&db.url, 150, 0.0);
-    wait_drained(&db.url);
-    let before = business_state(&db).await;
+    let mut daemon = start_daemon(&url, &[("TIDINGS_METRICS__LISTEN", String::new())]);
+    let mut consumers = start_consumers(&url, &[]);
+    produce(&url, 150, 0.0);
+    wait_drained(&url);
+    let before = business_state(store).await;
     assert!(!before[0].is_empty(), "loyalty credited nothing: {before:?}");
-    let events: i64 = sqlx::query_scalar("SELECT count(*) FROM tidings_log WHERE topic = 'orders'")
-        .fetch_one(db.store.pool())
-        .await
-        .unwrap();
+    let events = count(store, "SELECT count(*) FROM tidings_log WHERE topic = 'orders'").await;
     assert!(
         events >= 450,
         "150 orders make at least 450 order events, got {events}"
     );
 
     // The dry run: every event counted, every one already processed, nothing changed.
-    let (dry, _) = replay(
-        &db.url,
-        &["--consumer", "loyalty", "--since", &since, "--dry-run"],
-    );
+    let (dry, _) = replay(&url, &["--consumer", "loyalty", "--since", &since, "--dry-run"]);
     assert_eq!(dry["events"], events, "{dry:#}");
     assert_eq!(dry["suppressed"], events, "{dry:#}");
     assert_eq!(dry["to_handle"], 0, "{dry:#}");
     assert_eq!(dry["source"], "log", "{dry:#}");
     assert_eq!(dry["topics"], serde_json::json!(["orders"]), "{dry:#}");
-    let requests: i64 = sqlx::query_scalar("SELECT count(*) FROM tidings_replays")
-        .fetch_one(db.store.pool())
-        .await
-        .unwrap();
+    let requests = count(store, "SELECT count(*) FROM tidings_replays").await;
     assert_eq!(requests, 0, "a dry run records nothing");
-    assert_eq!(business_state(&db).await, before);
+    assert_eq!(business_state(store).await, before);
 
     // The replay, carried out by the running loyalty member, at a bounded rate.
     let started = std::time::Instant::now();
     let (done, progress) = replay(
-        &db.url,
+        &url,
         &["--consumer", "loyalty", "--since", &since, "--rate", "400"],
     );
     assert_eq!(done["state"], "done", "{done:#}");
@@ -96,26 +120,26 @@ async fn replay_redelivers_every_event_and_changes_no_balance() {
         "{progress}"
     );
     assert_eq!(
-        business_state(&db).await,
+        business_state(store).await,
         before,
         "a replay changed business state"
     );
 
     // Analytics counts every event it handles: a replay of it changes no count either.
     let (done, _) = replay(
-        &db.url,
+        &url,
         &["--consumer", "analytics", "--since", &since, "--rate", "5000"],
     );
     assert_eq!(done["counts"]["suppressed"], events, "{done:#}");
     assert_eq!(
-        business_state(&db).await,
+        business_state(store).await,
         before,
         "a replay changed business state"
     );
 
     assert!(daemon.terminate().success(), "{}", daemon.stderr());
     assert!(consumers.terminate().success(), "{}", consumers.stderr());
-    db.drop_schema().await;
+    db.teardown().await;
 }
 
 /// `--kafka`: the consumer's Kafka group is rewound to `--since`; the dry

@@ -6,7 +6,7 @@
 //! missing ones in one transaction.
 
 use sqlx::Pool;
-use tidings_core::Result;
+use tidings_core::{Error, Result};
 
 use crate::Dialect;
 use crate::db::{SqlDb, Stmt};
@@ -75,6 +75,8 @@ pub struct MigrationPlan {
     /// `GET_LOCK`, which outlives the commit each DDL statement makes
     /// there): the runner then migrates on a connection of its own and
     /// closes it afterwards, which releases the lock whatever happened.
+    /// The lock statement then answers 1 once it holds the lock, anything
+    /// else when it gave up waiting.
     pub session_lock: bool,
     /// Creates `tidings_migrations (version, name, applied_at)` if missing.
     pub create_table: &'static str,
@@ -107,9 +109,21 @@ pub async fn run<D: Dialect>(pool: &Pool<D::Db>) -> Result<()> {
         .await
         .map_err(db_error::<D>("starting Tidings migrations"))?;
     if let Some(lock) = plan.lock {
-        Stmt::<D>::new(lock, "locking Tidings migrations")
-            .execute(&mut tx)
-            .await?;
+        let lock = Stmt::<D>::new(lock, "locking Tidings migrations");
+        if plan.session_lock {
+            let held: Option<i64> = lock.fetch_one(&mut tx).await?.get(0)?;
+            if held != Some(1) {
+                return Err(Error::Config {
+                    key: "database".into(),
+                    reason: "another session held the Tidings migration lock for as long as this one \
+                             waited: find it in the server's process list, let it finish or end it, \
+                             then migrate again"
+                        .into(),
+                });
+            }
+        } else {
+            lock.execute(&mut tx).await?;
+        }
     }
     Stmt::<D>::new(plan.create_table, "creating tidings_migrations")
         .execute(&mut tx)

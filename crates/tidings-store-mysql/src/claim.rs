@@ -1,6 +1,6 @@
 //! The relay's claim on MySQL: the rows of its partitions, locked by key, under the lease locks.
 
-use sqlx::Row;
+use sqlx::{Executor, Row};
 use tidings_core::{OutboxPartitions, OutgoingMessage, Result, cloudevents};
 use tidings_sql::{TxBatch, db_error};
 
@@ -57,40 +57,49 @@ pub(crate) async fn claim(store: &MySqlStore, limit: usize, held: &OutboxPartiti
     // every unsent row it scans before testing its partition (the test
     // cannot use the index), and another relay's claim, skipping locked
     // rows, would then skip rows of its own partitions and publish a key's
-    // later records before its earlier ones. The partitions are numbers the
-    // store computed: written into the text, they leave the optimizer a
-    // plain IN list.
+    // later records before its earlier ones.
+    //
+    // Every value in these statements is a number the store computed, so
+    // they go as plain text, never prepared: their text changes with each
+    // batch, and prepared, each would take a place in the connection's
+    // statement cache and, once it is full, evict another with a
+    // close-statement message the server never answers, which leaves the
+    // next request waiting out a delayed acknowledgement (about 40 ms).
     let partitions = live.iter().map(i64::to_string).collect::<Vec<_>>().join(", ");
+    let count = held.count;
     let candidates = format!(
         "SELECT seq FROM tidings_outbox
-         WHERE published_at IS NULL AND (? = 1 OR COALESCE(key_hash, 0) % ? IN ({partitions}))
-         ORDER BY seq LIMIT ?"
+         WHERE published_at IS NULL AND ({count} = 1 OR COALESCE(key_hash, 0) % {count} IN ({partitions}))
+         ORDER BY seq LIMIT {limit}"
     );
-    let candidates: Vec<i64> = sqlx::query_scalar(sqlx::AssertSqlSafe(candidates))
-        .bind(i64::from(held.count))
-        .bind(i64::from(held.count))
-        .bind(i64::try_from(limit).unwrap_or(i64::MAX))
-        .fetch_all(&mut *tx)
+    let candidates: Vec<i64> = (&mut *tx)
+        .fetch_all(sqlx::AssertSqlSafe(candidates))
         .await
-        .map_err(db_error::<My>("claiming an outbox batch"))?;
+        .map_err(db_error::<My>("claiming an outbox batch"))?
+        .iter()
+        .map(|r| r.get::<i64, _>(0))
+        .collect();
     if candidates.is_empty() {
         let _ = tx.rollback().await;
         return Ok(MySqlBatch::empty());
     }
     // Then exactly those rows, locked by their keys. Only a relay holding
     // these partitions reads them so, and the lease locks above keep any
-    // other relay from holding them now.
+    // other relay from holding them now. By the primary key: a point read
+    // of a unique key locks that row alone, where one through the
+    // unsent-rows index (not unique) also reads, and may wait for, the
+    // entry after it, often a producer's row not yet committed.
     let candidates = candidates
         .iter()
         .map(i64::to_string)
         .collect::<Vec<_>>()
         .join(", ");
     let locked = format!(
-        "SELECT seq, topic, body FROM tidings_outbox
+        "SELECT seq, topic, body FROM tidings_outbox FORCE INDEX (PRIMARY)
          WHERE seq IN ({candidates}) AND published_at IS NULL ORDER BY seq FOR UPDATE"
     );
-    let rows = sqlx::query(sqlx::AssertSqlSafe(locked))
-        .fetch_all(&mut *tx)
+    let rows = (&mut *tx)
+        .fetch_all(sqlx::AssertSqlSafe(locked))
         .await
         .map_err(db_error::<My>("claiming an outbox batch"))?;
     let mut seqs = Vec::with_capacity(rows.len());
@@ -118,8 +127,8 @@ pub(crate) async fn claim(store: &MySqlStore, limit: usize, held: &OutboxPartiti
             ),
             None => format!("DELETE FROM tidings_outbox WHERE seq IN ({seqs})"),
         };
-        sqlx::query(sqlx::AssertSqlSafe(done))
-            .execute(&mut *tx)
+        (&mut *tx)
+            .execute(sqlx::AssertSqlSafe(done))
             .await
             .map_err(db_error::<My>("claiming an outbox batch"))?;
     }
