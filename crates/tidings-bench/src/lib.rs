@@ -35,6 +35,7 @@ pub(crate) use producer::{ProducerTax, producer};
 pub(crate) use relays::{RelayScaling, relays};
 pub(crate) use steady::{SteadyState, steady};
 
+use std::io::Write as _;
 use std::process::ExitCode;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -139,7 +140,8 @@ impl Bench {
                 print_figures(json, &relays(bench).await?)
             }
             Bench::RelayProcess { bench } => {
-                println!("{}", serde_json::to_string(&bench.run().await?)?);
+                let figures = serde_json::to_string(&bench.run().await?)?;
+                writeln!(std::io::stdout().lock(), "{figures}")?;
                 Ok(ExitCode::SUCCESS)
             }
             Bench::Peer { bench, json } => {
@@ -166,12 +168,13 @@ impl Bench {
     }
 }
 
-/// Prints a bench's figures, as text or as one JSON object.
+/// Prints a bench's figures, as text or as one JSON object (a closed pipe
+/// is an error for the caller, not a panic).
 fn print_figures(json: bool, figures: &(impl Serialize + std::fmt::Display)) -> anyhow::Result<ExitCode> {
     if json {
-        println!("{}", serde_json::to_string(figures)?);
+        writeln!(std::io::stdout().lock(), "{}", serde_json::to_string(figures)?)?;
     } else {
-        print!("{figures}");
+        write!(std::io::stdout().lock(), "{figures}")?;
     }
     Ok(ExitCode::SUCCESS)
 }

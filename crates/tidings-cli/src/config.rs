@@ -405,7 +405,16 @@ fn apply_env(
     env: impl IntoIterator<Item = (String, String)>,
 ) -> Result<BTreeSet<String>, (String, String)> {
     let mut set = BTreeSet::new();
+    let mut aliased: Vec<(String, String, String)> = Vec::new();
     for (var, raw) in env {
+        // The other commands' names for the two URLs, accepted here too.
+        let var = match ALIASES.iter().find(|(alias, _)| *alias == var) {
+            Some((alias, canonical)) => {
+                aliased.push(((*alias).to_owned(), (*canonical).to_owned(), raw.clone()));
+                (*canonical).to_owned()
+            }
+            None => var,
+        };
         let Some(rest) = var.strip_prefix(ENV_PREFIX) else {
             continue;
         };
@@ -426,11 +435,28 @@ fn apply_env(
         let Some(section) = section.as_table_mut() else {
             return Err((var, format!("{} is not a section", parts[0])));
         };
-        section.insert(parts[1].clone(), value);
+        if let Some(previous) = section.insert(parts[1].clone(), value.clone())
+            && set.contains(&parts.join("."))
+            && previous != value
+        {
+            let alias = aliased
+                .iter()
+                .find(|(_, canonical, _)| *canonical == var)
+                .map_or(var.clone(), |(alias, _, _)| alias.clone());
+            return Err((var, format!("{alias} says otherwise: set one of the two")));
+        }
         set.insert(parts.join("."));
     }
     Ok(set)
 }
+
+/// Variables read as another's: (alias, canonical). The operator commands
+/// read `TIDINGS_DATABASE_URL` and `TIDINGS_BROKER_URL`; the daemon reads
+/// them too, as `database.url` and `broker.url`.
+const ALIASES: [(&str, &str); 2] = [
+    ("TIDINGS_DATABASE_URL", "TIDINGS_DATABASE__URL"),
+    ("TIDINGS_BROKER_URL", "TIDINGS_BROKER__URL"),
+];
 
 /// A TOML syntax error on one line: `line L, column C: message`.
 fn one_line(text: &str, e: &toml::de::Error) -> String {

@@ -198,11 +198,11 @@ pub(crate) async fn run<S: FailureStore>(store: &S, command: Dlq) -> anyhow::Res
             if each {
                 if json {
                     let views: Vec<LetterView<'_>> = letters.iter().map(LetterView::of).collect();
-                    println!("{}", serde_json::to_string(&views)?);
+                    say!("{}", serde_json::to_string(&views)?);
                     return Ok(());
                 }
                 for l in &letters {
-                    println!(
+                    say!(
                         "{}  {}  {:<9} {:<16} {:<20} {:<9} {}",
                         l.id,
                         when(l.created_at),
@@ -213,20 +213,25 @@ pub(crate) async fn run<S: FailureStore>(store: &S, command: Dlq) -> anyhow::Res
                         l.errors.last().map_or("", |f| f.error.as_str())
                     );
                 }
-                println!("{} dead letter(s)", letters.len());
+                say!("{} dead letter(s)", letters.len());
                 return Ok(());
             }
             let groups = groups(&letters);
             if json {
-                println!("{}", serde_json::to_string(&groups)?);
+                say!("{}", serde_json::to_string(&groups)?);
                 return Ok(());
             }
-            println!(
+            say!(
                 "{:>5}  {:<12}  {:<16} {:<20} {:<19}  {:<19}  cause",
-                "count", "fingerprint", "consumer", "type", "first", "last"
+                "count",
+                "fingerprint",
+                "consumer",
+                "type",
+                "first",
+                "last"
             );
             for g in &groups {
-                println!(
+                say!(
                     "{:>5}  {:<12}  {:<16} {:<20} {}  {}  {}",
                     g.count,
                     g.fingerprint,
@@ -237,7 +242,7 @@ pub(crate) async fn run<S: FailureStore>(store: &S, command: Dlq) -> anyhow::Res
                     g.cause
                 );
             }
-            println!("{} dead letter(s), {} cause(s)", letters.len(), groups.len());
+            say!("{} dead letter(s), {} cause(s)", letters.len(), groups.len());
             Ok(())
         }
         Dlq::Show { id, json } => {
@@ -245,10 +250,10 @@ pub(crate) async fn run<S: FailureStore>(store: &S, command: Dlq) -> anyhow::Res
                 .await?
                 .ok_or_else(|| anyhow::anyhow!("no dead letter has id {id}"))?;
             if json {
-                println!("{}", serde_json::to_string(&LetterView::of(&letter))?);
+                say!("{}", serde_json::to_string(&LetterView::of(&letter))?);
                 return Ok(());
             }
-            print!("{}", describe(&letter));
+            say_part!("{}", describe(&letter));
             Ok(())
         }
         Dlq::Redrive {
@@ -274,9 +279,13 @@ pub(crate) async fn run<S: FailureStore>(store: &S, command: Dlq) -> anyhow::Res
                     select.letters(store).await?
                 }
             };
+            anyhow::ensure!(
+                !letters.is_empty(),
+                "no pending dead letter matches the selection; nothing redriven"
+            );
             if dry_run {
                 for l in &letters {
-                    println!(
+                    say!(
                         "would redrive {}  {} {} ({})",
                         l.id,
                         l.consumer,
@@ -284,7 +293,7 @@ pub(crate) async fn run<S: FailureStore>(store: &S, command: Dlq) -> anyhow::Res
                         Cause::of(l)
                     );
                 }
-                println!(
+                say!(
                     "{} dead letter(s) would be redriven; nothing changed",
                     letters.len()
                 );
@@ -299,19 +308,25 @@ pub(crate) async fn run<S: FailureStore>(store: &S, command: Dlq) -> anyhow::Res
                 match store.redrive(l.id).await? {
                     Redrive::Enqueued { message_id, redrive } => {
                         redriven += 1;
-                        println!(
+                        say!(
                             "redriven {}  message {message_id} to {} again (redrive {redrive})",
-                            l.id, l.topic
+                            l.id,
+                            l.topic
                         );
                     }
-                    Redrive::NotFound => println!("gone {}  (no longer stored)", l.id),
-                    Redrive::Undecodable => println!(
+                    Redrive::NotFound => say!("gone {}  (no longer stored)", l.id),
+                    Redrive::Undecodable => say!(
                         "kept {}  its body is not a valid envelope: fix it at the source and publish it anew",
                         l.id
                     ),
                 }
             }
-            println!("{redriven} of {} dead letter(s) redriven", letters.len());
+            say!("{redriven} of {} dead letter(s) redriven", letters.len());
+            anyhow::ensure!(
+                redriven > 0,
+                "none of the {} dead letter(s) could be redriven (see above)",
+                letters.len()
+            );
             Ok(())
         }
         Dlq::Purge { select, all, yes } => {
@@ -331,35 +346,34 @@ pub(crate) async fn run<S: FailureStore>(store: &S, command: Dlq) -> anyhow::Res
                 .map(|l| l.id)
                 .collect();
             if ids.is_empty() {
-                println!("no settled dead letter matches; nothing purged");
+                say!("no settled dead letter matches; nothing purged");
                 return Ok(());
             }
             if !yes {
-                use std::io::{BufRead, IsTerminal, Write};
+                use std::io::{BufRead, IsTerminal};
                 anyhow::ensure!(
                     std::io::stdin().is_terminal(),
                     "purging {} dead letter(s) deletes them for good: pass --yes to do it without a prompt",
                     ids.len()
                 );
-                print!("delete {} settled dead letter(s) for good? type yes: ", ids.len());
-                std::io::stdout().flush()?;
+                say_part!("delete {} settled dead letter(s) for good? type yes: ", ids.len());
                 let mut answer = String::new();
                 std::io::stdin().lock().read_line(&mut answer)?;
                 if answer.trim() != "yes" {
-                    println!("nothing purged");
+                    say!("nothing purged");
                     return Ok(());
                 }
             }
             let purged = store.purge(&ids).await?;
-            println!("purged {purged} dead letter(s)");
+            say!("purged {purged} dead letter(s)");
             Ok(())
         }
         Dlq::Skip { id } => {
             match store.skip(id).await? {
                 Skip::Skipped { released_key: true } => {
-                    println!("skipped {id}; its key is released")
+                    say!("skipped {id}; its key is released")
                 }
-                Skip::Skipped { released_key: false } => println!("skipped {id}"),
+                Skip::Skipped { released_key: false } => say!("skipped {id}"),
                 Skip::NotFound => anyhow::bail!("no dead letter has id {id}"),
             }
             Ok(())
@@ -367,7 +381,8 @@ pub(crate) async fn run<S: FailureStore>(store: &S, command: Dlq) -> anyhow::Res
     }
 }
 
-/// A dead letter as JSON: its body as JSON when it is, else as text.
+/// A dead letter as JSON: its body as JSON when it is, as text when it is
+/// text, else in hex (`body_hex`).
 #[derive(Serialize)]
 struct LetterView<'a> {
     id: Uuid,
@@ -386,7 +401,11 @@ struct LetterView<'a> {
     redriven_at: Option<DateTime<Utc>>,
     skipped_at: Option<DateTime<Utc>>,
     headers: &'a tidings_core::Headers,
+    /// The body as JSON when it is, as text when it is text, else null.
     body: serde_json::Value,
+    /// The body in hex, when it is not text.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    body_hex: Option<String>,
 }
 
 impl<'a> LetterView<'a> {
@@ -409,8 +428,12 @@ impl<'a> LetterView<'a> {
             redriven_at: l.redriven_at,
             skipped_at: l.skipped_at,
             headers: &l.headers,
-            body: serde_json::from_slice(&l.body)
-                .unwrap_or_else(|_| serde_json::Value::String(String::from_utf8_lossy(&l.body).into_owned())),
+            body: match Body::of(&l.body) {
+                Body::Json(v) => v,
+                Body::Text(t) => serde_json::Value::String(t.to_owned()),
+                Body::Binary => serde_json::Value::Null,
+            },
+            body_hex: matches!(Body::of(&l.body), Body::Binary).then(|| hex(&l.body)),
         }
     }
 }
@@ -460,10 +483,62 @@ fn describe(l: &DeadLetter) -> String {
     for (name, value) in l.headers.iter() {
         let _ = writeln!(out, "  {name}: {value}");
     }
-    let body = serde_json::from_slice::<serde_json::Value>(&l.body)
-        .ok()
-        .and_then(|v| serde_json::to_string_pretty(&v).ok())
-        .unwrap_or_else(|| String::from_utf8_lossy(&l.body).into_owned());
-    let _ = writeln!(out, "body\n{body}");
+    match Body::of(&l.body) {
+        Body::Json(v) => {
+            let pretty = serde_json::to_string_pretty(&v).unwrap_or_default();
+            let _ = writeln!(out, "body\n{pretty}");
+        }
+        Body::Text(t) => {
+            let _ = writeln!(out, "body\n{t}");
+        }
+        Body::Binary => {
+            let _ = writeln!(
+                out,
+                "body ({} bytes, not text; in hex)\n{}",
+                l.body.len(),
+                hex(&l.body)
+            );
+        }
+    }
     out
+}
+
+/// What a dead letter's body holds, for showing it.
+enum Body<'a> {
+    /// A JSON document (an envelope, usually).
+    Json(serde_json::Value),
+    /// Text that is not JSON.
+    Text(&'a str),
+    /// Bytes that are not text, or text with control characters a
+    /// terminal would act on: shown in hex, never raw.
+    Binary,
+}
+
+impl<'a> Body<'a> {
+    fn of(bytes: &'a [u8]) -> Body<'a> {
+        if let Ok(v) = serde_json::from_slice(bytes) {
+            return Body::Json(v);
+        }
+        match std::str::from_utf8(bytes) {
+            Ok(t)
+                if !t
+                    .chars()
+                    .any(|c| c.is_control() && !matches!(c, '\n' | '\t' | '\r')) =>
+            {
+                Body::Text(t)
+            }
+            _ => Body::Binary,
+        }
+    }
+}
+
+/// `bytes` in lowercase hex.
+fn hex(bytes: &[u8]) -> String {
+    use std::fmt::Write as _;
+    bytes
+        .iter()
+        .fold(String::with_capacity(bytes.len() * 2), |mut out, b| {
+            let _ = write!(out, "{b:02x}");
+            out
+        })
 }

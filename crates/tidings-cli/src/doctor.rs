@@ -81,14 +81,14 @@ impl fmt::Display for Check {
 pub(crate) async fn run<S: Inspect + FailureStore>(store: &S, args: DoctorArgs) -> anyhow::Result<bool> {
     let checks = checks(store, &args).await?;
     if args.json {
-        println!("{}", serde_json::to_string(&checks)?);
+        say!("{}", serde_json::to_string(&checks)?);
     } else {
         for c in &checks {
-            println!("{c}");
+            say!("{c}");
         }
         let failed = checks.iter().filter(|c| c.verdict == Verdict::Fail).count();
         let warned = checks.iter().filter(|c| c.verdict == Verdict::Warn).count();
-        println!("{failed} failed, {warned} warnings, {} checks", checks.len());
+        say!("{failed} failed, {warned} warnings, {} checks", checks.len());
     }
     Ok(checks.iter().all(|c| c.verdict != Verdict::Fail))
 }

@@ -1,5 +1,25 @@
 //! `tidings`: the operator's command.
 
+/// Writes a line on stdout as `println!` does, but hands back a write
+/// error (`?`) rather than panicking: a closed pipe (`tidings lag | head`)
+/// then ends the command quietly (see [`closed_pipe`]).
+macro_rules! say {
+    ($($arg:tt)*) => {{
+        use std::io::Write as _;
+        writeln!(std::io::stdout().lock(), $($arg)*)?
+    }};
+}
+
+/// [`say!`] without the line's end.
+macro_rules! say_part {
+    ($($arg:tt)*) => {{
+        use std::io::Write as _;
+        let mut out = std::io::stdout().lock();
+        write!(out, $($arg)*)?;
+        out.flush()?
+    }};
+}
+
 mod cause;
 mod config;
 mod daemon;
@@ -95,9 +115,27 @@ enum Command {
 
 #[derive(Debug, Args)]
 struct DatabaseArg {
-    /// `postgres://user@host/db`, or `sqlite://path` (the embedded default).
-    #[arg(long, global = true, env = "TIDINGS_DATABASE_URL", default_value = DEFAULT_DATABASE)]
-    database: String,
+    /// `postgres://user@host/db`, `mysql://user@host/db`, or `sqlite://path`;
+    /// else TIDINGS_DATABASE__URL (the daemon's spelling), else the embedded
+    /// default, `sqlite://tidings-demo.db`.
+    #[arg(long = "database", global = true, env = "TIDINGS_DATABASE_URL")]
+    given: Option<String>,
+}
+
+impl DatabaseArg {
+    /// The database URL, from wherever it was given.
+    fn url(&self) -> String {
+        or_env(self.given.as_deref(), "TIDINGS_DATABASE__URL").unwrap_or_else(|| DEFAULT_DATABASE.to_owned())
+    }
+}
+
+/// `given` (a flag, or its `TIDINGS_X_URL` variable), else the variable
+/// `var`: the daemon's `TIDINGS_SECTION__KEY` spelling of the same setting,
+/// so that one environment serves every command.
+fn or_env(given: Option<&str>, var: &str) -> Option<String> {
+    given
+        .map(str::to_owned)
+        .or_else(|| std::env::var(var).ok().filter(|v| !v.is_empty()))
 }
 
 #[derive(Debug, Subcommand)]
@@ -107,11 +145,13 @@ enum Demo {
         /// Orders to place.
         #[arg(long, default_value_t = 1000)]
         orders: usize,
-        /// `postgres://user@host/db`, or `sqlite://path`.
-        #[arg(long, env = "TIDINGS_DATABASE_URL", default_value = DEFAULT_DATABASE)]
-        database: String,
+        /// `postgres://user@host/db`, `mysql://user@host/db`, or `sqlite://path`;
+        /// else TIDINGS_DATABASE__URL, else `sqlite://tidings-demo.db`.
+        #[arg(long, env = "TIDINGS_DATABASE_URL")]
+        database: Option<String>,
         /// `nats://host:4222` (NATS JetStream), `amqp://user:pw@host:5672/%2f` (RabbitMQ)
-        /// or `kafka://host:9092` (Kafka); the database log when left out.
+        /// or `kafka://host:9092` (Kafka); else TIDINGS_BROKER__URL; the
+        /// database log when left out.
         #[arg(long, env = "TIDINGS_BROKER_URL")]
         broker: Option<String>,
         /// Fraction of deliveries to redeliver a second time (0 to 1).
@@ -236,6 +276,8 @@ async fn main() -> ExitCode {
     tracing_subscriber::registry().with(log).with(spans).init();
     match run(cli).await {
         Ok(code) => code,
+        // Whoever reads the output has gone (`| head`): nothing left to say.
+        Err(e) if closed_pipe(&e) => ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("error: {e:#}");
             ExitCode::from(2)
@@ -248,7 +290,7 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Run { config, check } => {
             let loaded = config::Loaded::from_file(config.as_deref(), std::env::vars())?;
             if check {
-                println!(
+                say!(
                     "configuration ok: database {}, broker {}, relay {}, metrics {}",
                     redact_url(loaded.database_url.expose()),
                     redact_url(loaded.broker_url.expose()),
@@ -282,8 +324,8 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             }
             let options = DemoOptions {
                 orders,
-                database: Some(database),
-                broker,
+                database: or_env(database.as_deref(), "TIDINGS_DATABASE__URL"),
+                broker: or_env(broker.as_deref(), "TIDINGS_BROKER__URL"),
                 duplicate_rate,
                 poison_rate,
                 warehouse_fixed,
@@ -305,9 +347,9 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             }
             let summary = demo::run(options).await?;
             if json {
-                println!("{}", serde_json::to_string(&summary)?);
+                say!("{}", serde_json::to_string(&summary)?);
             } else {
-                println!("{summary}");
+                say!("{summary}");
             }
             Ok(if summary.ok() {
                 ExitCode::SUCCESS
@@ -317,16 +359,20 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         }
         Command::Bench(bench) => bench.run().await,
         Command::Dlq { database, command } => {
-            with_store!(open(&database.database).await?, |s| dlq::run(&s, command).await?);
-            Ok(ExitCode::SUCCESS)
-        }
-        Command::Outbox { database, command } => {
-            with_store!(open(&database.database).await?, |s| outbox::run(&s, command)
+            with_store!(open_existing(&database.url()).await?, |s| dlq::run(&s, command)
                 .await?);
             Ok(ExitCode::SUCCESS)
         }
+        Command::Outbox { database, command } => {
+            with_store!(open_existing(&database.url()).await?, |s| outbox::run(
+                &s, command
+            )
+            .await?);
+            Ok(ExitCode::SUCCESS)
+        }
         Command::Doctor { database, args } => {
-            let healthy = with_store!(open(&database.database).await?, |s| doctor::run(&s, args).await?);
+            let healthy = with_store!(open_existing(&database.url()).await?, |s| doctor::run(&s, args)
+                .await?);
             Ok(if healthy {
                 ExitCode::SUCCESS
             } else {
@@ -334,7 +380,8 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             })
         }
         Command::Replay { database, args } => {
-            let done = with_store!(open(&database.database).await?, |s| replay::run(&s, args).await?);
+            let done = with_store!(open_existing(&database.url()).await?, |s| replay::run(&s, args)
+                .await?);
             Ok(if done {
                 ExitCode::SUCCESS
             } else {
@@ -343,25 +390,26 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         }
         Command::Schema(command) => schema::run(command),
         Command::Migrate(db) => {
-            open(&db.database).await?.migrate().await?;
-            println!("migrated {}", redact_url(&db.database));
+            let url = db.url();
+            open(&url).await?.migrate().await?;
+            say!("migrated {}", redact_url(&url));
             Ok(ExitCode::SUCCESS)
         }
         Command::Lag { database, json } => {
-            let report = with_store!(open(&database.database).await?, |s| s.lag().await?);
+            let report = with_store!(open_existing(&database.url()).await?, |s| s.lag().await?);
             if json {
-                println!("{}", serde_json::to_string(&report)?);
+                say!("{}", serde_json::to_string(&report)?);
             } else {
-                println!("outbox pending      {}", report.outbox_pending);
-                println!(
+                say!("outbox pending      {}", report.outbox_pending);
+                say!(
                     "oldest unsent age   {}",
                     report
                         .oldest_unsent_age
                         .map_or("-".to_owned(), |d| format!("{:.1} s", d.as_secs_f64()))
                 );
-                println!("dead letters        {}", report.dead_letters_pending());
+                say!("dead letters        {}", report.dead_letters_pending());
                 for d in &report.dead_letters {
-                    println!(
+                    say!(
                         "consumer {:<20} dead letters {} · oldest {}",
                         d.consumer,
                         d.pending,
@@ -370,15 +418,20 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
                     );
                 }
                 for c in &report.consumers {
-                    println!(
+                    say!(
                         "consumer {:<20} topic {:<20} pending {}",
-                        c.consumer, c.topic, c.pending
+                        c.consumer,
+                        c.topic,
+                        c.pending
                     );
                 }
                 for p in &report.parked {
-                    println!(
+                    say!(
                         "consumer {:<20} topic {:<20} held keys {} · parked {}",
-                        p.consumer, p.topic, p.held_keys, p.messages
+                        p.consumer,
+                        p.topic,
+                        p.held_keys,
+                        p.messages
                     );
                 }
             }
@@ -394,6 +447,33 @@ pub(crate) fn connecting_to(url: &str) -> String {
 }
 
 /// The store at `url`, chosen by its scheme.
+/// Whether `e` comes from writing to a pipe whose reader has closed it.
+fn closed_pipe(e: &anyhow::Error) -> bool {
+    e.chain().any(|cause| {
+        cause
+            .downcast_ref::<std::io::Error>()
+            .is_some_and(|io| io.kind() == std::io::ErrorKind::BrokenPipe)
+    })
+}
+
+/// Opens the store at `url` for a command that reads or settles what is
+/// there: a SQLite file that does not exist is an error, not a new, empty
+/// database left behind.
+async fn open_existing(url: &str) -> anyhow::Result<AnyStore> {
+    if url.starts_with("sqlite:") {
+        let options: tidings::sqlx::sqlite::SqliteConnectOptions =
+            url.parse().with_context(|| connecting_to(url))?;
+        let file = options.get_filename();
+        anyhow::ensure!(
+            file == std::path::Path::new(":memory:") || file.exists(),
+            "no database at {}: pass --database (or set TIDINGS_DATABASE_URL), or create it with `tidings migrate --database {}`",
+            file.display(),
+            redact_url(url)
+        );
+    }
+    open(url).await
+}
+
 async fn open(url: &str) -> anyhow::Result<AnyStore> {
     tidings::open_store(url).await.with_context(|| connecting_to(url))
 }

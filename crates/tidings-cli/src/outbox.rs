@@ -58,9 +58,9 @@ pub(crate) async fn run(store: &impl Inspect, command: OutboxCommand) -> anyhow:
     let OutboxCommand::Status(args) = command;
     let status = status(store, &args).await?;
     if args.json {
-        println!("{}", serde_json::to_string(&status)?);
+        say!("{}", serde_json::to_string(&status)?);
     } else {
-        print!("{status}");
+        say_part!("{status}");
     }
     Ok(())
 }

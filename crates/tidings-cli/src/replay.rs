@@ -137,7 +137,7 @@ async fn rewind_kafka(
             kafka.rewind(&args.consumer, topic, since).await?
         };
         if !args.json {
-            println!(
+            say!(
                 "{}{} {} on {topic}: {} record(s) to read again ({})",
                 if args.dry_run { "dry run: " } else { "" },
                 if args.dry_run { "would rewind" } else { "rewound" },
@@ -159,7 +159,7 @@ async fn rewind_kafka(
         outcome.push(serde_json::json!({"topic": topic, "messages": rewind.messages}));
     }
     if args.json {
-        println!(
+        say!(
             "{}",
             serde_json::json!({"consumer": args.consumer, "dry_run": args.dry_run, "topics": outcome})
         );
@@ -226,9 +226,9 @@ pub(crate) async fn run<S: Inspect + ReplayStore>(store: &S, args: ReplayArgs) -
     if args.dry_run {
         let dry = dry_run(store, &args, topics, source, until, total).await?;
         if args.json {
-            println!("{}", serde_json::to_string(&dry)?);
+            say!("{}", serde_json::to_string(&dry)?);
         } else {
-            println!(
+            say!(
                 "dry run: {} event(s) of {} on {} from {} to {} ({}) would be re-delivered: \
                  {} already processed (suppressed by the idempotency store), {} to handle{}; \
                  about {:.1} s at {}/s. Nothing was changed.",
@@ -276,16 +276,16 @@ pub(crate) async fn run<S: Inspect + ReplayStore>(store: &S, args: ReplayArgs) -
     );
     if args.no_wait {
         if args.json {
-            println!("{}", serde_json::json!({ "id": id, "total": total }));
+            say!("{}", serde_json::json!({ "id": id, "total": total }));
         }
         return Ok(true);
     }
     let replay = follow(store, id, total).await?;
     if args.json {
-        println!("{}", serde_json::to_string(&replay)?);
+        say!("{}", serde_json::to_string(&replay)?);
     } else {
         let c = replay.counts;
-        println!(
+        say!(
             "replay {id} {}: {} event(s) re-delivered to {}: {} suppressed (already processed), {} handled, {} failed",
             replay.state.as_str(),
             c.delivered,

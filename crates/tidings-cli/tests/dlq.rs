@@ -1,12 +1,13 @@
-//! `tidings dlq` on the dead letters of a real demo run (SQLite file): the
-//! poisoned orders show as one cause with a count, one shows in full, a dry
-//! run changes nothing, a redrive by cause is recorded on each, a skip
-//! settles one.
+//! `tidings dlq` on the dead letters of a real demo run (a SQLite file, and
+//! a MariaDB database): the poisoned orders show as one cause with a count,
+//! one shows in full, a dry run changes nothing, a redrive by cause is
+//! recorded on each, a skip settles one.
 
 use std::path::PathBuf;
 use std::process::Command;
 
 use serde_json::Value;
+use tidings_testkit::services::MySqlTestDb;
 
 fn tidings(database: &str, args: &[&str]) -> (bool, String, String) {
     let out = Command::new(env!("CARGO_BIN_EXE_tidings"))
@@ -38,6 +39,19 @@ fn database() -> (PathBuf, String) {
 #[test]
 fn dead_letters_group_by_cause_show_redrive_and_skip() {
     let (dir, db) = database();
+    dead_letters_of_a_demo_run(&db);
+    std::fs::remove_dir_all(dir).unwrap();
+}
+
+#[tokio::test]
+async fn dead_letters_on_mysql_group_by_cause_show_redrive_and_skip() {
+    let db = MySqlTestDb::new().await;
+    dead_letters_of_a_demo_run(&db.url);
+    db.drop_database().await;
+}
+
+fn dead_letters_of_a_demo_run(db: &str) {
+    let db = db.to_owned();
     let summary = json(
         &db,
         &[
@@ -172,17 +186,108 @@ fn dead_letters_group_by_cause_show_redrive_and_skip() {
     );
     let left = json(&db, &["dlq", "list", "--each", "--include-settled", "--json"]);
     assert!(left.as_array().unwrap().is_empty(), "{left:#}");
-    std::fs::remove_dir_all(dir).unwrap();
 }
 
 #[test]
 fn an_unknown_dead_letter_is_one_clear_error() {
     let (dir, db) = database();
-    let (ok, _, stderr) = tidings(&db, &["migrate"]);
+    migrate_then_show_an_unknown_letter(&db);
+    std::fs::remove_dir_all(dir).unwrap();
+}
+
+/// The same on an empty MariaDB database, which `tidings migrate` sets up.
+#[tokio::test]
+async fn an_unknown_dead_letter_on_mysql_is_one_clear_error() {
+    let db = MySqlTestDb::unmigrated().await;
+    migrate_then_show_an_unknown_letter(&db.url);
+    db.drop_database().await;
+}
+
+fn migrate_then_show_an_unknown_letter(db: &str) {
+    let (ok, _, stderr) = tidings(db, &["migrate"]);
     assert!(ok, "{stderr}");
+    let (ok, stdout, stderr) = tidings(db, &["migrate"]);
+    assert!(ok, "a second migration finds nothing to do: {stderr}");
+    assert!(stdout.contains("migrated"), "{stdout}");
     let id = uuid::Uuid::now_v7().to_string();
-    let (ok, _, stderr) = tidings(&db, &["dlq", "show", &id]);
+    let (ok, _, stderr) = tidings(db, &["dlq", "show", &id]);
     assert!(!ok);
     assert_eq!(stderr.trim(), format!("error: no dead letter has id {id}"));
-    std::fs::remove_dir_all(dir).unwrap();
+}
+
+/// A body that is not text (a message no decoder understood) shows in hex,
+/// never raw on the terminal; a redrive that can move nothing fails, and so
+/// does one that matches nothing.
+#[tokio::test]
+async fn a_binary_body_shows_in_hex_and_a_redrive_of_nothing_fails() {
+    use tidings_core::{DeadLetter, Failure, FailureStore};
+    let db = tidings_testkit::services::SqliteTestDb::new().await;
+    let url = format!("sqlite://{}", db.path.display());
+    let id = uuid::Uuid::now_v7();
+    let body = vec![0x1b, b'[', b'2', b'J', 0x00, 0xff, 0xfe, 0x07];
+    db.store
+        .dead_letter(&DeadLetter {
+            id,
+            consumer: "inventory".into(),
+            topic: "orders".into(),
+            message_id: None,
+            message_type: None,
+            aggregate_key: None,
+            headers: Default::default(),
+            body: body.clone(),
+            attempts: 1,
+            errors: vec![Failure {
+                attempt: 1,
+                at: chrono::Utc::now(),
+                class: "permanent".into(),
+                error: "not an envelope".into(),
+            }],
+            created_at: chrono::Utc::now(),
+            redrives: 0,
+            redriven_at: None,
+            skipped_at: None,
+        })
+        .await
+        .unwrap();
+
+    let (ok, text, stderr) = tidings(&url, &["dlq", "show", &id.to_string()]);
+    assert!(ok, "{stderr}");
+    assert!(
+        text.contains("body (8 bytes, not text; in hex)\n1b5b324a00fffe07"),
+        "{text}"
+    );
+    assert!(
+        !text.contains('\u{1b}'),
+        "a raw escape reached the terminal: {text:?}"
+    );
+    let letter = json(&url, &["dlq", "show", &id.to_string(), "--json"]);
+    assert!(letter["body"].is_null(), "{letter:#}");
+    assert_eq!(letter["body_hex"], "1b5b324a00fffe07", "{letter:#}");
+
+    // Its body is not an envelope: kept, and the command says it failed.
+    let (ok, text, stderr) = tidings(&url, &["dlq", "redrive", &id.to_string()]);
+    assert!(!ok, "{text}");
+    assert!(text.contains(&format!("kept {id}")), "{text}");
+    assert!(
+        stderr.contains("none of the 1 dead letter(s) could be redriven"),
+        "{stderr}"
+    );
+    // A selection that matches nothing redrives nothing, and says so.
+    for dry in [false, true] {
+        let mut args = vec!["dlq", "redrive", "--consumer", "nobody"];
+        if dry {
+            args.push("--dry-run");
+        }
+        let (ok, _, stderr) = tidings(&url, &args);
+        assert!(!ok, "dry run {dry}");
+        assert_eq!(
+            stderr.trim(),
+            "error: no pending dead letter matches the selection; nothing redriven"
+        );
+    }
+    // A skip of an id no dead letter has fails too.
+    let unknown = uuid::Uuid::now_v7();
+    let (ok, _, stderr) = tidings(&url, &["dlq", "skip", &unknown.to_string()]);
+    assert!(!ok);
+    assert_eq!(stderr.trim(), format!("error: no dead letter has id {unknown}"));
 }

@@ -210,6 +210,8 @@ async fn doctor_passes_a_healthy_deployment_and_names_what_fails() {
 async fn doctor_fails_on_a_database_without_tidings_tables() {
     let path = std::env::temp_dir().join(format!("tidings-empty-{}.db", uuid::Uuid::new_v4().simple()));
     let url = format!("sqlite://{}", path.display());
+    // An empty file is an empty SQLite database (doctor creates none itself).
+    std::fs::File::create(&path).unwrap();
     let (code, checks) = doctor(&url, &[]);
     assert_eq!(code, 1);
     assert_eq!(checks.len(), 1);

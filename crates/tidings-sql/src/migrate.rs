@@ -102,10 +102,24 @@ pub async fn run<D: Dialect>(pool: &Pool<D::Db>) -> Result<()> {
         .acquire()
         .await
         .map_err(db_error::<D>("starting Tidings migrations"))?;
-    if plan.session_lock {
-        conn.close_on_drop();
+    if !plan.session_lock {
+        return apply::<D>(&mut conn).await;
     }
-    let mut tx = sqlx::Connection::begin(&mut *conn)
+    // The lock is the session's: closing the connection releases it. Close
+    // it here, before returning, whatever happened: a dropped connection
+    // closes only once the runtime gets round to it, and a caller that
+    // blocks its thread next (starting another migrator, say) would wait
+    // for a lock nobody frees.
+    conn.close_on_drop();
+    let applied = apply::<D>(&mut conn).await;
+    let _ = sqlx::Connection::close(conn.detach()).await;
+    applied
+}
+
+/// The migrations, in one transaction on `conn`, under the plan's lock.
+async fn apply<D: Dialect>(conn: &mut <D::Db as sqlx::Database>::Connection) -> Result<()> {
+    let plan = &D::MIGRATIONS;
+    let mut tx = sqlx::Connection::begin(conn)
         .await
         .map_err(db_error::<D>("starting Tidings migrations"))?;
     if let Some(lock) = plan.lock {

@@ -249,6 +249,17 @@ impl MySqlTestDb {
     ///
     /// If MySQL cannot be reached, with a message naming it and the URL.
     pub async fn new() -> MySqlTestDb {
+        let db = MySqlTestDb::unmigrated().await;
+        db.store.migrate().await.expect("migrating the test database");
+        db
+    }
+
+    /// Creates a fresh, empty database (no Tidings tables) and a store on it.
+    ///
+    /// # Panics
+    ///
+    /// If MySQL cannot be reached, with a message naming it and the URL.
+    pub async fn unmigrated() -> MySqlTestDb {
         let base = mysql_url();
         let database = format!("tidings_test_{}", Uuid::new_v4().simple());
         let admin = MySqlPoolOptions::new()
@@ -265,7 +276,6 @@ impl MySqlTestDb {
         let store = MySqlStore::connect(&url)
             .await
             .unwrap_or_else(|e| panic!("MySQL refused the test database at {url}: {e}"));
-        store.migrate().await.expect("migrating the test database");
         MySqlTestDb { store, database, url }
     }
 
