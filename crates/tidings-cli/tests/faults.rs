@@ -22,7 +22,6 @@ use std::time::{Duration, Instant};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use tidings::sql::SqlStore;
-use tidings::sql::db::Stmt;
 use tidings_core::{DeadLetterFilter, FailureStore, LagSource};
 use tidings_example_checkout::demo::lost;
 use tidings_example_checkout::sql::CheckoutDialect;
@@ -31,6 +30,10 @@ use tidings_testkit::nats::PrivateNats;
 use tidings_testkit::outage::PrivateBroker;
 use tidings_testkit::rabbitmq::PrivateRabbit;
 use tidings_testkit::services::{MySqlTestDb, PgTestDb, TestDb};
+
+mod common;
+
+use common::count;
 
 /// The `tidings` binary's error shapes, to group the dead letters a failure reports.
 #[path = "../src/cause.rs"]
@@ -306,16 +309,6 @@ where
 
 async fn tally<D: CheckoutDialect>(store: &SqlStore<D>) -> Tally {
     store.tally().await.expect("reading the checkout figures")
-}
-
-async fn count<D: CheckoutDialect>(store: &SqlStore<D>, sql: &'static str) -> i64 {
-    let mut conn = store.conn("counting").await.unwrap();
-    Stmt::<D>::new(sql, "counting")
-        .fetch_one(&mut conn)
-        .await
-        .unwrap()
-        .get(0)
-        .unwrap()
 }
 
 /// What one scenario shows.

@@ -8,32 +8,10 @@ mod common;
 use std::time::Duration;
 
 use chrono::{SecondsFormat, Utc};
-use common::{produce, start_consumers, start_daemon, tidings, wait_drained};
+use common::{count, produce, start_consumers, start_daemon, texts, tidings, wait_drained};
 use serde_json::Value;
-use tidings::sql::db::Stmt;
 use tidings::sql::{Dialect, SqlStore};
 use tidings_testkit::services::{MySqlTestDb, PgTestDb, TestDb};
-
-/// Column 0 of every row `sql` returns, as text.
-async fn texts<D: Dialect>(store: &SqlStore<D>, sql: &'static str) -> Vec<String> {
-    let mut conn = store.conn("reading the test's figures").await.unwrap();
-    let rows = Stmt::<D>::new(sql, "reading the test's figures")
-        .fetch_all(&mut conn)
-        .await
-        .unwrap();
-    rows.iter().map(|r| r.get(0).unwrap()).collect()
-}
-
-/// The one count `sql` returns.
-async fn count<D: Dialect>(store: &SqlStore<D>, sql: &'static str) -> i64 {
-    let mut conn = store.conn("counting").await.unwrap();
-    Stmt::<D>::new(sql, "counting")
-        .fetch_one(&mut conn)
-        .await
-        .unwrap()
-        .get(0)
-        .unwrap()
-}
 
 /// What the loyalty and analytics services hold, and the markers they wrote.
 async fn business_state<D: Dialect>(store: &SqlStore<D>) -> Vec<String> {

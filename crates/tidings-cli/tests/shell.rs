@@ -1,18 +1,16 @@
 //! The commands as a shell sees them: a reader that closes the pipe early,
 //! a database that is not there, and one environment for every command.
 
+mod common;
+
 use std::process::{Command, Stdio};
 
 use tidings_testkit::services::SqliteTestDb;
 
+/// The binary with none of the machine's `TIDINGS_*` variables, quiet.
 fn tidings() -> Command {
-    let mut command = Command::new(env!("CARGO_BIN_EXE_tidings"));
-    command
-        .env("RUST_LOG", "error")
-        .env_remove("TIDINGS_DATABASE_URL")
-        .env_remove("TIDINGS_DATABASE__URL")
-        .env_remove("TIDINGS_BROKER_URL")
-        .env_remove("TIDINGS_BROKER__URL");
+    let mut command = common::tidings();
+    command.env("RUST_LOG", "error");
     command
 }
 

@@ -188,3 +188,27 @@ pub fn wait_drained(database: &str) {
         std::thread::sleep(Duration::from_millis(200));
     }
 }
+
+/// The one count `sql` returns, on any dialect's store.
+pub async fn count<D: tidings::sql::Dialect>(store: &tidings::sql::SqlStore<D>, sql: &'static str) -> i64 {
+    let mut conn = store.conn("counting").await.unwrap();
+    tidings::sql::db::Stmt::<D>::new(sql, "counting")
+        .fetch_one(&mut conn)
+        .await
+        .unwrap()
+        .get(0)
+        .unwrap()
+}
+
+/// Column 0 of every row `sql` returns, as text.
+pub async fn texts<D: tidings::sql::Dialect>(
+    store: &tidings::sql::SqlStore<D>,
+    sql: &'static str,
+) -> Vec<String> {
+    let mut conn = store.conn("reading the test's figures").await.unwrap();
+    let rows = tidings::sql::db::Stmt::<D>::new(sql, "reading the test's figures")
+        .fetch_all(&mut conn)
+        .await
+        .unwrap();
+    rows.iter().map(|r| r.get(0).unwrap()).collect()
+}
