@@ -97,14 +97,29 @@ async fn sql_drain<D: BenchDialect>(
     for _ in 0..connections {
         let pool = store.pool().clone();
         drainers.spawn(async move {
-            while D::drain_batch(&pool, batch).await? > 0 {}
-            anyhow::Ok(())
+            loop {
+                match D::drain_batch(&pool, batch).await {
+                    Ok(0) => return anyhow::Ok(()),
+                    Ok(_) => {}
+                    // Two drainers can deadlock (InnoDB does): as any
+                    // hand-written relay would, take the batch again.
+                    Err(e) if lost_race::<D>(&e) => {}
+                    Err(e) => return Err(e),
+                }
+            }
         });
     }
     while let Some(done) = drainers.join_next().await {
         done??;
     }
     Ok(())
+}
+
+/// Whether `e` is a race the database lost (a deadlock, a lock wait given up).
+fn lost_race<D: BenchDialect>(e: &anyhow::Error) -> bool {
+    e.downcast_ref::<sqlx::Error>()
+        .and_then(sqlx::Error::as_database_error)
+        .is_some_and(D::transient)
 }
 
 /// Runs the relay-scaling scenario.
