@@ -9,7 +9,7 @@ use anyhow::Context as _;
 use futures::future::BoxFuture;
 use sqlx::pool::PoolOptions;
 use sqlx::{Executor, Pool};
-use tidings_sql::db::{Bind, Get, SqlDb};
+use tidings_sql::db::{Bind, SqlDb, Stmt};
 use tidings_sql::{Dialect, SqlStore};
 use tidings_store_mysql::My;
 use tidings_store_postgres::Pg;
@@ -152,10 +152,10 @@ pub(crate) async fn run<D: BenchDialect>(
 /// The one integer `sql` returns (a count).
 pub(crate) async fn scalar<D: BenchDialect>(store: &SqlStore<D>, sql: &'static str) -> anyhow::Result<i64> {
     let mut conn = store.conn("reading the bench's figures").await?;
-    let rows =
-        <D::Db as SqlDb>::rows(&mut conn, sqlx::SqlSafeStr::into_sql_str(sql), Default::default()).await?;
-    let row = rows.first().with_context(|| format!("no row from {sql}"))?;
-    Ok(<D::Db as Get<i64>>::get(row, 0)?)
+    let row = Stmt::<D>::new(sql, "reading the bench's figures")
+        .fetch_one(&mut conn)
+        .await?;
+    Ok(row.get::<i64>(0)?)
 }
 
 /// Binds `value` as the next argument.

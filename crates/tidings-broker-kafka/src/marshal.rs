@@ -29,5 +29,6 @@ pub(crate) fn raw_message(topic: &str, m: &BorrowedMessage<'_>) -> RawMessage {
         key: m.key().map(|k| String::from_utf8_lossy(k).into_owned()),
         headers,
         body: m.payload().unwrap_or_default().to_vec(),
+        refused: None,
     }
 }

@@ -110,6 +110,19 @@ impl KafkaOptions {
     }
 }
 
+impl KafkaOptions {
+    /// The largest record the producer sends: its `message.max.bytes`
+    /// (librdkafka's default, 1 000 000, unless a client setting raises it).
+    pub fn message_max_bytes(&self) -> usize {
+        self.client
+            .iter()
+            .rev()
+            .find(|(k, _)| k == "message.max.bytes")
+            .and_then(|(_, v)| v.parse().ok())
+            .unwrap_or(1_000_000)
+    }
+}
+
 /// `kafka://host:port[,host:port]` (or a bare list) as `bootstrap.servers`.
 pub(crate) fn bootstrap_servers(url: &str) -> String {
     url.strip_prefix("kafka://")

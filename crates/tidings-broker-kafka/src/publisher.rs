@@ -39,7 +39,10 @@ impl Publisher for KafkaTransport {
                         record = back;
                         tokio::time::sleep(Duration::from_millis(5)).await;
                     }
-                    Err((e, _)) => return Err(Error::transport(TRANSPORT, "queueing a record", e, true)),
+                    Err((e, _)) => {
+                        let transient = !too_large(&e);
+                        return Err(Error::transport(TRANSPORT, "queueing a record", e, transient));
+                    }
                 }
             }
         }
@@ -47,8 +50,34 @@ impl Publisher for KafkaTransport {
             report
                 .await
                 .map_err(|e| Error::transport(TRANSPORT, "waiting for a delivery report", e, true))?
-                .map_err(|(e, _)| Error::transport(TRANSPORT, "delivering a record", e, true))?;
+                .map_err(|(e, _)| {
+                    let transient = !too_large(&e);
+                    Error::transport(TRANSPORT, "delivering a record", e, transient)
+                })?;
         }
         Ok(())
     }
+
+    /// A record whose payload and own headers alone exceed the producer's
+    /// `message.max.bytes` ([`KafkaOptions::message_max_bytes`](crate::KafkaOptions::message_max_bytes)):
+    /// it would be refused whole at queueing.
+    fn refuses(&self, m: &OutgoingMessage) -> Option<String> {
+        let max = self.inner.options.message_max_bytes();
+        let headers: usize = m.envelope.headers.iter().map(|(k, v)| k.len() + v.len()).sum();
+        let size = m.envelope.payload.len() + m.envelope.aggregate_key.len() + headers;
+        (size > max).then(|| {
+            format!(
+                "its {size} bytes are more than Kafka's message.max.bytes of {max}: raise it (the producer's and the topic's), or make the event smaller"
+            )
+        })
+    }
+}
+
+/// Whether the producer or the broker refused a record for its size: it
+/// will never fit, and the relay sets it aside.
+fn too_large(e: &KafkaError) -> bool {
+    matches!(
+        e.rdkafka_error_code(),
+        Some(RDKafkaErrorCode::MessageSizeTooLarge | RDKafkaErrorCode::InvalidMessageSize)
+    )
 }

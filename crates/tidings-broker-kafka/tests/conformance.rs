@@ -56,7 +56,15 @@ impl TransportUnderTest for Kafka {
     }
 }
 
+// Not yet `a_corrupt_record_waits_alone_with_its_key` nor
+// `an_oversized_record_waits_alone_with_its_key`: both pass their checks
+// over Tansu, then librdkafka crashes the test process in its metadata
+// cache (rd_kafka_metadata_cache_find, from a metadata update) while the
+// clients close, most runs; under investigation.
 tidings_testkit::transport_conformance!(
     async { Kafka::default() },
-    features: [cloudevents_attributes_travel_as_headers, broker_counts_pending]
+    features: [
+        cloudevents_attributes_travel_as_headers,
+        broker_counts_pending,
+    ]
 );

@@ -70,4 +70,15 @@ impl NatsTransport {
             streams: Arc::default(),
         }
     }
+
+    /// The largest message the server accepts (its `max_payload`, 1 MiB by
+    /// default), for [`StoreOptions::max_event_bytes`] of the store whose
+    /// outbox this transport relays: an event larger than it is then
+    /// refused by `enqueue`, not by the server after the commit. Headers
+    /// count too: leave them a few KiB.
+    ///
+    /// [`StoreOptions::max_event_bytes`]: https://docs.rs/tidings-sql/latest/tidings_sql/struct.StoreOptions.html#method.max_event_bytes
+    pub fn max_payload(&self) -> usize {
+        self.client.server_info().max_payload
+    }
 }

@@ -31,7 +31,12 @@
 //! with a pull in flight) holds newer messages back until those come back
 //! (JetStream redelivers them once their [`NatsOptions::ack_wait`] runs
 //! out), so that each key stays in order; if some never return (deleted
-//! from the stream), it goes on after four ack waits.
+//! from the stream), it goes on after four ack waits. JetStream numbers
+//! every delivery, so a reader also sees when one went to someone else (a
+//! member frozen past its lease that woke up and pulled once more before it
+//! learnt the lease moved on, or a pull request the reader itself abandoned
+//! on a reconnect) and holds newer messages back the same way until it
+//! came back.
 //!
 //! Acknowledgements map one to one: `Ack`, `Nak(delay)` (redelivered after
 //! the delay), `Progress` (extends the ack wait), `Term` (never again).

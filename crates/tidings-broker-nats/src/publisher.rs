@@ -1,49 +1,106 @@
 //! Publishing with PubAcks and `Nats-Msg-Id` dedupe.
 
 use async_nats::HeaderMap;
+use async_nats::jetstream::context::PublishAckFuture;
+use async_nats::jetstream::context::{PublishError, PublishErrorKind};
 use async_trait::async_trait;
+use tidings_core::waves::key_waves;
 use tidings_core::{Error, OutgoingMessage, Partition, Publisher, Result, cloudevents};
 
 use crate::topology::subject_token;
 use crate::{NatsTransport, TRANSPORT};
 
+/// Whether JetStream refused the message for its size, as the stream is set up.
+fn too_large_for_the_stream(e: &PublishError) -> bool {
+    use async_nats::jetstream::ErrorCode;
+    std::error::Error::source(e)
+        .and_then(|s| s.downcast_ref::<async_nats::jetstream::Error>())
+        .is_some_and(|j| {
+            matches!(
+                j.error_code(),
+                ErrorCode::STREAM_MESSAGE_EXCEEDS_MAXIMUM | ErrorCode::STREAM_HEADER_EXCEEDS_MAXIMUM
+            )
+        })
+}
+
+impl NatsTransport {
+    /// Hands one message to the client, returning its PubAck to await.
+    async fn send(&self, m: &OutgoingMessage) -> Result<PublishAckFuture> {
+        self.ensure_stream(&m.topic).await?;
+        let (attributes, payload) = cloudevents::to_binary(&m.envelope);
+        let mut headers = HeaderMap::new();
+        for (k, v) in attributes {
+            headers.insert(k.as_str(), v.as_str());
+        }
+        // A redrive must not be dropped as a duplicate of the first publish.
+        let msg_id = match m.envelope.headers.get(tidings_core::REDRIVE_HEADER) {
+            Some(n) => format!("{}/redrive/{n}", m.envelope.id),
+            None => m.envelope.id.to_string(),
+        };
+        headers.insert("Nats-Msg-Id", msg_id.as_str());
+        let partition = Partition::of(&m.envelope.aggregate_key, self.options.partitions);
+        let subject = format!(
+            "{}.{}.{}",
+            self.subject(&m.topic),
+            partition.index,
+            subject_token(&m.envelope.message_type)
+        );
+        self.js
+            .publish_with_headers(subject, headers, payload.into())
+            .await
+            .map_err(|e| {
+                // Checked by the client before sending: this record will never fit.
+                let transient = e.kind() != PublishErrorKind::MaxPayloadExceeded;
+                Error::transport(TRANSPORT, "publishing", e, transient)
+            })
+    }
+}
+
 #[async_trait]
 impl Publisher for NatsTransport {
     async fn publish(&self, batch: &[OutgoingMessage]) -> Result<()> {
-        // Send the whole batch, then wait for every PubAck: one round trip
-        // per batch rather than per message, in order on one connection.
-        let mut acks = Vec::with_capacity(batch.len());
-        for m in batch {
-            self.ensure_stream(&m.topic).await?;
-            let (attributes, payload) = cloudevents::to_binary(&m.envelope);
-            let mut headers = HeaderMap::new();
-            for (k, v) in attributes {
-                headers.insert(k.as_str(), v.as_str());
+        // The client pipelines and reconnects on its own: what it had
+        // written to a broken connection is lost while what was still
+        // queued goes out on the next one. So the batch goes in key waves
+        // (no two messages of a key in flight together), each wave sent
+        // whole and then its PubAcks awaited: one round trip per wave.
+        for wave in key_waves(batch) {
+            let mut acks = Vec::with_capacity(wave.len());
+            for m in wave {
+                acks.push(self.send(m).await?);
             }
-            // A redrive must not be dropped as a duplicate of the first publish.
-            let msg_id = match m.envelope.headers.get(tidings_core::REDRIVE_HEADER) {
-                Some(n) => format!("{}/redrive/{n}", m.envelope.id),
-                None => m.envelope.id.to_string(),
-            };
-            headers.insert("Nats-Msg-Id", msg_id.as_str());
-            let partition = Partition::of(&m.envelope.aggregate_key, self.options.partitions);
-            let subject = format!(
-                "{}.{}.{}",
-                self.subject(&m.topic),
-                partition.index,
-                subject_token(&m.envelope.message_type)
-            );
-            let ack = self
-                .js
-                .publish_with_headers(subject, headers, payload.into())
-                .await
-                .map_err(|e| Error::transport(TRANSPORT, "publishing", e, true))?;
-            acks.push(ack);
-        }
-        for ack in acks {
-            ack.await
-                .map_err(|e| Error::transport(TRANSPORT, "waiting for a PubAck", e, true))?;
+            for ack in acks {
+                ack.await.map_err(|e| {
+                    if too_large_for_the_stream(&e) {
+                        // The stream's max_msg_size (or header limit): it
+                        // will never take this record, so the relay finds
+                        // it and sets it aside.
+                        Error::transport(
+                            TRANSPORT,
+                            "publishing: the stream refuses a message this large (its max_msg_size); raise it, or make the event smaller",
+                            e,
+                            false,
+                        )
+                    } else {
+                        Error::transport(TRANSPORT, "waiting for a PubAck", e, true)
+                    }
+                })?;
+            }
         }
         Ok(())
+    }
+
+    /// A record whose payload and own headers alone exceed the server's
+    /// `max_payload`; one that exceeds it only with the CloudEvents
+    /// attributes fails its publish permanently, and the relay finds it.
+    fn refuses(&self, m: &OutgoingMessage) -> Option<String> {
+        let max = self.max_payload();
+        let headers: usize = m.envelope.headers.iter().map(|(k, v)| k.len() + v.len()).sum();
+        let size = m.envelope.payload.len() + headers;
+        (size > max).then(|| {
+            format!(
+                "its {size} bytes are more than the NATS server's max_payload of {max} bytes: raise max_payload on the server, or make the event smaller"
+            )
+        })
     }
 }

@@ -86,12 +86,19 @@ impl Subscriber for NatsTransport {
             }
             tokio::time::sleep(Duration::from_millis(100)).await;
         };
-        let mut takeover = Takeover::new(&info, self.options.ack_wait * 4);
+        let patience = self.options.ack_wait * 4;
+        let mut takeover = Takeover::new(&info, patience);
+        // Deliveries are numbered, redeliveries included: a number skipped
+        // went to another reader.
+        let mut next_delivery = info.delivered.consumer_sequence + 1;
         let first = self.messages(&consumer).await?;
         let (tx, rx) = mpsc::channel(self.options.prefetch.max(1));
         let this = self.clone();
         let (group, topic) = (group.to_owned(), topic.to_owned());
+        let every = (self.options.ack_wait / 2).max(Duration::from_millis(100));
         let task = tokio::spawn(async move {
+            let mut progress = tokio::time::interval_at(tokio::time::Instant::now() + every, every);
+            progress.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
             let mut messages = Some(first);
             let mut failures = 0u32;
             loop {
@@ -115,11 +122,19 @@ impl Subscriber for NatsTransport {
                     let next = tokio::select! {
                         _ = tx.closed() => return,
                         next = current.next() => next,
+                        _ = progress.tick(), if takeover.is_some() => {
+                            // Held past an ack wait, a message would be sent
+                            // again, maybe to the other reader: keep it ours.
+                            for m in takeover.iter().flat_map(|t| &t.held) {
+                                let _ = m.ack_with(jetstream::AckKind::Progress).await;
+                            }
+                            continue;
+                        }
                         _ = sleep_until(give_up), if give_up.is_some() => {
                             let mut t = takeover.take().expect("a takeover in progress");
-                            tracing::warn!(%group, %topic, missing = t.outstanding - t.seen_old.len(), "messages an earlier reader left unacknowledged did not come back; going on without them");
+                            tracing::warn!(%group, %topic, missing = t.waiting_for(), "messages an earlier reader left unacknowledged, or that went to another reader, did not come back; going on without them");
                             for m in t.release() {
-                                if tx.send(Ok(delivery(&topic, m))).await.is_err() {
+                                if tx.send(Ok(delivery(&topic, m, true))).await.is_err() {
                                     return;
                                 }
                             }
@@ -129,7 +144,22 @@ impl Subscriber for NatsTransport {
                     match next {
                         Some(Ok(m)) => {
                             failures = 0;
+                            let mut missing = 0;
+                            if let Ok(info) = m.info() {
+                                missing = info.consumer_sequence.saturating_sub(next_delivery);
+                                // Also when the numbers went back: a restarted server's older state.
+                                next_delivery = info.consumer_sequence + 1;
+                            }
+                            let taking_over = takeover.is_some() || missing > 0;
                             let ready = match takeover.as_mut() {
+                                _ if missing > 0 => {
+                                    let _ = m.ack_with(jetstream::AckKind::Progress).await;
+                                    tracing::info!(%group, %topic, missing, "deliveries went to another reader; holding newer messages back until they return");
+                                    let (t, ready) =
+                                        Takeover::after_gap(takeover.take(), missing as usize, m, patience);
+                                    takeover = Some(t);
+                                    ready
+                                }
                                 Some(t) => {
                                     // Held for a while: restart its ack wait, so that
                                     // holding it does not make JetStream send it again.
@@ -143,7 +173,7 @@ impl Subscriber for NatsTransport {
                                 takeover = None;
                             }
                             for m in ready {
-                                if tx.send(Ok(delivery(&topic, m))).await.is_err() {
+                                if tx.send(Ok(delivery(&topic, m, taking_over))).await.is_err() {
                                     return;
                                 }
                             }
@@ -201,8 +231,16 @@ async fn sleep_until(at: Option<tokio::time::Instant>) {
     }
 }
 
-fn delivery(topic: &str, m: jetstream::Message) -> Delivery {
-    let delivery_count = m.info().map(|i| i.delivered as u32).unwrap_or(0);
+/// A delivery of `m`; a redelivery, whatever count JetStream gives it,
+/// when `taken_over` from a reader that left messages unacknowledged: it
+/// may have died in their handlers, and JetStream 2.9 numbers a message it
+/// offered to a reader that was gone as a first delivery again.
+fn delivery(topic: &str, m: jetstream::Message, taken_over: bool) -> Delivery {
+    let delivery_count = match m.info() {
+        Ok(i) if taken_over => (i.delivered as u32).max(2),
+        Ok(i) => i.delivered as u32,
+        Err(_) => 0,
+    };
     let (message, acker) = m.split();
     let headers = headers_of(message.headers.as_ref());
     let key = headers.get("ce-subject").cloned();
@@ -211,6 +249,7 @@ fn delivery(topic: &str, m: jetstream::Message) -> Delivery {
         key,
         headers,
         body: message.payload.to_vec(),
+        refused: None,
     };
     Delivery::new(raw, delivery_count, NatsAcker(acker))
 }

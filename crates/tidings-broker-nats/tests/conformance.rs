@@ -57,5 +57,10 @@ impl TransportUnderTest for Nats {
 
 tidings_testkit::transport_conformance!(
     async { Nats::default() },
-    features: [cloudevents_attributes_travel_as_headers, broker_counts_pending]
+    features: [
+        cloudevents_attributes_travel_as_headers,
+        broker_counts_pending,
+        a_corrupt_record_waits_alone_with_its_key,
+        an_oversized_record_waits_alone_with_its_key,
+    ]
 );

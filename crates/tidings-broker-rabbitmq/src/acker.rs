@@ -8,7 +8,7 @@ use lapin::types::{AMQPValue, FieldTable};
 use tidings_core::{AckKind, Acker, Error, Result};
 
 use crate::marshal::{DELIVERY_COUNT, long};
-use crate::publisher::confirmed;
+use crate::publisher::{confirmed, send};
 use crate::topology::delay_bucket;
 use crate::{RabbitTransport, TRANSPORT};
 
@@ -59,13 +59,12 @@ impl Acker for RabbitAcker {
                 args.insert("x-message-ttl".into(), AMQPValue::LongLongInt(ms as i64));
                 args.insert("x-dead-letter-exchange".into(), long(""));
                 args.insert("x-dead-letter-routing-key".into(), long(&self.queue));
-                self.transport
-                    .declare_queue(&self.transport.confirms().await?, &parking, args)
-                    .await?;
+                let channel = self.transport.confirms().await?;
+                self.transport.declare_queue(&channel, &parking, args).await?;
                 let mut headers = self.properties.headers().clone().unwrap_or_default();
                 headers.insert(DELIVERY_COUNT.into(), long(&(self.count + 1).to_string()));
                 let properties = self.properties.clone().with_headers(headers);
-                confirmed(self.transport.send("", &parking, &self.body, properties).await?).await?;
+                confirmed(send(&channel, "", &parking, &self.body, properties).await?).await?;
                 self.acker
                     .ack(BasicAckOptions::default())
                     .await

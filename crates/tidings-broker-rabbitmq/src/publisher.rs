@@ -1,40 +1,38 @@
 //! Publishing with publisher confirms, mandatory.
 
 use async_trait::async_trait;
-use lapin::BasicProperties;
 use lapin::options::BasicPublishOptions;
 use lapin::types::{FieldTable, ShortString};
+use lapin::{BasicProperties, Channel};
 use tidings_core::{Error, OutgoingMessage, Partition, Publisher, Result, cloudevents};
 
 use crate::marshal::long;
 use crate::{RabbitTransport, TRANSPORT};
 
-impl RabbitTransport {
-    /// Publishes one message with confirms on, returning the confirmation to await.
-    pub(crate) async fn send(
-        &self,
-        exchange: &str,
-        routing_key: &str,
-        body: &[u8],
-        properties: BasicProperties,
-    ) -> Result<lapin::PublisherConfirm> {
-        self.confirms()
-            .await?
-            .basic_publish(
-                exchange.into(),
-                routing_key.into(),
-                // Mandatory: a message no queue takes comes back, instead of
-                // being dropped while the relay believes it delivered.
-                BasicPublishOptions {
-                    mandatory: true,
-                    ..Default::default()
-                },
-                body,
-                properties,
-            )
-            .await
-            .map_err(|e| Error::transport(TRANSPORT, "publishing", e, true))
-    }
+/// Publishes one message on `channel` (in confirm mode), returning the
+/// confirmation to await.
+pub(crate) async fn send(
+    channel: &Channel,
+    exchange: &str,
+    routing_key: &str,
+    body: &[u8],
+    properties: BasicProperties,
+) -> Result<lapin::PublisherConfirm> {
+    channel
+        .basic_publish(
+            exchange.into(),
+            routing_key.into(),
+            // Mandatory: a message no queue takes comes back, instead of
+            // being dropped while the relay believes it delivered.
+            BasicPublishOptions {
+                mandatory: true,
+                ..Default::default()
+            },
+            body,
+            properties,
+        )
+        .await
+        .map_err(|e| Error::transport(TRANSPORT, "publishing", e, true))
 }
 
 pub(crate) async fn confirmed(confirm: lapin::PublisherConfirm) -> Result<()> {
@@ -69,10 +67,14 @@ pub(crate) async fn confirmed(confirm: lapin::PublisherConfirm) -> Result<()> {
 #[async_trait]
 impl Publisher for RabbitTransport {
     async fn publish(&self, batch: &[OutgoingMessage]) -> Result<()> {
-        // Publish the whole batch, then wait for every confirm.
+        // Publish the whole batch on one channel, then wait for every
+        // confirm. One channel, never a fresh one midway: once it breaks,
+        // everything after fails too, so a key's earlier message can never
+        // be lost while its later one goes out on the next channel.
+        let channel = self.confirms().await?;
         let mut confirms = Vec::with_capacity(batch.len());
         for m in batch {
-            let exchange = self.declare_exchange(&self.confirms().await?, &m.topic).await?;
+            let exchange = self.declare_exchange(&channel, &m.topic).await?;
             let (attributes, payload) = cloudevents::to_binary(&m.envelope);
             let mut headers = FieldTable::default();
             let mut content_type = None;
@@ -92,7 +94,7 @@ impl Publisher for RabbitTransport {
             }
             let partition = Partition::of(&m.envelope.aggregate_key, self.options.partitions);
             let routing_key = format!("{}.{}", partition.index, m.envelope.message_type);
-            confirms.push(self.send(&exchange, &routing_key, &payload, properties).await?);
+            confirms.push(send(&channel, &exchange, &routing_key, &payload, properties).await?);
         }
         for c in confirms {
             confirmed(c).await?;

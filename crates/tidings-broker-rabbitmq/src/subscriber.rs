@@ -110,12 +110,13 @@ impl Subscriber for RabbitTransport {
                         None => break,
                     };
                     failures = 0;
-                    let headers = headers_of(&d.properties);
+                    let (headers, refused) = headers_of(&d.properties);
                     let raw = RawMessage {
                         topic: topic.clone(),
                         key: headers.get("ce-subject").cloned(),
                         headers,
                         body: d.data.clone(),
+                        refused,
                     };
                     let count = delivery_count(&d);
                     let acker = RabbitAcker {

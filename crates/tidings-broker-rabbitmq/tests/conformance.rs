@@ -62,5 +62,9 @@ impl TransportUnderTest for Rabbit {
 
 tidings_testkit::transport_conformance!(
     async { Rabbit::default() },
-    features: [cloudevents_attributes_travel_as_headers, broker_counts_pending]
+    features: [
+        cloudevents_attributes_travel_as_headers,
+        broker_counts_pending,
+        a_corrupt_record_waits_alone_with_its_key,
+    ]
 );

@@ -64,6 +64,8 @@ pub(crate) struct Config {
     pub(crate) relay_enabled: bool,
     /// The database-log transport's housekeeping.
     pub(crate) log: LogConfig,
+    /// The consumers' records' housekeeping.
+    pub(crate) consumer: ConsumerSection,
     /// The metrics endpoint and lag sampling.
     pub(crate) metrics: MetricsConfig,
 }
@@ -131,6 +133,7 @@ impl Default for Config {
             relay: RelayConfig::default(),
             relay_enabled: true,
             log: LogConfig::default(),
+            consumer: ConsumerSection::default(),
             metrics: MetricsConfig::default(),
         }
     }
@@ -151,6 +154,26 @@ impl Default for LogConfig {
     fn default() -> Self {
         LogConfig {
             retention: Dur(Duration::from_secs(7 * 86_400)),
+            cleanup_interval: Dur(Duration::from_secs(300)),
+        }
+    }
+}
+
+/// `[consumer]`
+#[derive(Debug, Clone, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub(crate) struct ConsumerSection {
+    /// Delete processed markers and effects records older than this (0:
+    /// keep them forever); replays and redrives stop at it.
+    pub(crate) dedupe_retention: Dur,
+    /// How often to look for markers to delete.
+    pub(crate) cleanup_interval: Dur,
+}
+
+impl Default for ConsumerSection {
+    fn default() -> Self {
+        ConsumerSection {
+            dedupe_retention: Dur(Duration::from_secs(30 * 86_400)),
             cleanup_interval: Dur(Duration::from_secs(300)),
         }
     }
@@ -319,6 +342,30 @@ impl Loaded {
         })?;
         range("broker.partitions", c.broker.partitions.into(), 1, 1024)?;
         positive("log.cleanup_interval", c.log.cleanup_interval)?;
+        positive("consumer.cleanup_interval", c.consumer.cleanup_interval)?;
+        // Markers must outlive what can be delivered again.
+        let dedupe = c.consumer.dedupe_retention;
+        if !dedupe.0.is_zero() {
+            for (path, reach) in [
+                ("log.retention", c.log.retention),
+                ("database.outbox_retention", c.database.outbox_retention),
+            ] {
+                if reach.0.is_zero() && path == "log.retention" || reach.0 > dedupe.0 {
+                    let reach = if reach.0.is_zero() {
+                        "forever".to_owned()
+                    } else {
+                        reach.to_string()
+                    };
+                    return Err((
+                        "consumer.dedupe_retention".to_owned(),
+                        format!(
+                            "{dedupe} is shorter than {path} ({reach}): a replay could reach events whose \
+                             processed markers are gone; make it longer, or 0 to keep them forever"
+                        ),
+                    ));
+                }
+            }
+        }
         positive("metrics.lag_interval", c.metrics.lag_interval)?;
         let db = self.database_url.expose();
         if tidings::database_named(db).is_none() {
@@ -520,6 +567,7 @@ mod tests {
             "cleanup_interval",
             "member",
             "retention",
+            "dedupe_retention",
             "listen",
             "lag_interval",
         ] {
@@ -602,6 +650,25 @@ mod tests {
     }
 
     #[test]
+    fn markers_must_outlive_what_can_be_delivered_again() {
+        let env = [("TIDINGS_DATABASE__URL", "sqlite://x.db")];
+        let (path, reason) = refused("[consumer]\ndedupe_retention = \"1d\"\n", &env);
+        assert_eq!(path, "consumer.dedupe_retention");
+        assert!(reason.contains("shorter than log.retention (7d)"), "{reason}");
+        let (_, reason) = refused("[log]\nretention = \"0\"\n", &env);
+        assert!(reason.contains("log.retention (forever)"), "{reason}");
+        let (_, reason) = refused("[database]\noutbox_retention = \"60d\"\n", &env);
+        assert!(reason.contains("database.outbox_retention (60d)"), "{reason}");
+        assert!(
+            load(
+                "[log]\nretention = \"0\"\n[consumer]\ndedupe_retention = \"0\"\n",
+                &env
+            )
+            .is_ok()
+        );
+    }
+
+    #[test]
     fn passwords_come_from_the_environment_or_a_file_only() {
         let (path, reason) = refused("[database]\nurl = \"postgres://app:hunter2@db/shop\"\n", &[]);
         assert_eq!(path, "database.url");
@@ -609,6 +676,12 @@ mod tests {
             !reason.contains("hunter2") && reason.contains("TIDINGS_DATABASE__URL"),
             "{reason}"
         );
+        let (path, reason) = refused(
+            "[database]\nurl = \"postgres://app@db/shop?sslmode=require&password=hunter2\"\n",
+            &[],
+        );
+        assert_eq!(path, "database.url");
+        assert!(!reason.contains("hunter2"), "{reason}");
         let (path, _) = refused(
             "[database]\nurl = \"sqlite://a.db\"\n[broker]\nurl = \"amqp://guest:guest@mq:5672/%2f\"\n",
             &[],

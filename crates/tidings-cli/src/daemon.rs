@@ -1,10 +1,13 @@
 //! `tidings run`: the relay daemon.
 //!
 //! One process next to the database: the relay (publishing the outbox to
-//! the configured transport), the database log's housekeeping (retention),
+//! the configured transport), the housekeeping of the database log and of
+//! the consumers' processed markers (their retentions),
 //! lag sampling into gauges, and the Prometheus endpoint. SIGTERM or Ctrl-C
 //! stops it gracefully: the batch being published is finished or released,
 //! the partition leases are handed back.
+
+use std::time::Duration;
 
 use anyhow::Context as _;
 use futures::FutureExt as _;
@@ -13,13 +16,13 @@ use tidings::{Topology, with_store};
 use tidings_core::lease::sleep_unless;
 use tidings_core::log::LogBackend;
 use tidings_core::secret::redact_url;
-use tidings_core::{Inspect, LagSource, LeaseStore, RelayStore};
+use tidings_core::{ConsumerStore, Inspect, LagSource, LeaseStore, RelayStore};
 use tidings_relay::Relay;
 use tokio::net::TcpListener;
 use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 
-use crate::config::{Config, Loaded};
+use crate::config::Loaded;
 use crate::connecting_to;
 
 /// Log entries deleted per statement by the housekeeping.
@@ -60,7 +63,7 @@ async fn run_on<S>(
     shutdown: CancellationToken,
 ) -> anyhow::Result<()>
 where
-    S: RelayStore + LeaseStore + LagSource + LogBackend + Inspect + Clone,
+    S: RelayStore + ConsumerStore + LeaseStore + LagSource + LogBackend + Inspect + Clone,
 {
     let config = &loaded.config;
     let mut tasks: JoinSet<anyhow::Result<()>> = JoinSet::new();
@@ -104,7 +107,32 @@ where
     }
     if !config.log.retention.0.is_zero() {
         parts.push(format!("log retention {}", config.log.retention));
-        tasks.spawn(trim_log(store.clone(), config.clone(), shutdown.clone()));
+        let (store, retention) = (store.clone(), config.log.retention.0);
+        tasks.spawn(housekeeping(
+            "database-log entries past log.retention that every group has read",
+            config.log.cleanup_interval.0,
+            TRIM_BATCH,
+            shutdown.clone(),
+            move || {
+                let store = store.clone();
+                async move { store.trim(retention, TRIM_BATCH).await }
+            },
+        ));
+    }
+    if !config.consumer.dedupe_retention.0.is_zero() {
+        parts.push(format!("dedupe retention {}", config.consumer.dedupe_retention));
+        let (store, retention) = (store.clone(), config.consumer.dedupe_retention.0);
+        // Each step deletes up to a batch from each of three tables.
+        tasks.spawn(housekeeping(
+            "processed markers and effects records past consumer.dedupe_retention",
+            config.consumer.cleanup_interval.0,
+            TRIM_BATCH,
+            shutdown.clone(),
+            move || {
+                let store = store.clone();
+                async move { store.forget_processed(retention, TRIM_BATCH).await }
+            },
+        ));
     }
     let sampler =
         tidings_core::metrics::sample_lag(store.clone(), config.metrics.lag_interval.0, shutdown.clone());
@@ -141,32 +169,39 @@ where
     }
 }
 
-/// Deletes database-log entries past retention that every group has read, now and then.
-async fn trim_log<S: LogBackend>(
-    store: S,
-    config: Config,
+/// Runs `step`, one bounded batch of a cleanup, until it deletes fewer than
+/// `batch`, every `interval`, until shut down: `what` names it in the logs.
+async fn housekeeping<F, Fut>(
+    what: &'static str,
+    interval: Duration,
+    batch: usize,
     shutdown: CancellationToken,
-) -> anyhow::Result<()> {
+    step: F,
+) -> anyhow::Result<()>
+where
+    F: Fn() -> Fut,
+    Fut: std::future::Future<Output = tidings_core::Result<u64>>,
+{
     while !shutdown.is_cancelled() {
         let mut deleted = 0;
         loop {
-            match store.trim(config.log.retention.0, TRIM_BATCH).await {
+            match step().await {
                 Ok(n) => {
                     deleted += n;
-                    if (n as usize) < TRIM_BATCH || shutdown.is_cancelled() {
+                    if (n as usize) < batch || shutdown.is_cancelled() {
                         break;
                     }
                 }
                 Err(e) => {
-                    tracing::warn!(error = %e.report(), "log retention cleanup failed; trying again later");
+                    tracing::warn!(error = %e.report(), "{what}: cleanup failed; trying again later");
                     break;
                 }
             }
         }
         if deleted > 0 {
-            tracing::info!(deleted, "deleted database-log entries past retention");
+            tracing::info!(deleted, "{what}: deleted");
         }
-        sleep_unless(&shutdown, config.log.cleanup_interval.0).await;
+        sleep_unless(&shutdown, interval).await;
     }
     Ok(())
 }

@@ -52,6 +52,10 @@ pub(crate) enum Dlq {
         /// Redrives per second at most.
         #[arg(long, default_value_t = 100.0)]
         rate: f64,
+        /// Redrive letters older than the dedupe horizon anyway: consumers
+        /// that handled their messages before it handle them again.
+        #[arg(long)]
+        force: bool,
     },
     /// Deletes settled dead letters (redriven or skipped) the selection
     /// matches, after asking; pending ones stay (skip them first).
@@ -191,7 +195,10 @@ fn state(letter: &DeadLetter) -> &'static str {
 }
 
 /// Runs one dead-letter command against `store`.
-pub(crate) async fn run<S: FailureStore>(store: &S, command: Dlq) -> anyhow::Result<()> {
+pub(crate) async fn run<S: FailureStore + tidings_core::ConsumerStore>(
+    store: &S,
+    command: Dlq,
+) -> anyhow::Result<()> {
     match command {
         Dlq::List { select, each, json } => {
             let letters = select.letters(store).await?;
@@ -262,6 +269,7 @@ pub(crate) async fn run<S: FailureStore>(store: &S, command: Dlq) -> anyhow::Res
             all,
             dry_run,
             rate,
+            force,
         } => {
             anyhow::ensure!(rate > 0.0, "--rate must be positive");
             let letters = match id {
@@ -283,6 +291,17 @@ pub(crate) async fn run<S: FailureStore>(store: &S, command: Dlq) -> anyhow::Res
                 !letters.is_empty(),
                 "no pending dead letter matches the selection; nothing redriven"
             );
+            // A redrive delivers the message to every group of its topic again.
+            // Records the relay set aside never reached a consumer.
+            if let Some(oldest) = letters
+                .iter()
+                .filter(|l| l.consumer != tidings_core::RELAY_LETTERS)
+                .map(|l| l.created_at)
+                .min()
+            {
+                let what = format!("redriving {} dead letter(s)", letters.len());
+                crate::within_dedupe_horizon(store, oldest, &what, force || dry_run).await?;
+            }
             if dry_run {
                 for l in &letters {
                     say!(
@@ -312,6 +331,13 @@ pub(crate) async fn run<S: FailureStore>(store: &S, command: Dlq) -> anyhow::Res
                             "redriven {}  message {message_id} to {} again (redrive {redrive})",
                             l.id,
                             l.topic
+                        );
+                    }
+                    Redrive::Released { message_id, redrive } => {
+                        redriven += 1;
+                        say!(
+                            "redriven {}  message {message_id} released to the relay, which tries it again before the rest of its key (redrive {redrive})",
+                            l.id
                         );
                     }
                     Redrive::NotFound => say!("gone {}  (no longer stored)", l.id),
@@ -411,6 +437,11 @@ struct LetterView<'a> {
 impl<'a> LetterView<'a> {
     fn of(l: &'a DeadLetter) -> Self {
         let cause = Cause::of(l);
+        let (body, body_hex) = match Body::of(&l.body) {
+            Body::Json(v) => (v, None),
+            Body::Text(t) => (serde_json::Value::String(t.to_owned()), None),
+            Body::Binary => (serde_json::Value::Null, Some(hex(&l.body))),
+        };
         LetterView {
             id: l.id,
             state: state(l),
@@ -428,12 +459,8 @@ impl<'a> LetterView<'a> {
             redriven_at: l.redriven_at,
             skipped_at: l.skipped_at,
             headers: &l.headers,
-            body: match Body::of(&l.body) {
-                Body::Json(v) => v,
-                Body::Text(t) => serde_json::Value::String(t.to_owned()),
-                Body::Binary => serde_json::Value::Null,
-            },
-            body_hex: matches!(Body::of(&l.body), Body::Binary).then(|| hex(&l.body)),
+            body,
+            body_hex,
         }
     }
 }

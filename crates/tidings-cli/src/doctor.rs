@@ -10,7 +10,8 @@ use std::time::Duration;
 use clap::Args;
 use serde::Serialize;
 use tidings_core::inspect::Inspect;
-use tidings_core::{DeadLetterFilter, FailureStore, LagReport};
+use tidings_core::replay::{ReplaySource, ReplayStore};
+use tidings_core::{ConsumerStore, DeadLetterFilter, FailureStore, LagReport, RELAY_LETTERS};
 
 use crate::outbox::age;
 use tidings::duration::parse as parse_duration;
@@ -78,7 +79,10 @@ impl fmt::Display for Check {
 }
 
 /// Runs the checklist; `Ok(true)` if nothing failed.
-pub(crate) async fn run<S: Inspect + FailureStore>(store: &S, args: DoctorArgs) -> anyhow::Result<bool> {
+pub(crate) async fn run<S: Inspect + FailureStore + ReplayStore + ConsumerStore>(
+    store: &S,
+    args: DoctorArgs,
+) -> anyhow::Result<bool> {
     let checks = checks(store, &args).await?;
     if args.json {
         say!("{}", serde_json::to_string(&checks)?);
@@ -93,7 +97,10 @@ pub(crate) async fn run<S: Inspect + FailureStore>(store: &S, args: DoctorArgs) 
     Ok(checks.iter().all(|c| c.verdict != Verdict::Fail))
 }
 
-async fn checks<S: Inspect + FailureStore>(store: &S, args: &DoctorArgs) -> anyhow::Result<Vec<Check>> {
+async fn checks<S: Inspect + FailureStore + ReplayStore + ConsumerStore>(
+    store: &S,
+    args: &DoctorArgs,
+) -> anyhow::Result<Vec<Check>> {
     let version = store.schema_version().await?;
     if version.applied < version.latest {
         let evidence = if version.applied == 0 {
@@ -116,10 +123,12 @@ async fn checks<S: Inspect + FailureStore>(store: &S, args: &DoctorArgs) -> anyh
     checks.push(relay(&lag, &members));
     checks.push(outbox_age(&lag, args));
     checks.push(consumer_lag(&lag, args));
+    checks.push(relay_holds(store).await?);
     checks.push(dead_letters(&lag, args));
     let consumers = known_consumers(&lag, &members);
     checks.push(dead_letter_path(store, &consumers).await?);
     checks.push(idempotency(store, &consumers).await?);
+    checks.push(dedupe_horizon(store, &lag, &members).await?);
     checks.push(schemas(args));
     checks.push(alert_rules(args));
     checks.push(replication_slots(store, args).await?);
@@ -210,8 +219,56 @@ fn consumer_lag(lag: &LagReport, args: &DoctorArgs) -> Check {
     }
 }
 
+/// Records the relay set aside, each holding its key: named, with why.
+async fn relay_holds<S: Inspect + FailureStore>(store: &S) -> anyhow::Result<Check> {
+    let holds = store.relay_holds().await?;
+    if holds.is_empty() {
+        return Ok(check("relay holds", Verdict::Pass, "no outbox record set aside"));
+    }
+    let letters = store
+        .dead_letters(&DeadLetterFilter::default().consumer(RELAY_LETTERS))
+        .await?;
+    let named: Vec<String> = holds
+        .iter()
+        .map(|h| {
+            let letter = letters.iter().find(|l| l.message_id == Some(h.message_id));
+            let reason = letter
+                .and_then(|l| l.errors.last())
+                .map_or("no dead letter", |f| f.error.as_str());
+            let key = if h.aggregate_key.is_empty() {
+                "no key".to_owned()
+            } else {
+                format!(
+                    "key {:?} with {} record(s) waiting behind it",
+                    h.aggregate_key, h.waiting
+                )
+            };
+            format!(
+                "record {} (seq {}, {}, {key}): {reason}; dead letter {}",
+                h.message_id,
+                h.seq,
+                h.topic,
+                letter.map_or("gone".to_owned(), |l| l.id.to_string())
+            )
+        })
+        .collect();
+    Ok(check(
+        "relay holds",
+        Verdict::Fail,
+        format!(
+            "{}: fix and `tidings dlq redrive ID`, or `tidings dlq skip ID`",
+            named.join("; ")
+        ),
+    ))
+}
+
 fn dead_letters(lag: &LagReport, args: &DoctorArgs) -> Check {
-    let waiting: Vec<_> = lag.dead_letters.iter().filter(|d| d.pending > 0).collect();
+    // The relay's own are the item "relay holds".
+    let waiting: Vec<_> = lag
+        .dead_letters
+        .iter()
+        .filter(|d| d.pending > 0 && d.consumer != RELAY_LETTERS)
+        .collect();
     if waiting.is_empty() {
         return check("dead letters", Verdict::Pass, "none waiting for a decision");
     }
@@ -252,6 +309,7 @@ fn known_consumers(lag: &LagReport, members: &[tidings_core::inspect::MemberStat
         .filter_map(|m| m.group_and_topic().map(|(group, _)| group.to_owned()))
         .chain(lag.consumers.iter().map(|c| c.consumer.clone()))
         .chain(lag.dead_letters.iter().map(|d| d.consumer.clone()))
+        .filter(|c| c != RELAY_LETTERS)
         .collect()
 }
 
@@ -306,6 +364,49 @@ async fn idempotency<S: Inspect>(store: &S, consumers: &BTreeSet<String>) -> any
             ),
         )
     })
+}
+
+/// Whether anything retained for replay (database-log entries, sent
+/// outbox records) is older than the dedupe horizon: replaying it would
+/// find no processed marker and handle it twice.
+async fn dedupe_horizon<S: ReplayStore + ConsumerStore>(
+    store: &S,
+    lag: &LagReport,
+    members: &[tidings_core::inspect::MemberStatus],
+) -> anyhow::Result<Check> {
+    const ITEM: &str = "dedupe horizon";
+    let Some(horizon) = store.dedupe_horizon().await? else {
+        return Ok(check(ITEM, Verdict::Pass, "processed markers were never deleted"));
+    };
+    let mut topics: Vec<String> = lag.consumers.iter().map(|c| c.topic.clone()).collect();
+    topics.extend(
+        members
+            .iter()
+            .filter_map(|m| m.group_and_topic())
+            .map(|(_, t)| t.to_owned()),
+    );
+    topics.sort();
+    topics.dedup();
+    let epoch = chrono::DateTime::<chrono::Utc>::UNIX_EPOCH;
+    for source in [ReplaySource::Log, ReplaySource::Outbox] {
+        let older = store.count_retained(source, &topics, epoch, horizon).await?;
+        if older > 0 {
+            return Ok(check(
+                ITEM,
+                Verdict::Fail,
+                format!(
+                    "{older} events retained in the {} are older than the dedupe horizon ({horizon}): a replay of them \
+                     would handle them twice; make consumer.dedupe_retention longer than what is retained",
+                    source.as_str()
+                ),
+            ));
+        }
+    }
+    Ok(check(
+        ITEM,
+        Verdict::Pass,
+        format!("processed markers kept since {horizon}; nothing retained is older"),
+    ))
 }
 
 fn schemas(args: &DoctorArgs) -> Check {

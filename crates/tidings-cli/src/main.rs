@@ -173,6 +173,11 @@ enum Demo {
         /// Partitions of the outbox and of every topic; keep it from one run to the next.
         #[arg(long, default_value_t = 4, value_parser = clap::value_parser!(u32).range(1..=256))]
         partitions: u32,
+        /// Connections of the store's pool in each process, shared by its
+        /// producers, relays and consumer lanes (default 32); keep the
+        /// processes' sum under the server's `max_connections`.
+        #[arg(long, value_parser = clap::value_parser!(u32).range(1..))]
+        max_connections: Option<u32>,
         /// Seconds to wait for every message to be handled.
         #[arg(long, default_value_t = 300)]
         timeout: u64,
@@ -279,7 +284,9 @@ async fn main() -> ExitCode {
         // Whoever reads the output has gone (`| head`): nothing left to say.
         Err(e) if closed_pipe(&e) => ExitCode::SUCCESS,
         Err(e) => {
-            eprintln!("error: {e:#}");
+            // Each cause once, where a cause's text is already in its error's.
+            let e: &(dyn std::error::Error + 'static) = e.as_ref();
+            eprintln!("error: {}", tidings_core::Report(e));
             ExitCode::from(2)
         }
     }
@@ -314,6 +321,7 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             members,
             relays,
             partitions,
+            max_connections,
             timeout,
             json,
             role,
@@ -339,6 +347,7 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
                 relays: relays as usize,
                 partitions,
                 sample_lag: metrics.map(|_| Duration::from_secs(1)),
+                max_connections,
                 ..DemoOptions::default()
             };
             if !matches!(role, RoleArg::All) {
@@ -440,6 +449,35 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
     }
 }
 
+/// Refuses to deliver again, unless `force`, what is older than the dedupe
+/// horizon: the processed markers that would suppress what was handled
+/// before it are gone, so it would be handled, and its effects done, twice.
+/// `what` says what would reach back (`replaying from ...`).
+pub(crate) async fn within_dedupe_horizon<S: tidings_core::ConsumerStore>(
+    store: &S,
+    oldest: chrono::DateTime<chrono::Utc>,
+    what: &str,
+    force: bool,
+) -> anyhow::Result<()> {
+    let Some(horizon) = store.dedupe_horizon().await? else {
+        return Ok(());
+    };
+    if oldest >= horizon {
+        return Ok(());
+    }
+    if force {
+        eprintln!(
+            "warning: {what} reaches back past the dedupe horizon ({horizon}): what was handled before it will be handled again"
+        );
+        return Ok(());
+    }
+    anyhow::bail!(
+        "{what} reaches back to {oldest}, past the dedupe horizon ({horizon}): the processed markers from \
+         before it were deleted (consumer.dedupe_retention), so what was handled then would be handled again \
+         and its effects done twice. Start at {horizon} or later, or pass --force to do it anyway"
+    )
+}
+
 /// What opening the store at `url` is, for an error's context.
 pub(crate) fn connecting_to(url: &str) -> String {
     let database = tidings::database_named(url).unwrap_or("the database");
@@ -471,9 +509,18 @@ async fn open_existing(url: &str) -> anyhow::Result<AnyStore> {
             redact_url(url)
         );
     }
-    open(url).await
+    // Run by hand: a server that is not there is said within seconds.
+    let options = tidings::sql::StoreOptions::default().connect_timeout(READ_CONNECT_TIMEOUT);
+    tidings::open_store_with(url, options)
+        .await
+        .with_context(|| connecting_to(url))
 }
 
+/// How long a command that reads what is there waits for its database.
+const READ_CONNECT_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(3);
+
+/// Opens the store at `url` for `migrate`, which deployments run beside a
+/// database that may still be starting: it waits the default 10 s for it.
 async fn open(url: &str) -> anyhow::Result<AnyStore> {
     tidings::open_store(url).await.with_context(|| connecting_to(url))
 }

@@ -14,8 +14,8 @@ use chrono::{DateTime, Utc};
 use clap::Args;
 use indicatif::{ProgressBar, ProgressStyle};
 use serde::Serialize;
-use tidings_core::Inspect;
 use tidings_core::replay::{Replay, ReplayRequest, ReplaySource, ReplayState, ReplayStore};
+use tidings_core::{ConsumerStore, Inspect};
 use uuid::Uuid;
 
 use tidings::duration::parse as parse_duration;
@@ -52,6 +52,10 @@ pub(crate) struct ReplayArgs {
     /// Print the outcome as JSON on stdout.
     #[arg(long)]
     json: bool,
+    /// Replay from before the dedupe horizon anyway: what the consumer
+    /// handled before it is handled, and its effects done, again.
+    #[arg(long)]
+    force: bool,
     /// Rewind the consumer's group on this Kafka cluster (`kafka://host:9092`)
     /// instead: its members re-read what the topics retain from --since
     /// (there is no --until). Stop the consumer's members first.
@@ -168,10 +172,15 @@ async fn rewind_kafka(
 }
 
 /// Runs the command; `Ok(false)` if the replay was cancelled.
-pub(crate) async fn run<S: Inspect + ReplayStore>(store: &S, args: ReplayArgs) -> anyhow::Result<bool> {
+pub(crate) async fn run<S: Inspect + ReplayStore + ConsumerStore>(
+    store: &S,
+    args: ReplayArgs,
+) -> anyhow::Result<bool> {
     let until = args.until.unwrap_or_else(Utc::now);
     anyhow::ensure!(args.since < until, "--since must be before --until");
     anyhow::ensure!(args.rate > 0.0, "--rate must be more than 0");
+    let what = format!("replaying to {} from {}", args.consumer, args.since);
+    crate::within_dedupe_horizon(store, args.since, &what, args.force || args.dry_run).await?;
     let lag = store.lag().await?;
     let members = store.members().await?;
     let reads_log: Vec<String> = lag

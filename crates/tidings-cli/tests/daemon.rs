@@ -339,3 +339,106 @@ async fn consumer_lag_on_the_broker(broker: &str, prefix: impl Fn(&str) -> Strin
     assert!(daemon.terminate().success(), "{}", daemon.stderr());
     db.drop_schema().await;
 }
+
+/// The dedupe retention, short here: the daemon deletes processed markers
+/// and effects records once older than it, keeps newer ones, and moves the
+/// horizon; `tidings replay` and `tidings dlq redrive` then refuse to reach
+/// back past it, unless forced.
+#[tokio::test(flavor = "multi_thread")]
+async fn the_daemon_forgets_markers_past_the_dedupe_retention_and_replays_stop_there() {
+    use tidings_core::ConsumerStore;
+    let db = PgTestDb::new().await;
+    let mark = |id: uuid::Uuid| {
+        let store = db.store.clone();
+        async move {
+            let mut tx = store.begin().await.unwrap();
+            store.mark_processed(&mut *tx, "billing", id).await.unwrap();
+            store
+                .record_effect(&mut *tx, "billing", id, "charge", "k")
+                .await
+                .unwrap();
+            tx.commit().await.unwrap();
+        }
+    };
+    let old = uuid::Uuid::now_v7();
+    mark(old).await;
+    let metrics = free_port();
+    let mut daemon = start_daemon(
+        &db.url,
+        &[
+            ("TIDINGS_METRICS__LISTEN", format!("127.0.0.1:{metrics}")),
+            ("TIDINGS_LOG__RETENTION", "2s".into()),
+            ("TIDINGS_CONSUMER__DEDUPE_RETENTION", "2s".into()),
+            ("TIDINGS_CONSUMER__CLEANUP_INTERVAL", "100ms".into()),
+        ],
+    );
+    wait_for_endpoint(metrics, &mut daemon);
+    // A marker written now outlives the old one by the retention.
+    let fresh = uuid::Uuid::now_v7();
+    mark(fresh).await;
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while count(
+        &db,
+        &format!("SELECT count(*) FROM tidings_processed WHERE message_id = '{old}'"),
+    )
+    .await
+        > 0.0
+    {
+        assert!(
+            Instant::now() < deadline,
+            "the old marker was not deleted:\n{}",
+            daemon.stderr()
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert_eq!(
+        count(
+            &db,
+            &format!("SELECT count(*) FROM tidings_effects WHERE message_id = '{old}'")
+        )
+        .await,
+        0.0
+    );
+    assert_eq!(
+        count(
+            &db,
+            &format!("SELECT count(*) FROM tidings_processed WHERE message_id = '{fresh}'")
+        )
+        .await,
+        1.0,
+        "a marker younger than the retention was deleted"
+    );
+    let status = daemon.terminate();
+    assert!(status.success(), "daemon exited {status}:\n{}", daemon.stderr());
+    let horizon = db.store.dedupe_horizon().await.unwrap().expect("a horizon");
+
+    // A replay from before the horizon is refused, one after it is not.
+    let replay = |since: &str, extra: &[&str]| {
+        tidings()
+            .args([
+                "replay",
+                "--consumer",
+                "billing",
+                "--topic",
+                "orders",
+                "--no-wait",
+            ])
+            .args(["--since", since, "--database", &db.url])
+            .args(extra)
+            .output()
+            .unwrap()
+    };
+    let out = replay("1h", &[]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "{stderr}");
+    assert!(stderr.contains("past the dedupe horizon"), "{stderr}");
+    assert!(stderr.contains("--force"), "{stderr}");
+    let after = (horizon + chrono::Duration::milliseconds(10)).to_rfc3339();
+    let out = replay(&after, &[]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let out = replay("1h", &["--force"]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    assert!(stderr.contains("will be handled again"), "{stderr}");
+    db.drop_schema().await;
+}

@@ -291,3 +291,57 @@ async fn a_binary_body_shows_in_hex_and_a_redrive_of_nothing_fails() {
     assert!(!ok);
     assert_eq!(stderr.trim(), format!("error: no dead letter has id {unknown}"));
 }
+
+/// A redrive delivers its message to every group of the topic again: a
+/// letter older than the dedupe horizon, whose groups' markers may be gone,
+/// is refused unless forced.
+#[tokio::test]
+async fn a_letter_older_than_the_dedupe_horizon_is_redriven_only_by_force() {
+    use tidings_core::{ConsumerStore, DeadLetter, Envelope, Failure, FailureStore};
+    let db = tidings_testkit::services::SqliteTestDb::new().await;
+    let url = format!("sqlite://{}", db.path.display());
+    let probe = tidings_testkit::conformance::Probe {
+        key: "order-1".into(),
+        seq: 1,
+    };
+    let envelope = Envelope::new("old-order", &probe).unwrap();
+    let id = uuid::Uuid::now_v7();
+    let two_days_ago = chrono::Utc::now() - chrono::Duration::days(2);
+    db.store
+        .dead_letter(&DeadLetter {
+            id,
+            consumer: "inventory".into(),
+            topic: "orders".into(),
+            message_id: Some(envelope.id),
+            message_type: Some(envelope.message_type.clone()),
+            aggregate_key: Some(envelope.aggregate_key.clone()),
+            headers: Default::default(),
+            body: tidings_core::cloudevents::to_json(&envelope),
+            attempts: 1,
+            errors: vec![Failure {
+                attempt: 1,
+                at: two_days_ago,
+                class: "permanent".into(),
+                error: "warehouse rejected".into(),
+            }],
+            created_at: two_days_ago,
+            redrives: 0,
+            redriven_at: None,
+            skipped_at: None,
+        })
+        .await
+        .unwrap();
+    // The daemon's dedupe retention ran with a day's retention.
+    db.store
+        .forget_processed(std::time::Duration::from_secs(86_400), 100)
+        .await
+        .unwrap();
+
+    let (ok, text, stderr) = tidings(&url, &["dlq", "redrive", &id.to_string()]);
+    assert!(!ok, "{text}");
+    assert!(stderr.contains("past the dedupe horizon"), "{stderr}");
+    let (ok, text, stderr) = tidings(&url, &["dlq", "redrive", &id.to_string(), "--force"]);
+    assert!(ok, "{text}\n{stderr}");
+    assert!(text.contains(&format!("redriven {id}")), "{text}");
+    assert!(stderr.contains("will be handled again"), "{stderr}");
+}

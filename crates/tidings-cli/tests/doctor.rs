@@ -202,6 +202,22 @@ async fn doctor_passes_a_healthy_deployment_and_names_what_fails() {
     assert!(status["relays"].as_array().unwrap().is_empty(), "{status:#}");
     assert_eq!(status["published_per_second"], 0.0, "{status:#}");
 
+    // Processed markers deleted while the log still holds their events
+    // (a dedupe retention shorter than the log's): a replay would double.
+    use tidings_core::ConsumerStore;
+    db.store.forget_processed(Duration::ZERO, 100_000).await.unwrap();
+    let (code, checks) = doctor(&db.url, &[]);
+    assert_eq!(code, 1);
+    let horizon = item(&checks, "dedupe horizon");
+    assert_eq!(horizon["verdict"], "fail", "{horizon:#}");
+    assert!(
+        horizon["evidence"]
+            .as_str()
+            .unwrap()
+            .contains("retained in the log are older than the dedupe horizon"),
+        "{horizon:#}"
+    );
+
     assert!(consumers.terminate().success(), "{}", consumers.stderr());
     db.drop_schema().await;
 }
@@ -242,4 +258,122 @@ async fn doctor_and_outbox_status_read_a_mysql_database() {
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     assert!(String::from_utf8_lossy(&out.stdout).contains("outbox pending"));
     db.drop_database().await;
+}
+
+/// A record nobody can decode, written by hand into a running deployment's
+/// outbox: the daemon sets it aside and goes on with every other key, and
+/// with the same key's later records held; `dlq list` and `doctor` name
+/// it; a skip lets its key go on.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_record_the_relay_sets_aside_is_named_and_skipped() {
+    use tidings_core::{DeadLetterFilter, FailureStore, RELAY_LETTERS};
+    let db = PgTestDb::new().await;
+    let mut daemon = start_daemon(&db.url, &[]);
+    let mut consumers = start_consumers(&db.url, &[]);
+    produce(&db.url, 10, 0.0);
+    wait_drained(&db.url);
+    let id = uuid::Uuid::new_v4();
+    let insert = "INSERT INTO tidings_outbox (id, topic, aggregate_key, key_hash, message_type, body)
+                  VALUES ($1, 'orders', $2, 7, 'OrderPlaced', $3)";
+    let write = |id: uuid::Uuid, body: &'static [u8]| {
+        sqlx::query(insert)
+            .bind(id)
+            .bind("order-poison")
+            .bind(body)
+            .execute(db.store.pool())
+    };
+    write(id, b"{not an envelope").await.unwrap();
+    // A later record of the same key waits behind it (bad too, so that it
+    // is set aside in its turn once the first is skipped).
+    write(uuid::Uuid::new_v4(), b"{also not one").await.unwrap();
+    produce(&db.url, 10, 0.0);
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let letters = loop {
+        let letters = db
+            .store
+            .dead_letters(&DeadLetterFilter::default().consumer(RELAY_LETTERS))
+            .await
+            .unwrap();
+        if !letters.is_empty() {
+            break letters;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "no record set aside:\n{}",
+            daemon.stderr()
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    assert_eq!(
+        letters.len(),
+        1,
+        "only the first bad record is set aside, the second waits: {letters:#?}"
+    );
+    let letter = &letters[0];
+    assert_eq!(letter.message_id, Some(id));
+    assert_eq!(letter.body, b"{not an envelope");
+
+    // Every other record went out: only the two of the held key wait.
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while outbox_status(&db.url)["pending"] != 2 {
+        assert!(Instant::now() < deadline, "{:#}", outbox_status(&db.url));
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let (code, checks) = doctor(&db.url, &[]);
+    assert_eq!(code, 1, "{checks:#?}");
+    let holds = item(&checks, "relay holds");
+    assert_eq!(holds["verdict"], "fail", "{holds:#}");
+    let evidence = holds["evidence"].as_str().unwrap();
+    for part in [
+        id.to_string().as_str(),
+        "key \"order-poison\" with 1 record(s) waiting behind it",
+        "its body is not an envelope",
+        &letter.id.to_string(),
+    ] {
+        assert!(evidence.contains(part), "{part:?} not in {evidence}");
+    }
+    assert_eq!(item(&checks, "dead letters")["verdict"], "pass", "{checks:#?}");
+    let listed = tidings()
+        .args(["dlq", "list", "--consumer", "@relay", "--database", &db.url])
+        .output()
+        .unwrap();
+    let listed = String::from_utf8_lossy(&listed.stdout);
+    assert!(
+        listed.contains("@relay") && listed.contains("1 cause(s)"),
+        "{listed}"
+    );
+
+    // Skipped, the first goes; the second is set aside in its turn.
+    let skipped = tidings()
+        .args(["dlq", "skip", &letter.id.to_string(), "--database", &db.url])
+        .output()
+        .unwrap();
+    assert!(
+        skipped.status.success(),
+        "{}",
+        String::from_utf8_lossy(&skipped.stderr)
+    );
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let pending = db
+            .store
+            .dead_letters(&DeadLetterFilter::default().consumer(RELAY_LETTERS))
+            .await
+            .unwrap();
+        if pending.len() == 1 && pending[0].message_id != Some(id) {
+            break;
+        }
+        assert!(Instant::now() < deadline, "{pending:#?}\n{}", daemon.stderr());
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    assert_eq!(outbox_status(&db.url)["pending"], 1);
+
+    assert!(daemon.terminate().success());
+    let log = daemon.stderr();
+    assert!(
+        log.contains("outbox record set aside") && log.contains(&id.to_string()),
+        "the daemon's log names the record:\n{log}"
+    );
+    assert!(consumers.terminate().success(), "{}", consumers.stderr());
+    db.drop_schema().await;
 }

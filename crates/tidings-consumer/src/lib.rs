@@ -27,8 +27,8 @@
 //!    the transport (backpressure).
 //! 2. **Decode.** Bytes that are not a valid envelope are dead-lettered at
 //!    once with the decoding error: they can never succeed. So is a message
-//!    the transport delivered more than [`ConsumerConfig::max_deliveries`]
-//!    times without it being settled: its handling kills the process.
+//!    whose handling began more than [`ConsumerConfig::max_crashes`] times
+//!    and never ended, counted in the store: its handling kills the process.
 //! 3. **Retry.** A failed attempt is retried after a capped, jittered
 //!    backoff (or the handler's `retry_after` delay), in the lane, so the
 //!    key's later messages wait behind it and order holds.

@@ -232,10 +232,17 @@ pub struct Report<'a>(pub &'a (dyn std::error::Error + 'static));
 
 impl std::fmt::Display for Report<'_> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "{}", self.0)?;
+        // A cause many errors already print in their own message (sqlx's
+        // "error returned from database: ..."): each text once.
+        let mut last = self.0.to_string();
+        write!(f, "{last}")?;
         let mut next = self.0.source();
         while let Some(cause) = next {
-            write!(f, ": {cause}")?;
+            let text = cause.to_string();
+            if !last.contains(&text) {
+                write!(f, ": {text}")?;
+                last = text;
+            }
             next = cause.source();
         }
         Ok(())
@@ -288,5 +295,31 @@ mod tests {
         assert_eq!(e.class(), ErrorClass::Permanent);
         let e = Error::transport_reason("relay", "no confirmation within 5s", true);
         assert_eq!(chain(&e), "relay transport error: no confirmation within 5s");
+    }
+
+    /// An error that prints its source in its own message, as sqlx's do.
+    #[derive(Debug)]
+    struct Loud(std::io::Error);
+
+    impl std::fmt::Display for Loud {
+        fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+            write!(f, "error returned from database: {}", self.0)
+        }
+    }
+
+    impl std::error::Error for Loud {
+        fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+            Some(&self.0)
+        }
+    }
+
+    #[test]
+    fn a_report_prints_a_cause_its_error_already_printed_once() {
+        let io = std::io::Error::other("sorry, too many clients already");
+        let e = Error::transport("postgres", "connecting", Loud(io), true);
+        assert_eq!(
+            e.report().to_string(),
+            "postgres transport error: connecting: error returned from database: sorry, too many clients already"
+        );
     }
 }

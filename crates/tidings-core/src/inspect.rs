@@ -44,6 +44,21 @@ pub struct PartitionBacklog {
     pub oldest_age: Option<Duration>,
 }
 
+/// A key the relay holds behind a record it set aside ([`crate::set_aside`]).
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct RelayHold {
+    /// The record's outbox sequence number.
+    pub seq: i64,
+    /// Its message id (its dead letter's, of `@relay`).
+    pub message_id: uuid::Uuid,
+    /// Its topic.
+    pub topic: String,
+    /// Its key (empty: it holds only itself).
+    pub aggregate_key: String,
+    /// Records of the key waiting behind it.
+    pub waiting: u64,
+}
+
 /// Tidings' tables in a database, against what this build knows.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
 pub struct SchemaVersion {
@@ -67,6 +82,9 @@ pub trait Inspect: LagSource {
     /// the rate records are written at (counting those of rolled-back
     /// transactions, which also take a number).
     async fn outbox_high_water(&self) -> Result<i64>;
+
+    /// The keys the relay holds behind records it set aside, oldest first.
+    async fn relay_holds(&self) -> Result<Vec<RelayHold>>;
 
     /// Whether `consumer` has ever recorded a processed marker.
     async fn has_processed(&self, consumer: &str) -> Result<bool>;

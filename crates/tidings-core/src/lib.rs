@@ -52,22 +52,26 @@ pub mod message;
 pub mod metrics;
 pub mod partition;
 pub mod replay;
+pub mod retry;
 pub mod secret;
+pub mod set_aside;
 pub mod store;
 pub mod topology;
 pub mod trace;
 pub mod transition;
 pub mod transport;
+pub mod waves;
 
 pub use backoff::Backoff;
 pub use envelope::{Envelope, Headers};
-pub use error::{DecodeError, Error, ErrorClass, Result};
+pub use error::{DecodeError, Error, ErrorClass, Report, Result};
 pub use guard::PublishGuard;
 pub use inspect::Inspect;
 pub use lease::{Lease, LeaseStore};
 pub use message::{Kind, Message};
 pub use partition::Partition;
 pub use replay::ReplayStore;
+pub use set_aside::{OutboxRecord, RELAY_LETTERS, SetAside, Settlement, Undecodable};
 pub use store::{
     ClaimedBatch, ConsumerLag, ConsumerStore, DeadLetter, DeadLetterFilter, DeadLetterLag, Failure,
     FailureStore, Fence, Handling, HeldKey, LagReport, LagSource, Outbox, OutboxPartitions, ParkedLag,

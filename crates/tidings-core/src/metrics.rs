@@ -74,6 +74,8 @@ catalog! {
         "Batches the transport refused or did not confirm in time (retried).";
     RELAY_CLAIM_ERRORS = "tidings_relay_claim_errors_total", Counter, [],
         "Relay rounds that failed in the database (retried).";
+    RELAY_SET_ASIDE = "tidings_relay_set_aside_total", Counter, [],
+        "Outbox records the relay set aside as dead letters (undecodable, or refused by the transport), each holding its key.";
     CONSUMER_RECEIVED = "tidings_consumer_received_total", Counter, ["consumer"],
         "Deliveries received, duplicates included.";
     CONSUMER_HANDLED = "tidings_consumer_handled_total", Counter, ["consumer"],

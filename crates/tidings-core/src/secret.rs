@@ -131,18 +131,28 @@ fn userinfo_end(rest: &str) -> Option<usize> {
     })
 }
 
-/// Whether `url` carries a password (`scheme://user:password@host`).
+/// Whether `url` carries a password: in its userinfo
+/// (`scheme://user:password@host`) or as a secret query parameter
+/// (`?password=...`, the ones [`redact_url`] hides).
 ///
 /// ```
 /// use tidings_core::secret::has_password;
 /// assert!(has_password("amqp://guest:guest@127.0.0.1:5672/%2f"));
-/// assert!(!has_password("postgres://app@db/shop"));
+/// assert!(has_password("postgres://app@db/shop?sslmode=require&password=pw"));
+/// assert!(!has_password("postgres://app@db/shop?sslmode=require"));
 /// ```
 pub fn has_password(url: &str) -> bool {
-    match (url.find("://"), url.rfind('@')) {
+    let in_userinfo = match (url.find("://"), url.rfind('@')) {
         (Some(scheme), Some(at)) if at > scheme => url[scheme + 3..at].contains(':'),
         _ => false,
-    }
+    };
+    let query = url.split_once('?').map_or("", |(_, q)| q);
+    let query = query.split_once('#').map_or(query, |(q, _)| q);
+    in_userinfo
+        || query
+            .split('&')
+            .filter_map(|pair| pair.split_once('='))
+            .any(|(key, _)| SECRET_PARAMETERS.iter().any(|s| key.eq_ignore_ascii_case(s)))
 }
 
 #[cfg(test)]

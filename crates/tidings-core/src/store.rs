@@ -16,6 +16,7 @@ use crate::envelope::Headers;
 use crate::error::{Error, ErrorClass, Result};
 use crate::lease::Lease;
 use crate::message::Message;
+use crate::set_aside::{Settlement, Undecodable};
 use crate::transport::OutgoingMessage;
 
 /// Writes messages into the outbox inside the caller's own transaction.
@@ -103,6 +104,21 @@ pub struct OutboxPartitions {
     pub leases: Vec<Lease>,
 }
 
+impl OutboxPartitions {
+    /// The same, holding only the leases of the partitions `keep` accepts.
+    pub fn only(&self, keep: impl Fn(u32) -> bool) -> OutboxPartitions {
+        OutboxPartitions {
+            leases: self
+                .leases
+                .iter()
+                .filter(|l| keep(l.partition))
+                .copied()
+                .collect(),
+            ..self.clone()
+        }
+    }
+}
+
 /// Claims batches of committed outbox records for the relay.
 #[async_trait]
 pub trait RelayStore: Send + Sync + 'static {
@@ -127,16 +143,35 @@ pub trait RelayStore: Send + Sync + 'static {
 }
 
 /// A batch of outbox records claimed by one relay.
+///
+/// Records of keys the relay holds ([`set_aside`](crate::set_aside)) are
+/// never claimed: they wait behind the record set aside.
 #[async_trait]
 pub trait ClaimedBatch: Send + 'static {
-    /// The records, oldest first.
+    /// The records that decoded, oldest first.
     fn messages(&self) -> &[OutgoingMessage];
 
-    /// Marks the records sent (deletes them, or stamps them for retention).
+    /// The outbox sequence number of each of [`messages`](Self::messages), in the same order.
+    fn seqs(&self) -> &[i64];
+
+    /// The records whose body is not an envelope, oldest first.
+    fn undecodable(&self) -> &[Undecodable];
+
+    /// Marks every record of [`messages`](Self::messages) sent (deletes
+    /// them, or stamps them for retention). Only for a batch with nothing
+    /// undecodable: otherwise [`settle`](Self::settle) it.
     async fn complete(self) -> Result<()>;
 
     /// Gives the records back unsent, to be claimed again.
     async fn release(self) -> Result<()>;
+
+    /// Ends the batch in part, in one transaction that holds only while the
+    /// relay still holds the partitions: marks the records `sent`, stores
+    /// each record set aside as a dead letter holding its key for the
+    /// relay, and gives every other record back unsent. Fails, changing
+    /// nothing, if a partition changed hands (the new holder publishes the
+    /// records again: duplicates, never a loss).
+    async fn settle(self, settlement: Settlement) -> Result<()>;
 }
 
 /// The consumer-side records that make handling idempotent.
@@ -226,6 +261,30 @@ pub trait ConsumerStore: Outbox {
         }
         Ok(Handling::Fresh)
     }
+
+    /// Records, in a transaction of its own, that a handling of `message_id`
+    /// begins, and returns how many handlings of it began before and never
+    /// ended: each one a member that died, or froze past the broker's
+    /// deadline, while its handler ran. The crash-loop guard's count,
+    /// taken from Tidings' own store, never from the message.
+    async fn handling_started(&self, consumer: &str, message_id: Uuid) -> Result<u32>;
+
+    /// Forgets the handlings of `message_id` begun ([`handling_started`](Self::handling_started)):
+    /// this one ended, settled either way.
+    async fn handling_ended(&self, consumer: &str, message_id: Uuid) -> Result<()>;
+
+    /// The dedupe retention's cleanup, one bounded step: moves the dedupe
+    /// horizon up to now minus `retention`, then deletes up to `limit`
+    /// processed markers, effects records and handlings begun older than
+    /// it, each; returns how many went. Call it again until it returns
+    /// less than `limit`.
+    async fn forget_processed(&self, retention: Duration, limit: usize) -> Result<u64>;
+
+    /// The time before which processed markers and effects records may have
+    /// been deleted ([`forget_processed`](Self::forget_processed)): a replay
+    /// or a redrive of a message older than it could handle it twice.
+    /// `None` if nothing was ever deleted.
+    async fn dedupe_horizon(&self) -> Result<Option<chrono::DateTime<chrono::Utc>>>;
 }
 
 /// The lease a handler transaction must still hold to commit ([`ConsumerStore::begin_handling`]).
@@ -306,6 +365,17 @@ pub enum Redrive {
     /// durable); the one that failed handles it.
     Enqueued {
         /// The message's id (unchanged).
+        message_id: Uuid,
+        /// Which redrive of this dead letter this is, from 1.
+        redrive: u32,
+    },
+    /// A record the relay set aside ([`RELAY_LETTERS`](crate::RELAY_LETTERS)):
+    /// its hold is gone, and the relay tries it again where it stands in the
+    /// outbox, before the later records of its key. Fix its body in the
+    /// outbox, or raise the transport's limit, first: failing again sets it
+    /// aside again.
+    Released {
+        /// The record's message id.
         message_id: Uuid,
         /// Which redrive of this dead letter this is, from 1.
         redrive: u32,
@@ -441,6 +511,7 @@ impl ParkedMessage {
             key: Some(self.aggregate_key.clone()),
             headers: self.headers.clone(),
             body: self.body.clone(),
+            refused: None,
         }
     }
 }
@@ -484,6 +555,7 @@ pub fn redrive_envelope(letter: &DeadLetter) -> Option<crate::Envelope> {
         key: letter.aggregate_key.clone(),
         headers: letter.headers.clone(),
         body: letter.body.clone(),
+        refused: None,
     };
     let envelope = raw.decode().ok()?;
     Some(envelope.header(REDRIVE_HEADER, (letter.redrives + 1).to_string()))

@@ -49,16 +49,32 @@ pub trait Publisher: Send + Sync + 'static {
     /// Publishes `batch` and returns once the transport confirmed every message.
     ///
     /// Messages of one aggregate key must reach the transport in slice order.
-    /// On error, any prefix of the batch may have been published: the relay
-    /// publishes the whole batch again, so consumers may see duplicates (they
-    /// deduplicate on the envelope id), never a gap.
+    /// On error, any prefix of each key's messages may have been published,
+    /// never a key's later message without its earlier ones (a client that
+    /// pipelines and reconnects on its own breaks that unless it sends in
+    /// [`key_waves`](crate::waves::key_waves)): the relay publishes the whole
+    /// batch again, so consumers may see duplicates (they deduplicate on the
+    /// envelope id), never a gap.
     async fn publish(&self, batch: &[OutgoingMessage]) -> Result<()>;
+
+    /// Why the transport would refuse `message` whatever its state (larger
+    /// than it accepts), said before anything is sent; `None` if it would
+    /// take it. The relay sets such a record aside instead of publishing
+    /// it. Cheap: it runs for every record the relay publishes.
+    fn refuses(&self, message: &OutgoingMessage) -> Option<String> {
+        let _ = message;
+        None
+    }
 }
 
 #[async_trait]
 impl<P: Publisher + ?Sized> Publisher for std::sync::Arc<P> {
     async fn publish(&self, batch: &[OutgoingMessage]) -> Result<()> {
         (**self).publish(batch).await
+    }
+
+    fn refuses(&self, message: &OutgoingMessage) -> Option<String> {
+        (**self).refuses(message)
     }
 }
 
@@ -74,6 +90,10 @@ pub struct RawMessage {
     /// The body: a CloudEvents JSON document (structured mode), or the bare
     /// payload when the headers carry the attributes (binary mode).
     pub body: Vec<u8>,
+    /// Why the transport could not read the message as it came, naming
+    /// the header (a value of a type it cannot represent as text):
+    /// decoding then fails with it, and the message is dead-lettered.
+    pub refused: Option<String>,
 }
 
 impl fmt::Debug for RawMessage {
@@ -92,6 +112,11 @@ impl RawMessage {
     /// headers carry `ce-specversion`, else as a structured JSON document.
     pub fn decode(&self) -> Result<Envelope, DecodeError> {
         use crate::cloudevents;
+        if let Some(reason) = &self.refused {
+            return Err(DecodeError::Malformed {
+                reason: reason.clone(),
+            });
+        }
         if cloudevents::is_binary(self.headers.keys().map(String::as_str)) {
             cloudevents::from_binary(
                 self.headers.iter().map(|(k, v)| (k.as_str(), v.as_str())),
@@ -149,6 +174,14 @@ impl Delivery {
             delivery_count,
             acker: Box::new(acker),
         }
+    }
+
+    /// Whether the transport may have delivered it before: any count but 1.
+    /// A count is only ever a hint that decides what the runtime watches;
+    /// what a redelivery costs (the crash-loop guard) is counted in
+    /// Tidings' own store.
+    pub fn may_be_redelivered(&self) -> bool {
+        self.delivery_count != 1
     }
 
     /// Settles the delivery.

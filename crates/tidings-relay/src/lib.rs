@@ -9,6 +9,14 @@
 //!    jittered backoff, forever: the broker's absence only delays delivery;
 //! 5. with nothing to do, sleep until a producer's wake-up or the polling interval.
 //!
+//! One bad record never stops it: a record whose body does not decode, or
+//! that the transport refuses whatever its state (larger than it accepts),
+//! is set aside as a dead letter of `@relay` in the failure store, and only
+//! the later records of its key wait behind it, in order, until a redrive
+//! or a skip ([`tidings_core::set_aside`]). When the transport refuses a
+//! batch as a whole with a permanent error, the relay splits it to find the
+//! records at fault; a transport that refuses everything is retried.
+//!
 //! Because a batch is completed only after confirmation, a crash anywhere
 //! republishes (consumers deduplicate on the message id) and never loses.
 //! Because batches are claimed oldest first and published in order, a key's
@@ -50,10 +58,13 @@ use tidings_core::lease::sleep_unless;
 use tidings_core::metrics::{self as m, Count};
 use tidings_core::{
     Backoff, ClaimedBatch, Error, Lease, LeaseStore, OutboxPartitions, Publisher, RelayStore, Result,
+    Settlement,
 };
 use tidings_lease::{Membership, Scope};
 use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
+
+mod isolate;
 
 /// Tuning of a [`Relay`].
 ///
@@ -209,6 +220,7 @@ pub struct RelayStats {
     batches: Count,
     publish_failures: Count,
     claim_failures: Count,
+    set_aside: Count,
     batch_size: metrics::Histogram,
     publish_duration: metrics::Histogram,
 }
@@ -220,6 +232,7 @@ impl Default for RelayStats {
             batches: Count::new(metrics::counter!(m::RELAY_BATCHES)),
             publish_failures: Count::new(metrics::counter!(m::RELAY_PUBLISH_ERRORS)),
             claim_failures: Count::new(metrics::counter!(m::RELAY_CLAIM_ERRORS)),
+            set_aside: Count::new(metrics::counter!(m::RELAY_SET_ASIDE)),
             batch_size: metrics::histogram!(m::RELAY_BATCH_SIZE),
             publish_duration: metrics::histogram!(m::RELAY_PUBLISH_DURATION),
         }
@@ -245,6 +258,11 @@ impl RelayStats {
     /// Claims that failed (database errors).
     pub fn claim_failures(&self) -> u64 {
         self.claim_failures.get()
+    }
+
+    /// Records set aside as dead letters ([`tidings_core::set_aside`]).
+    pub fn set_aside(&self) -> u64 {
+        self.set_aside.get()
     }
 }
 
@@ -355,7 +373,7 @@ impl<S: RelayStore + LeaseStore + Clone, P: Publisher> Relay<S, P> {
             .claim(self.config.batch_size, &partitions)
             .await
             .inspect_err(|_| self.stats.claim_failures.bump())?;
-        let n = batch.messages().len();
+        let n = batch.messages().len() + batch.undecodable().len();
         if n == 0 {
             batch.release().await?;
             return Ok(Round::Idle);
@@ -365,31 +383,61 @@ impl<S: RelayStore + LeaseStore + Clone, P: Publisher> Relay<S, P> {
     }
 
     /// Publishes a claimed batch of `n` records, then completes it, or releases it on failure.
+    ///
+    /// A batch with a record that cannot go out (its body does not decode,
+    /// the transport refuses it) is sorted instead ([`isolate`]): the
+    /// record is set aside, its key waits, the rest goes out.
     async fn publish_batch(&self, batch: S::Batch, n: usize) -> Result<Round> {
         let started = Instant::now();
-        let publish = self
-            .publisher
-            .publish(batch.messages())
-            .instrument(tracing::info_span!("tidings.publish", records = n));
-        let published = match tokio::time::timeout(self.config.publish_timeout, publish).await {
-            Ok(result) => result,
-            Err(_) => Err(tidings_core::Error::transport_reason(
-                "relay",
-                format!("no confirmation within {:?}", self.config.publish_timeout),
-                true,
-            )),
-        };
-        let publish_time = started.elapsed();
-        if let Err(e) = published {
-            self.stats.publish_failures.bump();
-            // Give the records back at once so that another relay (or the
-            // next round) can take them; a failed release only delays that
-            // until the database notices the transaction is gone.
-            if let Err(release) = batch.release().await {
-                tracing::debug!(error = %release, "releasing a batch failed");
+        let clean = batch.undecodable().is_empty()
+            && !batch
+                .messages()
+                .iter()
+                .any(|m| self.publisher.refuses(m).is_some());
+        let failed = if clean {
+            match isolate::publish(&self.publisher, self.config.publish_timeout, batch.messages()).await {
+                Ok(()) => return self.complete(batch, n, started).await,
+                Err(e) if e.class().is_retryable() => {
+                    self.stats.publish_failures.bump();
+                    // Give the records back at once so that another relay (or the
+                    // next round) can take them; a failed release only delays that
+                    // until the database notices the transaction is gone.
+                    if let Err(release) = batch.release().await {
+                        tracing::debug!(error = %release.report(), "releasing a batch failed");
+                    }
+                    return Err(e);
+                }
+                Err(e) => {
+                    self.stats.publish_failures.bump();
+                    tracing::warn!(error = %e.report(), records = n, "the transport refused the batch; looking for the records at fault");
+                    Some(e)
+                }
             }
-            return Err(e);
+        } else {
+            None
+        };
+        let isolated = isolate::isolate(
+            &self.publisher,
+            self.config.publish_timeout,
+            isolate::Records::of(&batch),
+            failed,
+        )
+        .instrument(tracing::info_span!("tidings.relay.isolate", records = n))
+        .await;
+        let sent = isolated.settlement.sent.len();
+        self.settle(batch, isolated.settlement, started).await?;
+        match isolated.error {
+            Some(e) => {
+                self.stats.publish_failures.bump();
+                Err(e)
+            }
+            None => Ok(Round::Published(sent)),
         }
+    }
+
+    /// Marks the whole batch sent.
+    async fn complete(&self, batch: S::Batch, n: usize, started: Instant) -> Result<Round> {
+        let publish_time = started.elapsed();
         // If completing fails, the records stay unsent and are published
         // again: a duplicate, which consumers absorb, rather than a loss.
         batch.complete().await?;
@@ -400,10 +448,45 @@ impl<S: RelayStore + LeaseStore + Clone, P: Publisher> Relay<S, P> {
         tracing::debug!(
             records = n,
             publish_ms = publish_time.as_millis() as u64,
-            elapsed_ms = started.elapsed().as_millis() as u64,
             "relay batch published"
         );
         Ok(Round::Published(n))
+    }
+
+    /// Ends a sorted batch: what went out is marked sent, what was set
+    /// aside becomes a dead letter holding its key, the rest goes back.
+    async fn settle(&self, batch: S::Batch, settlement: Settlement, started: Instant) -> Result<()> {
+        if settlement.is_empty() {
+            return batch.release().await;
+        }
+        let sent = settlement.sent.len();
+        let aside: Vec<_> = settlement
+            .set_aside
+            .iter()
+            .map(|a| (a.seq, a.letter.clone()))
+            .collect();
+        batch.settle(settlement).await?;
+        for (seq, letter) in aside {
+            self.stats.set_aside.bump();
+            tracing::error!(
+                seq,
+                message_id = %letter.message_id.unwrap_or_default(),
+                topic = %letter.topic,
+                key = %letter.aggregate_key.as_deref().unwrap_or_default(),
+                message_type = %letter.message_type.as_deref().unwrap_or_default(),
+                reason = %letter.errors.last().map(|f| f.error.as_str()).unwrap_or_default(),
+                "outbox record set aside as a dead letter; later records of its key wait behind it (tidings dlq list --consumer @relay)"
+            );
+        }
+        if sent > 0 {
+            self.stats.published.add(sent as u64);
+            self.stats.batches.bump();
+            self.stats.batch_size.record(sent as f64);
+            self.stats
+                .publish_duration
+                .record(started.elapsed().as_secs_f64());
+        }
+        Ok(())
     }
 
     /// Runs until `shutdown` is cancelled. A batch being published when

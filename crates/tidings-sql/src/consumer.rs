@@ -8,6 +8,7 @@ use tidings_core::{ConsumerStore, Fence, Handling, Lease, Result};
 use uuid::Uuid;
 
 use crate::db::Stmt;
+use crate::store::{from_micros, millis};
 use crate::{Dialect, SqlStore};
 
 type Conn<D> = <<D as Dialect>::Db as Database>::Connection;
@@ -134,4 +135,74 @@ impl<D: Dialect> ConsumerStore for SqlStore<D> {
             (true, true) => Handling::Fresh,
         })
     }
+
+    async fn handling_started(&self, consumer: &str, message_id: Uuid) -> Result<u32> {
+        let what = "counting a handling begun";
+        let mut conn = self.conn(what).await?;
+        Stmt::<D>::new(D::SQL.handling_started, what)
+            .bind(consumer)
+            .bind(message_id)
+            .execute(&mut *conn)
+            .await?;
+        let row = Stmt::<D>::new(D::SQL.handlings_begun, what)
+            .bind(consumer)
+            .bind(message_id)
+            .fetch_optional(&mut *conn)
+            .await?;
+        let begun = match row {
+            Some(row) => row.get::<i32>(0)?,
+            None => 1,
+        };
+        Ok((begun.max(1) - 1) as u32)
+    }
+
+    async fn handling_ended(&self, consumer: &str, message_id: Uuid) -> Result<()> {
+        let what = "forgetting the handlings begun";
+        let mut conn = self.conn(what).await?;
+        Stmt::<D>::new(D::SQL.handling_ended, what)
+            .bind(consumer)
+            .bind(message_id)
+            .execute(&mut *conn)
+            .await?;
+        Ok(())
+    }
+
+    async fn forget_processed(&self, retention: std::time::Duration, limit: usize) -> Result<u64> {
+        let what = "deleting processed markers past the dedupe retention";
+        let mut conn = self.conn(what).await?;
+        // The horizon first: a replay checking it never meets markers
+        // already gone behind a horizon not yet moved.
+        Stmt::<D>::new(D::SQL.set_horizon, what)
+            .bind(DEDUPE)
+            .bind(millis(retention))
+            .execute(&mut *conn)
+            .await?;
+        let mut deleted = 0;
+        for sql in [
+            D::SQL.forget_processed,
+            D::SQL.forget_effects,
+            D::SQL.forget_handlings,
+        ] {
+            let done = Stmt::<D>::new(sql, what)
+                .bind(millis(retention))
+                .bind(limit.min(i64::MAX as usize) as i64)
+                .execute(&mut *conn)
+                .await?;
+            deleted += D::rows_affected(&done);
+        }
+        Ok(deleted)
+    }
+
+    async fn dedupe_horizon(&self) -> Result<Option<chrono::DateTime<chrono::Utc>>> {
+        let what = "reading the dedupe horizon";
+        let mut conn = self.conn(what).await?;
+        let row = Stmt::<D>::new(D::SQL.horizon, what)
+            .bind(DEDUPE)
+            .fetch_optional(&mut *conn)
+            .await?;
+        row.map(|r| r.get::<i64>(0).map(from_micros)).transpose()
+    }
 }
+
+/// The horizon of processed markers and effects records.
+const DEDUPE: &str = "dedupe";

@@ -171,6 +171,25 @@ pub struct Statements {
     /// $6 fence) -> (lease held, marker new), where one statement can do
     /// the fence check and the marker; else `holds_lease` after `mark_processed`.
     pub begin_handling: Option<&'static str>,
+    /// ($1 consumer, $2 message id): counts one more handling begun, in its
+    /// own transaction.
+    pub handling_started: &'static str,
+    /// ($1 consumer, $2 message id) -> (handlings begun, i32), a row if any.
+    pub handlings_begun: &'static str,
+    /// ($1 consumer, $2 message id): forgets the handlings begun.
+    pub handling_ended: &'static str,
+    /// ($1 retention ms, $2 limit): deletes up to `limit` processed
+    /// markers older than the retention.
+    pub forget_processed: &'static str,
+    /// ($1 retention ms, $2 limit): the same for effects records.
+    pub forget_effects: &'static str,
+    /// ($1 retention ms, $2 limit): the same for handlings begun.
+    pub forget_handlings: &'static str,
+    /// ($1 name, $2 retention ms): moves the horizon `name` up to now
+    /// minus the retention, never back.
+    pub set_horizon: &'static str,
+    /// ($1 name) -> (horizon µs), a row if set.
+    pub horizon: &'static str,
 
     // Dead letters.
     /// ($1 id, $2 consumer, $3 topic, $4 message id, $5 type, $6 key,
@@ -207,6 +226,21 @@ pub struct Statements {
     pub release_key: &'static str,
     /// ($1 consumer, $2 topic, $3 key, $4 message id, $5 released).
     pub release_skipped: &'static str,
+
+    // The relay's holds behind records set aside (`tidings_core::set_aside`).
+    /// ($1 seq, $2 message id, $3 topic, $4 key): holds the key behind the
+    /// record set aside; nothing if that record holds it already.
+    pub relay_hold: &'static str,
+    /// ($1 seq list): deletes the records sent.
+    pub relay_delete_sent: &'static str,
+    /// ($1 seq list): stamps the records sent (with a retention).
+    pub relay_stamp_sent: &'static str,
+    /// ($1 seq, $2 message id): deletes the unsent record a relay dead letter stands for (a skip).
+    pub relay_drop_held: &'static str,
+    /// ($1 message id): lets the message's hold go.
+    pub relay_unhold: &'static str,
+    /// () -> (seq, message id, topic, key, records waiting behind it) of every hold, oldest first.
+    pub relay_holds: &'static str,
 
     // Membership and leases.
     /// ($1 scope, $2 member, $3 ttl ms).

@@ -3,10 +3,12 @@
 use async_trait::async_trait;
 use sqlx::Database;
 use tidings_core::{
-    DeadLetter, DeadLetterFilter, Failure, FailureStore, Outbox, OutgoingMessage, Redrive, Result, Skip,
-    redrive_envelope,
+    DeadLetter, DeadLetterFilter, Failure, FailureStore, Outbox, OutgoingMessage, RELAY_LETTERS, Redrive,
+    Result, Skip, redrive_envelope,
 };
 use uuid::Uuid;
+
+use tidings_core::set_aside::OUTBOX_SEQ_HEADER;
 
 use crate::db::{Record, Stmt};
 use crate::errors::db_error;
@@ -82,6 +84,56 @@ impl<D: Dialect> SqlStore<D> {
     }
 }
 
+impl<D: Dialect> SqlStore<D> {
+    /// Redrives a record the relay set aside: lets its hold go, so that the
+    /// relay claims it again where it stands, then the rest of its key.
+    async fn redrive_held(
+        &self,
+        mut tx: sqlx::Transaction<'static, D::Db>,
+        dead: &DeadLetter,
+    ) -> Result<Redrive> {
+        let message_id = dead.message_id.unwrap_or_default();
+        Stmt::<D>::new(D::SQL.relay_unhold, "letting a relay hold go")
+            .bind(message_id)
+            .execute(&mut tx)
+            .await?;
+        Stmt::<D>::new(D::SQL.mark_redriven, "marking a dead letter redriven")
+            .bind(dead.id)
+            .execute(&mut tx)
+            .await?;
+        tx.commit().await.map_err(db_error::<D>("committing a redrive"))?;
+        self.wake();
+        Ok(Redrive::Released {
+            message_id,
+            redrive: dead.redrives + 1,
+        })
+    }
+
+    /// Skips a record the relay set aside: deletes it from the outbox and
+    /// lets its hold go, so that the rest of its key goes on without it.
+    async fn skip_held(mut tx: sqlx::Transaction<'static, D::Db>, dead: &DeadLetter) -> Result<Skip> {
+        let message_id = dead.message_id.unwrap_or_default();
+        let seq = dead
+            .headers
+            .get(OUTBOX_SEQ_HEADER)
+            .and_then(|s| s.parse::<i64>().ok())
+            .unwrap_or(-1);
+        Stmt::<D>::new(D::SQL.relay_drop_held, "deleting a record set aside")
+            .bind(seq)
+            .bind(message_id)
+            .execute(&mut tx)
+            .await?;
+        let released = Stmt::<D>::new(D::SQL.relay_unhold, "letting a relay hold go")
+            .bind(message_id)
+            .execute(&mut tx)
+            .await?;
+        tx.commit().await.map_err(db_error::<D>("committing a skip"))?;
+        Ok(Skip::Skipped {
+            released_key: D::rows_affected(&released) > 0,
+        })
+    }
+}
+
 #[async_trait]
 impl<D: Dialect> FailureStore for SqlStore<D> {
     async fn dead_letter(&self, l: &DeadLetter) -> Result<()> {
@@ -106,6 +158,9 @@ impl<D: Dialect> FailureStore for SqlStore<D> {
         let Some(dead) = Self::locked_letter(&mut tx, id).await? else {
             return Ok(Redrive::NotFound);
         };
+        if dead.consumer == RELAY_LETTERS {
+            return self.redrive_held(tx, &dead).await;
+        }
         let Some(envelope) = redrive_envelope(&dead) else {
             return Ok(Redrive::Undecodable);
         };
@@ -140,6 +195,9 @@ impl<D: Dialect> FailureStore for SqlStore<D> {
             .bind(id)
             .execute(&mut tx)
             .await?;
+        if dead.consumer == RELAY_LETTERS {
+            return Self::skip_held(tx, &dead).await;
+        }
         let released = Stmt::<D>::new(D::SQL.release_skipped, "releasing a held key")
             .bind(dead.consumer.as_str())
             .bind(dead.topic.as_str())

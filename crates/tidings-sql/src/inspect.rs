@@ -4,7 +4,9 @@ use std::collections::BTreeMap;
 
 use async_trait::async_trait;
 use tidings_core::Result;
-use tidings_core::inspect::{Inspect, MemberStatus, PartitionBacklog, ReplicationSlot, SchemaVersion};
+use tidings_core::inspect::{
+    Inspect, MemberStatus, PartitionBacklog, RelayHold, ReplicationSlot, SchemaVersion,
+};
 
 use crate::db::Stmt;
 use crate::store::{age, count};
@@ -63,6 +65,24 @@ impl<D: Dialect> Inspect for SqlStore<D> {
             .fetch_one(&mut conn)
             .await?
             .get(0)
+    }
+
+    async fn relay_holds(&self) -> Result<Vec<RelayHold>> {
+        let mut conn = self.conn("reading the relay's holds").await?;
+        let rows = Stmt::<D>::new(D::SQL.relay_holds, "reading the relay's holds")
+            .fetch_all(&mut conn)
+            .await?;
+        rows.iter()
+            .map(|r| {
+                Ok(RelayHold {
+                    seq: r.get(0)?,
+                    message_id: r.get(1)?,
+                    topic: r.get(2)?,
+                    aggregate_key: r.get(3)?,
+                    waiting: u64::try_from(r.get::<i64>(4)?).unwrap_or(0),
+                })
+            })
+            .collect()
     }
 
     async fn has_processed(&self, consumer: &str) -> Result<bool> {

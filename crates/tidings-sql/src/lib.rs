@@ -23,6 +23,8 @@
 //! ```
 #![warn(missing_docs, missing_debug_implementations, unreachable_pub)]
 
+mod claimed;
+pub mod connect;
 mod consumer;
 pub mod db;
 mod dialect;
@@ -42,6 +44,7 @@ pub mod shared;
 mod store;
 mod tx_batch;
 
+pub use claimed::{ClaimedRows, settle};
 pub use dialect::{Dialect, LocalWakeups, Statements, Wakeups};
 pub use errors::{classify, db_error, log_error};
 pub use failures::DEAD_LETTER_COLUMNS;

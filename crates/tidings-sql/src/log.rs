@@ -53,6 +53,7 @@ impl<D: Dialect> LogBackend for SqlStore<D> {
                         key: r.get(2)?,
                         headers: Default::default(),
                         body: r.get(3)?,
+                        refused: None,
                     },
                 })
             })

@@ -60,6 +60,21 @@ macro_rules! migrations {
                 name: "replays",
                 sql: include_str!("../migrations/0006_replays.sql"),
             },
+            $crate::migrate::Migration {
+                version: 7,
+                name: "handlings",
+                sql: include_str!("../migrations/0007_handlings.sql"),
+            },
+            $crate::migrate::Migration {
+                version: 8,
+                name: "horizons",
+                sql: include_str!("../migrations/0008_horizons.sql"),
+            },
+            $crate::migrate::Migration {
+                version: 9,
+                name: "relay holds",
+                sql: include_str!("../migrations/0009_relay_holds.sql"),
+            },
         ]
     };
 }

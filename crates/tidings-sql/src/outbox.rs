@@ -6,7 +6,9 @@ use std::time::Duration;
 use async_trait::async_trait;
 use sqlx::Database;
 use tidings_core::partition::key_hash;
-use tidings_core::{ErrorClass, Outbox, OutboxPartitions, OutgoingMessage, RelayStore, Result, cloudevents};
+use tidings_core::{
+    Error, ErrorClass, Outbox, OutboxPartitions, OutgoingMessage, RelayStore, Result, cloudevents,
+};
 use tracing::Instrument;
 
 use crate::db::Stmt;
@@ -29,6 +31,19 @@ impl<D: Dialect> Outbox for SqlStore<D> {
         tidings_core::guard::check(&self.inner.options.guard, message)?;
         let e = &message.envelope;
         let body = cloudevents::to_json(e);
+        if let Some(limit) = self.inner.options.max_event_bytes
+            && body.len() > limit
+        {
+            return Err(Error::Refused {
+                message_type: e.message_type.clone(),
+                version: e.version,
+                reason: format!(
+                    "the event is {} bytes, more than the {limit} its transports accept \
+                     (StoreOptions::max_event_bytes): keep large payloads elsewhere and send a reference",
+                    body.len()
+                ),
+            });
+        }
         Stmt::<D>::new(D::SQL.enqueue, "inserting into the outbox")
             .bind(e.id)
             .bind(message.topic.as_str())

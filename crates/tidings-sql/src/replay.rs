@@ -82,6 +82,7 @@ impl<D: Dialect> ReplayStore for SqlStore<D> {
                         key: r.get(2)?,
                         headers: Default::default(),
                         body: r.get(3)?,
+                        refused: None,
                     },
                 })
             })

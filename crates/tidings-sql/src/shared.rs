@@ -14,6 +14,13 @@ pub const RECORD_EFFECT: &str =
     "INSERT INTO tidings_effects (consumer, message_id, effect, idempotency_key) VALUES ($1, $2, $3, $4)
     ON CONFLICT DO NOTHING";
 
+/// The handlings of a message begun and not ended.
+pub const HANDLINGS_BEGUN: &str =
+    "SELECT begun FROM tidings_handlings WHERE consumer = $1 AND message_id = $2";
+
+/// Forgets the handlings of a message begun.
+pub const HANDLING_ENDED: &str = "DELETE FROM tidings_handlings WHERE consumer = $1 AND message_id = $2";
+
 /// Holds a key for a consumer, or moves its hold to another message.
 pub const HOLD: &str = "INSERT INTO tidings_held_keys (consumer, topic, aggregate_key, message_id, released)
     VALUES ($1, $2, $3, $4, $5)
@@ -74,3 +81,18 @@ pub const LOG_READ_BY_SEQ: &str = "SELECT 0, seq, aggregate_key, body FROM tidin
 /// A reader's offset, by sequence alone (see [`LOG_READ_BY_SEQ`]).
 pub const LOG_OFFSET_BY_SEQ: &str = "SELECT 0, seq FROM tidings_log_offsets
     WHERE consumer_group = $1 AND topic = $2 AND partition_count = $3 AND partition_index = $4";
+
+/// Lets a relay dead letter's hold go (a redrive or a skip).
+pub const RELAY_UNHOLD: &str = "DELETE FROM tidings_relay_holds WHERE message_id = $1";
+
+/// Deletes the unsent record a relay dead letter stands for (a skip), by
+/// its place in the outbox, held or not (a redrive may have let it go).
+pub const RELAY_DROP_HELD: &str =
+    "DELETE FROM tidings_outbox WHERE seq = $1 AND id = $2 AND published_at IS NULL";
+
+/// The relay's holds, with the records of their keys waiting behind them.
+pub const RELAY_HOLDS: &str = "SELECT h.seq, h.message_id, h.topic, h.aggregate_key,
+        (SELECT count(*) FROM tidings_outbox o
+         WHERE o.published_at IS NULL AND o.topic = h.topic AND o.aggregate_key = h.aggregate_key
+           AND h.aggregate_key <> '' AND o.seq > h.seq)
+    FROM tidings_relay_holds h ORDER BY h.seq";

@@ -35,6 +35,12 @@ pub struct StoreOptions {
         serde(deserialize_with = "tidings_core::clamp::optional_at_least_one")
     )]
     pub(crate) max_connections: Option<u32>,
+    #[cfg_attr(
+        feature = "serde",
+        serde(deserialize_with = "tidings_core::clamp::optional_duration")
+    )]
+    pub(crate) connect_timeout: Option<Duration>,
+    pub(crate) max_event_bytes: Option<usize>,
 }
 
 impl Default for StoreOptions {
@@ -49,6 +55,8 @@ impl Default for StoreOptions {
             guard: None,
             source: program_name(),
             max_connections: None,
+            connect_timeout: None,
+            max_event_bytes: None,
         }
     }
 }
@@ -108,6 +116,31 @@ impl StoreOptions {
     pub fn max_connections(mut self, n: u32) -> Self {
         self.max_connections = Some(n.max(1));
         self
+    }
+
+    /// How long opening the store keeps trying a server that is not up
+    /// yet (refused, or starting), and waits for an answer, before it
+    /// reports the cause: 10 s by default, for a service and its database
+    /// starting together; a command run by hand wants less.
+    pub fn connect_timeout(mut self, d: Duration) -> Self {
+        self.connect_timeout = Some(d);
+        self
+    }
+
+    /// The largest event `enqueue` accepts, in bytes of its CloudEvents
+    /// JSON: set it to the smallest limit of the transports the relay
+    /// publishes to (NATS's `max_payload`, 1 MiB by default; Kafka's
+    /// `message.max.bytes`; 256 KiB on SQS), so that an event the broker
+    /// would refuse is refused inside the producer's transaction, where its
+    /// caller can act, rather than by the broker after the commit.
+    pub fn max_event_bytes(mut self, n: usize) -> Self {
+        self.max_event_bytes = Some(n);
+        self
+    }
+
+    /// [`StoreOptions::connect_timeout`], 10 s unless set.
+    pub fn connect_window(&self) -> Duration {
+        self.connect_timeout.unwrap_or(Duration::from_secs(10))
     }
 
     /// The pool size asked for, if any ([`StoreOptions::max_connections`]).

@@ -1,8 +1,8 @@
 //! The relay's claim on MySQL: the rows of its partitions, locked by key, under the lease locks.
 
 use sqlx::{Executor, Row};
-use tidings_core::{OutboxPartitions, OutgoingMessage, Result, cloudevents};
-use tidings_sql::{TxBatch, db_error};
+use tidings_core::{OutboxPartitions, OutboxRecord, Result};
+use tidings_sql::{ClaimedRows, TxBatch, db_error};
 
 use crate::{My, MySqlStore};
 
@@ -21,7 +21,8 @@ const CLAIM_BEGIN: &str = "SET TRANSACTION ISOLATION LEVEL READ COMMITTED; START
 // those partitions over (taking one over updates its row). The fences are
 // compared here, not in SQL.
 const HOLD_LEASES: &str = concat!(
-    "SELECT partition_index, fence FROM tidings_leases WHERE scope = ? AND owner = ? AND expires_at > ",
+    "SELECT partition_index, fence, EXISTS (SELECT 1 FROM tidings_relay_holds) FROM tidings_leases
+     WHERE scope = ? AND owner = ? AND expires_at > ",
     now!(),
     " LOCK IN SHARE MODE"
 );
@@ -39,6 +40,8 @@ pub(crate) async fn claim(store: &MySqlStore, limit: usize, held: &OutboxPartiti
         .fetch_all(&mut *tx)
         .await
         .map_err(db_error::<My>("checking the relay's leases"))?;
+    // Whether the relay holds any key: only then do claims filter them.
+    let holds = rows.iter().any(|r| r.get::<bool, _>(2));
     let live: Vec<i64> = rows
         .iter()
         .map(|r| (r.get::<i32, _>(0), r.get::<i64, _>(1)))
@@ -53,7 +56,11 @@ pub(crate) async fn claim(store: &MySqlStore, limit: usize, held: &OutboxPartiti
         let _ = tx.rollback().await;
         return Ok(MySqlBatch::empty());
     }
-    // First the candidates, read without locking. A locking read would lock
+    // First the candidates, read without locking; rows of a key the relay
+    // holds behind a record set aside are left where they are
+    // ([`tidings_core::set_aside`]), filtered only when there are holds
+    // (none on these partitions can appear meanwhile: only their holder,
+    // this relay under the lease locks, sets records aside). A locking read would lock
     // every unsent row it scans before testing its partition (the test
     // cannot use the index), and another relay's claim, skipping locked
     // rows, would then skip rows of its own partitions and publish a key's
@@ -67,9 +74,17 @@ pub(crate) async fn claim(store: &MySqlStore, limit: usize, held: &OutboxPartiti
     // next request waiting out a delayed acknowledgement (about 40 ms).
     let partitions = live.iter().map(i64::to_string).collect::<Vec<_>>().join(", ");
     let count = held.count;
+    let not_held = if holds {
+        "AND NOT EXISTS (SELECT 1 FROM tidings_relay_holds h
+                         WHERE h.topic = o.topic AND h.aggregate_key = o.aggregate_key AND h.seq <= o.seq
+                           AND (h.seq = o.seq OR h.aggregate_key <> ''))"
+    } else {
+        ""
+    };
     let candidates = format!(
-        "SELECT seq FROM tidings_outbox
+        "SELECT seq FROM tidings_outbox o
          WHERE published_at IS NULL AND ({count} = 1 OR COALESCE(key_hash, 0) % {count} IN ({partitions}))
+           {not_held}
          ORDER BY seq LIMIT {limit}"
     );
     let candidates: Vec<i64> = (&mut *tx)
@@ -95,7 +110,7 @@ pub(crate) async fn claim(store: &MySqlStore, limit: usize, held: &OutboxPartiti
         .collect::<Vec<_>>()
         .join(", ");
     let locked = format!(
-        "SELECT seq, topic, body FROM tidings_outbox FORCE INDEX (PRIMARY)
+        "SELECT seq, topic, body, id, aggregate_key, message_type FROM tidings_outbox FORCE INDEX (PRIMARY)
          WHERE seq IN ({candidates}) AND published_at IS NULL ORDER BY seq FOR UPDATE"
     );
     let rows = (&mut *tx)
@@ -103,13 +118,16 @@ pub(crate) async fn claim(store: &MySqlStore, limit: usize, held: &OutboxPartiti
         .await
         .map_err(db_error::<My>("claiming an outbox batch"))?;
     let mut seqs = Vec::with_capacity(rows.len());
-    let mut messages = Vec::with_capacity(rows.len());
+    let mut claimed = ClaimedRows::with_capacity(rows.len());
     for r in rows {
         seqs.push(r.get::<i64, _>(0).to_string());
-        let body: Vec<u8> = r.get(2);
-        messages.push(OutgoingMessage {
+        claimed.push(OutboxRecord {
+            seq: r.get(0),
             topic: r.get(1),
-            envelope: cloudevents::from_json(&body)?,
+            body: r.get(2),
+            id: r.get(3),
+            aggregate_key: r.get(4),
+            message_type: r.get(5),
         });
     }
     if !seqs.is_empty() {
@@ -132,5 +150,6 @@ pub(crate) async fn claim(store: &MySqlStore, limit: usize, held: &OutboxPartiti
             .await
             .map_err(db_error::<My>("claiming an outbox batch"))?;
     }
-    Ok(MySqlBatch::new(tx, messages))
+    let live = held.only(|p| live.contains(&i64::from(p)));
+    Ok(MySqlBatch::new(tx, claimed, store, live))
 }

@@ -59,6 +59,7 @@ use sqlx::error::DatabaseError;
 use sqlx::mysql::{MySqlConnectOptions, MySqlDatabaseError, MySqlPoolOptions, MySqlQueryResult};
 use sqlx::{MySql, MySqlPool};
 use tidings_core::{Error, OutboxPartitions, OutgoingMessage, Result};
+use tidings_sql::connect::probe;
 use tidings_sql::placeholders::Placeholders;
 use tidings_sql::{Dialect, LocalWakeups, SqlStore, Statements, StoreOptions, db_error, json_lists};
 use uuid::Uuid;
@@ -94,6 +95,11 @@ const TRANSIENT: &[u16] = &[
 
 /// Prepared statements each connection of a pool the store opens keeps.
 const STATEMENT_CACHE: usize = 512;
+
+/// A server not up yet: the connection refused or reset.
+fn starting(error: &sqlx::Error) -> bool {
+    matches!(error, sqlx::Error::Io(_))
+}
 
 #[async_trait]
 impl Dialect for My {
@@ -145,6 +151,10 @@ impl Dialect for My {
     /// connections unless the options say otherwise, each caching up to
     /// 512 prepared statements. Each connection's session time zone is UTC
     /// (sqlx's default).
+    ///
+    /// One connection is made first, as on PostgreSQL: a server not
+    /// listening yet is tried again for up to the options' connect timeout
+    /// (10 s), then reported as what it is rather than as a pool timing out.
     async fn open(url: &str, options: &StoreOptions) -> Result<MySqlPool> {
         let connect = MySqlConnectOptions::from_str(url)
             .map_err(|e| Error::Config {
@@ -156,6 +166,13 @@ impl Dialect for My {
             // closes it leaves the next request waiting out a delayed
             // acknowledgement (about 40 ms).
             .statement_cache_capacity(STATEMENT_CACHE);
+        probe::<My, _>(
+            &connect,
+            options.connect_window(),
+            starting,
+            "connecting to MySQL",
+        )
+        .await?;
         MySqlPoolOptions::new()
             .max_connections(options.pool_size().unwrap_or(32))
             .acquire_timeout(Duration::from_secs(30))

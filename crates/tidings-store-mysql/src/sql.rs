@@ -114,6 +114,35 @@ pub(crate) const SQL: Statements = Statements {
         " LOCK IN SHARE MODE"
     ),
     begin_handling: None,
+    handling_started: concat!(
+        "INSERT INTO tidings_handlings (consumer, message_id, begun, begun_at) VALUES ($1, $2, 1, ",
+        now!(),
+        ") ON DUPLICATE KEY UPDATE begun = begun + 1, begun_at = ",
+        now!()
+    ),
+    handlings_begun: shared::HANDLINGS_BEGUN,
+    handling_ended: shared::HANDLING_ENDED,
+    forget_processed: concat!(
+        "DELETE FROM tidings_processed WHERE processed_at < ",
+        now!(),
+        " - $1 * 1000 ORDER BY processed_at LIMIT $2"
+    ),
+    forget_effects: concat!(
+        "DELETE FROM tidings_effects WHERE recorded_at < ",
+        now!(),
+        " - $1 * 1000 ORDER BY recorded_at LIMIT $2"
+    ),
+    forget_handlings: concat!(
+        "DELETE FROM tidings_handlings WHERE begun_at < ",
+        now!(),
+        " - $1 * 1000 LIMIT $2"
+    ),
+    set_horizon: concat!(
+        "INSERT INTO tidings_horizons (name, horizon_at) VALUES ($1, ",
+        now!(),
+        " - $2 * 1000) ON DUPLICATE KEY UPDATE horizon_at = GREATEST(horizon_at, VALUES(horizon_at))"
+    ),
+    horizon: "SELECT horizon_at FROM tidings_horizons WHERE name = $1",
 
     // Only (consumer, message_id) can collide: the id is new each time, and
     // a unique index lets any number of rows without a message id in.
@@ -180,6 +209,19 @@ pub(crate) const SQL: Statements = Statements {
     unpark: shared::UNPARK,
     release_key: shared::RELEASE_KEY,
     release_skipped: shared::RELEASE_SKIPPED,
+
+    relay_hold: "INSERT IGNORE INTO tidings_relay_holds (seq, message_id, topic, aggregate_key) VALUES ($1, $2, $3, $4)",
+    relay_delete_sent: concat!("DELETE FROM tidings_outbox WHERE seq IN (", ints!("$1"), ")"),
+    relay_stamp_sent: concat!(
+        "UPDATE tidings_outbox SET published_at = ",
+        now!(),
+        " WHERE seq IN (",
+        ints!("$1"),
+        ") AND published_at IS NULL"
+    ),
+    relay_drop_held: shared::RELAY_DROP_HELD,
+    relay_unhold: shared::RELAY_UNHOLD,
+    relay_holds: shared::RELAY_HOLDS,
 
     heartbeat: concat!(
         "INSERT INTO tidings_members (scope, `member`, expires_at) VALUES ($1, $2, ",

@@ -1,8 +1,8 @@
 //! The relay's claim on PostgreSQL: `FOR UPDATE SKIP LOCKED` under the lease locks.
 
 use sqlx::Row;
-use tidings_core::{OutboxPartitions, OutgoingMessage, Result, cloudevents};
-use tidings_sql::{TxBatch, db_error};
+use tidings_core::{OutboxPartitions, OutboxRecord, Result};
+use tidings_sql::{ClaimedRows, TxBatch, db_error};
 
 use crate::{Pg, PgStore};
 
@@ -17,20 +17,40 @@ pub type PgBatch = TxBatch<Pg>;
 // visible if the relay commits after the transport's confirmation. The
 // inner SELECT orders by seq and skips rows another relay holds. RETURNING
 // has no defined order, so rows are sorted afterwards.
-const HOLD_LEASES: &str = "SELECT partition_index FROM tidings_leases
+const HOLD_LEASES: &str =
+    "SELECT partition_index, EXISTS (SELECT 1 FROM tidings_relay_holds) FROM tidings_leases
     WHERE scope = $1 AND owner = $2 AND expires_at > clock_timestamp()
       AND (partition_index, fence) IN (SELECT * FROM UNNEST($3::int4[], $4::int8[]))
     FOR SHARE";
-const CLAIM_DELETE: &str = "DELETE FROM tidings_outbox WHERE seq IN (
-        SELECT seq FROM tidings_outbox WHERE published_at IS NULL
-          AND ($2 = 1 OR COALESCE(key_hash, 0) % $2 = ANY($3::int8[]))
-        ORDER BY seq LIMIT $1 FOR UPDATE SKIP LOCKED)
-    RETURNING seq, topic, body";
-const CLAIM_MARK: &str = "UPDATE tidings_outbox SET published_at = now() WHERE seq IN (
-        SELECT seq FROM tidings_outbox WHERE published_at IS NULL
-          AND ($2 = 1 OR COALESCE(key_hash, 0) % $2 = ANY($3::int8[]))
-        ORDER BY seq LIMIT $1 FOR UPDATE SKIP LOCKED)
-    RETURNING seq, topic, body";
+// Rows of a key the relay holds behind a record set aside are left where
+// they are ([`tidings_core::set_aside`]). The holds table is empty but for
+// those, and the lease check says whether it is: only then does the claim
+// pay for the filter (measured with 50 000 rows waiting, batches of 500:
+// about 0.4 ms a batch). No hold on these partitions can appear meanwhile:
+// only their holder sets records aside, and the lease locks keep it this relay.
+macro_rules! claim {
+    ($change:literal, $filter:expr) => {
+        concat!(
+            $change,
+            " WHERE seq IN (SELECT seq FROM tidings_outbox o WHERE published_at IS NULL
+               AND ($2 = 1 OR COALESCE(key_hash, 0) % $2 = ANY($3::int8[]))",
+            $filter,
+            " ORDER BY seq LIMIT $1 FOR UPDATE OF o SKIP LOCKED)
+             RETURNING seq, topic, body, id, aggregate_key, message_type"
+        )
+    };
+}
+macro_rules! not_held {
+    () => {
+        " AND NOT EXISTS (SELECT 1 FROM tidings_relay_holds h
+             WHERE h.topic = o.topic AND h.aggregate_key = o.aggregate_key AND h.seq <= o.seq
+               AND (h.seq = o.seq OR h.aggregate_key <> ''))"
+    };
+}
+const CLAIM_DELETE: &str = claim!("DELETE FROM tidings_outbox", "");
+const CLAIM_MARK: &str = claim!("UPDATE tidings_outbox SET published_at = now()", "");
+const CLAIM_DELETE_UNHELD: &str = claim!("DELETE FROM tidings_outbox", not_held!());
+const CLAIM_MARK_UNHELD: &str = claim!("UPDATE tidings_outbox SET published_at = now()", not_held!());
 
 // The claim's transaction steers the planner to the unsent-rows index, read
 // in seq order. Right after a burst (a broker outage, a backfill) the
@@ -48,7 +68,7 @@ pub(crate) async fn claim(store: &PgStore, limit: usize, held: &OutboxPartitions
         .begin_with(CLAIM_BEGIN)
         .await
         .map_err(db_error::<Pg>("starting an outbox claim"))?;
-    let live: Vec<i32> = sqlx::query_scalar(HOLD_LEASES)
+    let live: Vec<(i32, bool)> = sqlx::query_as(HOLD_LEASES)
         .bind(&held.scope)
         .bind(&held.member)
         .bind(held.leases.iter().map(|l| l.partition as i32).collect::<Vec<_>>())
@@ -60,10 +80,13 @@ pub(crate) async fn claim(store: &PgStore, limit: usize, held: &OutboxPartitions
         let _ = tx.rollback().await;
         return Ok(PgBatch::empty());
     }
-    let sql = if store.options().retention_period().is_some() {
-        CLAIM_MARK
-    } else {
-        CLAIM_DELETE
+    let holds = live.iter().any(|&(_, holds)| holds);
+    let live: Vec<i32> = live.into_iter().map(|(p, _)| p).collect();
+    let sql = match (store.options().retention_period().is_some(), holds) {
+        (true, false) => CLAIM_MARK,
+        (true, true) => CLAIM_MARK_UNHELD,
+        (false, false) => CLAIM_DELETE,
+        (false, true) => CLAIM_DELETE_UNHELD,
     };
     let rows = sqlx::query(sql)
         .bind(i64::try_from(limit).unwrap_or(i64::MAX))
@@ -72,17 +95,20 @@ pub(crate) async fn claim(store: &PgStore, limit: usize, held: &OutboxPartitions
         .fetch_all(&mut *tx)
         .await
         .map_err(db_error::<Pg>("claiming an outbox batch"))?;
-    let mut rows: Vec<(i64, String, Vec<u8>)> =
-        rows.into_iter().map(|r| (r.get(0), r.get(1), r.get(2))).collect();
-    rows.sort_unstable_by_key(|r| r.0);
-    let messages = rows
+    let mut rows: Vec<OutboxRecord> = rows
         .into_iter()
-        .map(|(_, topic, body)| {
-            Ok(OutgoingMessage {
-                topic,
-                envelope: cloudevents::from_json(&body)?,
-            })
+        .map(|r| OutboxRecord {
+            seq: r.get(0),
+            topic: r.get(1),
+            body: r.get(2),
+            id: r.get(3),
+            aggregate_key: r.get(4),
+            message_type: r.get(5),
         })
-        .collect::<Result<Vec<_>>>()?;
-    Ok(PgBatch::new(tx, messages))
+        .collect();
+    rows.sort_unstable_by_key(|r| r.seq);
+    let mut claimed = ClaimedRows::with_capacity(rows.len());
+    rows.into_iter().for_each(|r| claimed.push(r));
+    let live = held.only(|p| live.contains(&(p as i32)));
+    Ok(PgBatch::new(tx, claimed, store, live))
 }

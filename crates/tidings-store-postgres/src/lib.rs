@@ -33,50 +33,23 @@ mod wake;
 use std::time::Duration;
 
 use async_trait::async_trait;
-use sqlx::Connection;
 use sqlx::error::DatabaseError;
-use sqlx::postgres::{PgConnectOptions, PgConnection, PgPoolOptions, PgQueryResult};
+use sqlx::postgres::{PgConnectOptions, PgPoolOptions, PgQueryResult};
 use sqlx::{PgPool, Postgres};
 use tidings_core::{Error, OutboxPartitions, OutgoingMessage, Result};
+use tidings_sql::connect::probe;
 use tidings_sql::{Dialect, SqlStore, Statements, StoreOptions, db_error};
 use uuid::Uuid;
 
 pub use claim::PgBatch;
 
-/// How long [`Pg::open`](Dialect::open) keeps trying a server that is not
-/// answering yet.
-const STARTUP_WINDOW: Duration = Duration::from_secs(10);
-
-/// Makes one connection to `connect`, trying again while the server is not
-/// up yet (connection refused or reset, `57P03` "the database system is
-/// starting up"), for up to [`STARTUP_WINDOW`].
-async fn probe(connect: &PgConnectOptions) -> Result<()> {
-    let deadline = tokio::time::Instant::now() + STARTUP_WINDOW;
-    let mut delay = Duration::from_millis(100);
-    loop {
-        let attempt = tokio::time::timeout_at(deadline, PgConnection::connect_with(connect)).await;
-        let error = match attempt {
-            Ok(Ok(conn)) => {
-                conn.close().await.ok();
-                return Ok(());
-            }
-            Ok(Err(e)) => e,
-            Err(_) => sqlx::Error::Io(std::io::Error::new(
-                std::io::ErrorKind::TimedOut,
-                format!("no answer within {} s", STARTUP_WINDOW.as_secs()),
-            )),
-        };
-        let starting = match &error {
-            sqlx::Error::Io(_) => true,
-            sqlx::Error::Database(db) => db.code().as_deref() == Some("57P03"),
-            _ => false,
-        };
-        let timed_out = matches!(&error, sqlx::Error::Io(io) if io.kind() == std::io::ErrorKind::TimedOut);
-        if !starting || timed_out || tokio::time::Instant::now() + delay >= deadline {
-            return Err(db_error::<Pg>("connecting to PostgreSQL")(error));
-        }
-        tokio::time::sleep(delay).await;
-        delay = (delay * 2).min(Duration::from_secs(1));
+/// A server not up yet: refused or reset, or `57P03` ("the database
+/// system is starting up").
+fn starting(error: &sqlx::Error) -> bool {
+    match error {
+        sqlx::Error::Io(_) => true,
+        sqlx::Error::Database(db) => db.code().as_deref() == Some("57P03"),
+        _ => false,
     }
 }
 pub use wake::PgWakeups;
@@ -148,16 +121,23 @@ impl Dialect for Pg {
     /// unless the options say otherwise.
     ///
     /// One connection is made first: a server still starting, or not yet
-    /// listening, is tried again for up to 10 s (a service and its database
-    /// often start together); then its last error is reported as what it
-    /// is (refused, the login refused, no answer), rather than as a pool
-    /// timing out. A refused login or a missing database is reported at once.
+    /// listening, is tried again for up to the options' connect timeout
+    /// (10 s: a service and its database often start together); then its
+    /// last error is reported as what it is (refused, the login refused, no
+    /// answer), rather than as a pool timing out. A refused login or a
+    /// missing database is reported at once.
     async fn open(url: &str, options: &StoreOptions) -> Result<PgPool> {
         let connect: PgConnectOptions = url.parse().map_err(|e: sqlx::Error| Error::Config {
             key: "database".into(),
             reason: format!("not a PostgreSQL URL ({e})"),
         })?;
-        probe(&connect).await?;
+        probe::<Pg, _>(
+            &connect,
+            options.connect_window(),
+            starting,
+            "connecting to PostgreSQL",
+        )
+        .await?;
         PgPoolOptions::new()
             .max_connections(options.pool_size().unwrap_or(32))
             .acquire_timeout(Duration::from_secs(30))

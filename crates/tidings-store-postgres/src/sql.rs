@@ -60,6 +60,22 @@ pub(crate) const SQL: Statements = Statements {
              ON CONFLICT DO NOTHING RETURNING 1)
          SELECT EXISTS (SELECT 1 FROM fence), EXISTS (SELECT 1 FROM marker)",
     ),
+    handling_started: "INSERT INTO tidings_handlings (consumer, message_id, begun) VALUES ($1, $2, 1)
+         ON CONFLICT (consumer, message_id) DO UPDATE SET begun = tidings_handlings.begun + 1, begun_at = now()",
+    handlings_begun: shared::HANDLINGS_BEGUN,
+    handling_ended: shared::HANDLING_ENDED,
+    forget_processed: "DELETE FROM tidings_processed WHERE (consumer, message_id) IN (
+          SELECT consumer, message_id FROM tidings_processed
+          WHERE processed_at < now() - $1 * INTERVAL '1 millisecond' LIMIT $2)",
+    forget_effects: "DELETE FROM tidings_effects WHERE (consumer, message_id, effect) IN (
+          SELECT consumer, message_id, effect FROM tidings_effects
+          WHERE recorded_at < now() - $1 * INTERVAL '1 millisecond' LIMIT $2)",
+    forget_handlings: "DELETE FROM tidings_handlings WHERE (consumer, message_id) IN (
+          SELECT consumer, message_id FROM tidings_handlings
+          WHERE begun_at < now() - $1 * INTERVAL '1 millisecond' LIMIT $2)",
+    set_horizon: "INSERT INTO tidings_horizons (name, horizon_at) VALUES ($1, now() - $2 * INTERVAL '1 millisecond')
+          ON CONFLICT (name) DO UPDATE SET horizon_at = GREATEST(tidings_horizons.horizon_at, EXCLUDED.horizon_at)",
+    horizon: "SELECT CAST(EXTRACT(EPOCH FROM horizon_at) * 1000000 AS BIGINT) FROM tidings_horizons WHERE name = $1",
 
     dead_letter_upsert: "INSERT INTO tidings_dead_letters
            (id, consumer, topic, message_id, message_type, aggregate_key, headers, body, attempts, errors,
@@ -98,6 +114,14 @@ pub(crate) const SQL: Statements = Statements {
     unpark: shared::UNPARK,
     release_key: shared::RELEASE_KEY,
     release_skipped: shared::RELEASE_SKIPPED,
+
+    relay_hold: "INSERT INTO tidings_relay_holds (seq, message_id, topic, aggregate_key)
+        VALUES ($1, $2, $3, $4) ON CONFLICT (seq) DO NOTHING",
+    relay_delete_sent: "DELETE FROM tidings_outbox WHERE seq = ANY($1)",
+    relay_stamp_sent: "UPDATE tidings_outbox SET published_at = now() WHERE seq = ANY($1) AND published_at IS NULL",
+    relay_drop_held: shared::RELAY_DROP_HELD,
+    relay_unhold: shared::RELAY_UNHOLD,
+    relay_holds: shared::RELAY_HOLDS,
 
     heartbeat: "INSERT INTO tidings_members (scope, member, expires_at)
         VALUES ($1, $2, clock_timestamp() + $3 * INTERVAL '1 millisecond')

@@ -2,8 +2,11 @@
 
 use async_trait::async_trait;
 use sqlx::Row;
-use tidings_core::{ClaimedBatch, Error, Lease, OutboxPartitions, OutgoingMessage, Result, cloudevents};
-use tidings_sql::db_error;
+use tidings_core::{
+    ClaimedBatch, Error, Lease, OutboxPartitions, OutboxRecord, OutgoingMessage, Result, Settlement,
+    Undecodable,
+};
+use tidings_sql::{ClaimedRows, db_error};
 
 use crate::{Lite, SqliteStore, now_millis};
 
@@ -17,9 +20,10 @@ pub struct SqliteBatch {
     store: SqliteStore,
     scope: String,
     member: String,
+    count: u32,
     /// The rows read, per partition lease.
     rows: Vec<(Lease, Vec<i64>)>,
-    messages: Vec<OutgoingMessage>,
+    claimed: ClaimedRows,
 }
 
 /// Reads a batch; nothing is locked until it completes.
@@ -47,17 +51,23 @@ pub(crate) async fn claim(store: &SqliteStore, limit: usize, held: &OutboxPartit
         store: store.clone(),
         scope: held.scope.clone(),
         member: held.member.clone(),
+        count: held.count,
         rows: live.iter().map(|l| (*l, Vec::new())).collect(),
-        messages: Vec::new(),
+        claimed: ClaimedRows::default(),
     };
     if live.is_empty() {
         return Ok(batch);
     }
     let partitions: Vec<u32> = live.iter().map(|l| l.partition).collect();
+    // Rows of a key the relay holds behind a record set aside are left where
+    // they are ([`tidings_core::set_aside`]).
     let rows = sqlx::query(
-        "SELECT seq, topic, body, COALESCE(key_hash, 0) FROM tidings_outbox
+        "SELECT seq, topic, body, COALESCE(key_hash, 0), id, aggregate_key, message_type FROM tidings_outbox o
          WHERE published_at IS NULL
            AND ($2 = 1 OR COALESCE(key_hash, 0) % $2 IN (SELECT value FROM json_each($3)))
+           AND NOT EXISTS (SELECT 1 FROM tidings_relay_holds h
+                           WHERE h.topic = o.topic AND h.aggregate_key = o.aggregate_key AND h.seq <= o.seq
+                             AND (h.seq = o.seq OR h.aggregate_key <> ''))
          ORDER BY seq LIMIT $1",
     )
     .bind(i64::try_from(limit).unwrap_or(i64::MAX))
@@ -73,10 +83,13 @@ pub(crate) async fn claim(store: &SqliteStore, limit: usize, held: &OutboxPartit
         if let Some((_, seqs)) = batch.rows.iter_mut().find(|(l, _)| l.partition == partition) {
             seqs.push(seq);
         }
-        let body: Vec<u8> = r.get(2);
-        batch.messages.push(OutgoingMessage {
+        batch.claimed.push(OutboxRecord {
+            seq,
             topic: r.get(1),
-            envelope: cloudevents::from_json(&body)?,
+            body: r.get(2),
+            id: r.get(4),
+            aggregate_key: r.get(5),
+            message_type: r.get(6),
         });
     }
     Ok(batch)
@@ -85,10 +98,22 @@ pub(crate) async fn claim(store: &SqliteStore, limit: usize, held: &OutboxPartit
 #[async_trait]
 impl ClaimedBatch for SqliteBatch {
     fn messages(&self) -> &[OutgoingMessage] {
-        &self.messages
+        &self.claimed.messages
+    }
+
+    fn seqs(&self) -> &[i64] {
+        &self.claimed.seqs
+    }
+
+    fn undecodable(&self) -> &[Undecodable] {
+        &self.claimed.undecodable
     }
 
     async fn complete(self) -> Result<()> {
+        // Never mark what was not sent: the undecodable stay unsent.
+        if let Some(decoded) = self.claimed.decoded_only() {
+            return self.settle(decoded).await;
+        }
         let retention = self.store.options().retention_period().is_some();
         let mut fenced = Vec::new();
         for (lease, seqs) in &self.rows {
@@ -136,5 +161,15 @@ impl ClaimedBatch for SqliteBatch {
 
     async fn release(self) -> Result<()> {
         Ok(())
+    }
+
+    async fn settle(self, settlement: Settlement) -> Result<()> {
+        let live = OutboxPartitions {
+            scope: self.scope.clone(),
+            member: self.member.clone(),
+            count: self.count,
+            leases: self.rows.iter().map(|(lease, _)| *lease).collect(),
+        };
+        tidings_sql::settle(&self.store, &live, settlement).await
     }
 }

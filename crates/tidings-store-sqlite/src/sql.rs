@@ -68,6 +68,37 @@ pub(crate) const SQL: Statements = Statements {
         now!()
     ),
     begin_handling: None,
+    handling_started: concat!(
+        "INSERT INTO tidings_handlings (consumer, message_id, begun, begun_at) VALUES ($1, $2, 1, ",
+        now!(),
+        ") ON CONFLICT (consumer, message_id) DO UPDATE SET begun = begun + 1, begun_at = excluded.begun_at"
+    ),
+    handlings_begun: shared::HANDLINGS_BEGUN,
+    handling_ended: shared::HANDLING_ENDED,
+    forget_processed: concat!(
+        "DELETE FROM tidings_processed WHERE (consumer, message_id) IN (
+           SELECT consumer, message_id FROM tidings_processed WHERE processed_at < ",
+        now!(),
+        " - $1 LIMIT $2)"
+    ),
+    forget_effects: concat!(
+        "DELETE FROM tidings_effects WHERE (consumer, message_id, effect) IN (
+           SELECT consumer, message_id, effect FROM tidings_effects WHERE recorded_at < ",
+        now!(),
+        " - $1 LIMIT $2)"
+    ),
+    forget_handlings: concat!(
+        "DELETE FROM tidings_handlings WHERE (consumer, message_id) IN (
+           SELECT consumer, message_id FROM tidings_handlings WHERE begun_at < ",
+        now!(),
+        " - $1 LIMIT $2)"
+    ),
+    set_horizon: concat!(
+        "INSERT INTO tidings_horizons (name, horizon_at) VALUES ($1, ",
+        now!(),
+        " - $2) ON CONFLICT (name) DO UPDATE SET horizon_at = max(horizon_at, excluded.horizon_at)"
+    ),
+    horizon: "SELECT horizon_at * 1000 FROM tidings_horizons WHERE name = $1",
 
     dead_letter_upsert: concat!(
         "INSERT INTO tidings_dead_letters
@@ -123,6 +154,21 @@ pub(crate) const SQL: Statements = Statements {
     unpark: shared::UNPARK,
     release_key: shared::RELEASE_KEY,
     release_skipped: shared::RELEASE_SKIPPED,
+
+    relay_hold: concat!(
+        "INSERT INTO tidings_relay_holds (seq, message_id, topic, aggregate_key, held_at) VALUES ($1, $2, $3, $4, ",
+        now!(),
+        ") ON CONFLICT (seq) DO NOTHING"
+    ),
+    relay_delete_sent: "DELETE FROM tidings_outbox WHERE seq IN (SELECT value FROM json_each($1))",
+    relay_stamp_sent: concat!(
+        "UPDATE tidings_outbox SET published_at = ",
+        now!(),
+        " WHERE seq IN (SELECT value FROM json_each($1)) AND published_at IS NULL"
+    ),
+    relay_drop_held: shared::RELAY_DROP_HELD,
+    relay_unhold: shared::RELAY_UNHOLD,
+    relay_holds: shared::RELAY_HOLDS,
 
     heartbeat: concat!(
         "INSERT INTO tidings_members (scope, member, expires_at) VALUES ($1, $2, ",

@@ -27,6 +27,10 @@
 //!   subscription closes (a crash) or after `Nak(delay)`;
 //! - `Ack` and `Term` settle a delivery for the group for good.
 
+mod poison;
+
+pub use poison::{a_corrupt_record_waits_alone_with_its_key, an_oversized_record_waits_alone_with_its_key};
+
 use std::collections::{BTreeMap, HashSet};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -91,7 +95,9 @@ pub fn fresh_group(role: &str) -> String {
     format!("{role}-{}", &Uuid::new_v4().simple().to_string()[..8])
 }
 
-fn probe(topic: &str, key: &str, seq: u32) -> OutgoingMessage {
+/// A [`Probe`] for `topic`, the `seq`-th of `key`, with a trace context
+/// and a header of the caller's own.
+pub fn probe(topic: &str, key: &str, seq: u32) -> OutgoingMessage {
     let envelope = Envelope::new(
         "conformance",
         &Probe {
@@ -776,7 +782,10 @@ pub async fn dead_letters_redrive_through_the_outbox<T: TransportUnderTest>(t: &
 /// fixture built by `$fixture` (an async expression).
 ///
 /// Optional checks, generated only when listed in `features: [...]`:
-/// `cloudevents_attributes_travel_as_headers`, `broker_counts_pending`.
+/// `cloudevents_attributes_travel_as_headers`, `broker_counts_pending`,
+/// `a_corrupt_record_waits_alone_with_its_key`,
+/// `an_oversized_record_waits_alone_with_its_key` (a transport with a limit
+/// of about 1 MiB).
 #[macro_export]
 macro_rules! transport_conformance {
     ($fixture:expr) => {

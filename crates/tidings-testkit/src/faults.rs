@@ -47,4 +47,8 @@ impl<P: Publisher> Publisher for Switchable<P> {
         }
         self.inner.publish(batch).await
     }
+
+    fn refuses(&self, message: &OutgoingMessage) -> Option<String> {
+        self.inner.refuses(message)
+    }
 }

@@ -26,6 +26,7 @@ pub mod kafka;
 pub mod nats;
 pub mod otlp;
 pub mod outage;
+pub mod postgres;
 pub mod rabbitmq;
 pub mod services;
 pub mod store_conformance;

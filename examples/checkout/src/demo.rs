@@ -19,6 +19,7 @@ use tidings_broker_rabbitmq::RabbitOptions;
 use tidings_consumer::{Consumer, ConsumerConfig, ConsumerStats, Handler};
 use tidings_core::duplicating::Duplicating;
 use tidings_core::log::LogBackend;
+use tidings_core::retry::Retry;
 use tidings_core::secret::redact_url as redact;
 use tidings_core::{Backoff, Envelope, Message, OutgoingMessage, Publisher, Subscriber};
 use tidings_log::LogReaderConfig;
@@ -86,6 +87,10 @@ pub struct DemoOptions {
     /// Measure lag this often into the metrics gauges
     /// ([`tidings_core::metrics::sample_lag`]); `None`: not at all.
     pub sample_lag: Option<Duration>,
+    /// The store's pool size, shared by the producers, relays and consumer
+    /// lanes of the process (default: the store's, 32). The simulated
+    /// email provider keeps 4 connections of its own.
+    pub max_connections: Option<u32>,
 }
 
 impl Default for DemoOptions {
@@ -104,6 +109,7 @@ impl Default for DemoOptions {
             relays: 1,
             partitions: 4,
             sample_lag: None,
+            max_connections: None,
         }
     }
 }
@@ -285,7 +291,10 @@ async fn open_and_run(
         .database
         .clone()
         .unwrap_or_else(|| DEFAULT_DATABASE.to_owned());
-    let store_options = StoreOptions::default().source("checkout").guard(guard()?);
+    let mut store_options = StoreOptions::default().source("checkout").guard(guard()?);
+    if let Some(n) = options.max_connections {
+        store_options = store_options.max_connections(n);
+    }
     let store = tidings::open_store_with(&url, store_options)
         .await
         .with_context(|| {
@@ -739,6 +748,13 @@ async fn place_orders<S: CheckoutStore>(
     Ok(())
 }
 
+/// Submits one step of an order as a client would: a database restarting
+/// or failing over mid-transaction is a pause, not the end of the client.
+async fn submit<S: CheckoutStore>(store: &S, step: i64, command: &OutgoingMessage) -> anyhow::Result<()> {
+    tidings_core::retry::transaction(&Retry::default(), || store.submit(step, command)).await?;
+    Ok(())
+}
+
 async fn place_one<S: CheckoutStore>(store: &S, i: usize, poison_rate: f64) -> anyhow::Result<()> {
     let (poisoned, customer, sku, quantity, total, cancel) = {
         let mut rng = rand::rng();
@@ -767,26 +783,22 @@ async fn place_one<S: CheckoutStore>(store: &S, i: usize, poison_rate: f64) -> a
     let first = command(&place, None)?;
     // The client's later calls for the order carry its correlation id and trace.
     let order = Some(&first.envelope);
-    store.submit(1, &first).await?;
+    submit(store, 1, &first).await?;
     pause().await;
-    store
-        .submit(
-            2,
-            &command(
-                &CapturePayment {
-                    order_id: order_id.clone(),
-                },
-                order,
-            )?,
-        )
-        .await?;
+    let capture = command(
+        &CapturePayment {
+            order_id: order_id.clone(),
+        },
+        order,
+    )?;
+    submit(store, 2, &capture).await?;
     pause().await;
     let last = if cancel {
         command(&CancelOrder { order_id }, order)?
     } else {
         command(&ShipOrder { order_id }, order)?
     };
-    store.submit(3, &last).await
+    submit(store, 3, &last).await
 }
 
 /// A command from the checkout API; after the first of an order, in the

@@ -71,7 +71,7 @@ pub trait CheckoutStore: tidings_core::Store {
     async fn setup(&self) -> anyhow::Result<()>;
 
     /// The front door: records the request and enqueues the command, in one transaction.
-    async fn submit(&self, step: i64, command: &OutgoingMessage) -> anyhow::Result<()>;
+    async fn submit(&self, step: i64, command: &OutgoingMessage) -> tidings_core::Result<()>;
 
     /// Reads the figures.
     async fn tally(&self) -> anyhow::Result<Tally>;
@@ -98,8 +98,8 @@ impl<D: CheckoutDialect> CheckoutStore for SqlStore<D> {
         Ok(())
     }
 
-    async fn submit(&self, step: i64, command: &OutgoingMessage) -> anyhow::Result<()> {
-        let mut tx = self.pool().begin().await?;
+    async fn submit(&self, step: i64, command: &OutgoingMessage) -> tidings_core::Result<()> {
+        let mut tx = self.begin_tx("recording a checkout request").await?;
         Stmt::<D>::new(D::CHECKOUT.request, "recording a checkout request")
             .bind(command.envelope.aggregate_key.as_str())
             .bind(step)

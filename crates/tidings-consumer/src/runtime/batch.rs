@@ -16,13 +16,13 @@ use super::work::Work;
 use super::ConsumerConfig;
 
 impl<S: Store> Worker<S> {
-    /// Whether a delivery may join a batch: decoded, not delivered too
-    /// often, its key not held.
+    /// Whether a delivery may join a batch: decoded, not a redelivery
+    /// (whose handling is counted, one at a time), its key not held.
     pub(super) fn batchable(&self, work: &Work) -> bool {
         let Ok(envelope) = &work.envelope else {
             return false;
         };
-        if self.config.batch == 1 || work.delivery.delivery_count > self.config.max_deliveries {
+        if self.config.batch == 1 || work.delivery.may_be_redelivered() {
             return false;
         }
         self.config.on_dead_letter == OnDeadLetter::Continue

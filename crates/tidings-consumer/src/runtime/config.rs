@@ -24,7 +24,7 @@ pub struct ConsumerConfig {
         feature = "serde",
         serde(deserialize_with = "tidings_core::clamp::at_least_one")
     )]
-    pub(super) max_deliveries: u32,
+    pub(super) max_crashes: u32,
     pub(super) backoff: Backoff,
     #[cfg_attr(feature = "serde", serde(with = "tidings_core::duration"))]
     pub(super) handler_timeout: Duration,
@@ -85,7 +85,7 @@ impl Default for ConsumerConfig {
     fn default() -> Self {
         ConsumerConfig {
             max_attempts: 5,
-            max_deliveries: 10,
+            max_crashes: 10,
             backoff: Backoff::new(Duration::from_millis(100), Duration::from_secs(10)),
             handler_timeout: Duration::from_secs(30),
             lanes: 16,
@@ -111,14 +111,26 @@ impl ConsumerConfig {
         self
     }
 
-    /// Deliveries of one message the transport may make before it is
-    /// dead-lettered unhandled. Retries happen in process, so a message
-    /// delivered this often was never settled: most likely its handler
-    /// crashes the process. Without this bound such a message would be
-    /// redelivered, and crash a consumer, forever. Counts come from the
-    /// transport (JetStream's delivery count, for example).
-    pub fn max_deliveries(mut self, n: u32) -> Self {
-        self.max_deliveries = n.max(1);
+    /// Handlings of one message that may crash before it is dead-lettered
+    /// unhandled (at least 1). Retries happen in process, so a handling
+    /// that never ended killed its member (or froze it past the broker's
+    /// deadline). Without this bound such a message would be redelivered,
+    /// and crash a consumer, forever.
+    ///
+    /// The count is kept in the store, from the transport's first
+    /// redelivery of the message on: a redelivery that never reached a
+    /// handler (its member was frozen or gone before) does not count, and
+    /// nothing a message carries can raise it. The handler runs at most
+    /// `n + 1` times (the first delivery is not counted, to keep the store
+    /// out of the common path). On the database log and Kafka, whose
+    /// re-reads after a restart carry no delivery count, only redeliveries
+    /// within a process are counted.
+    ///
+    /// ```
+    /// let c = tidings_consumer::ConsumerConfig::default().max_crashes(3);
+    /// ```
+    pub fn max_crashes(mut self, n: u32) -> Self {
+        self.max_crashes = n.max(1);
         self
     }
 

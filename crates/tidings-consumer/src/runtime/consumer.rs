@@ -93,6 +93,7 @@ impl<S: Store> Consumer<S> {
             key: Some(envelope.aggregate_key.clone()),
             headers: Default::default(),
             body: tidings_core::cloudevents::to_json(envelope),
+            refused: None,
         };
         let worker = self.worker(String::new(), CancellationToken::new());
         if let Err(e) = worker.load_holds(true).await {

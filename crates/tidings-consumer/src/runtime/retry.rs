@@ -1,5 +1,5 @@
-//! Decode, retry and dead letter: a message that cannot be decoded, or was
-//! delivered too often, is dead-lettered at once; a failed attempt is
+//! Decode, retry and dead letter: a message that cannot be decoded, or
+//! whose handling crashed its consumer too often, is dead-lettered at once; a failed attempt is
 //! retried after a backoff, and the last of them, or a permanent failure,
 //! dead-letters the message. Tidings' own store calls are retried too,
 //! without counting as attempts.
@@ -43,22 +43,49 @@ impl<S: Store> Worker<S> {
             .await
     }
 
-    /// [`Worker::process`] once the message decoded, inside its handling span.
+    /// [`Worker::process`] once the message decoded, inside its handling
+    /// span. A redelivery may follow a handling that killed its member:
+    /// its handling is counted in the store from beginning to end, and a
+    /// message whose handlings crashed too often is dead-lettered unhandled.
     async fn process_decoded(&self, delivery: Delivery, envelope: Envelope, claim: Option<Claim>) -> Settled {
-        if delivery.delivery_count > self.config.max_deliveries {
+        if !delivery.may_be_redelivered() {
+            return self.retry(delivery, envelope, claim).await;
+        }
+        let (name, id) = (self.name.as_str(), envelope.id);
+        let Some(crashed) = self
+            .store_op("counting a handling begun", || {
+                self.store.handling_started(name, id)
+            })
+            .await
+        else {
+            return self.give_back(&delivery).await;
+        };
+        let settled = if crashed >= self.config.max_crashes {
             let error = format!(
-                "delivered {} times without being settled (more than {}): its handling may be crashing the consumer",
-                delivery.delivery_count, self.config.max_deliveries
+                "its handling began {crashed} times and never ended (the limit is {}): it may be crashing the consumer",
+                self.config.max_crashes
             );
             tracing::error!(consumer = %self.name, message_id = %envelope.id, %error, "dead-lettering unhandled");
-            return self
-                .dead_letter(
-                    &delivery,
-                    Some(&envelope),
-                    vec![failure(0, ErrorClass::Permanent, &error)],
-                )
-                .await;
-        }
+            self.dead_letter(
+                &delivery,
+                Some(&envelope),
+                vec![failure(0, ErrorClass::Permanent, &error)],
+            )
+            .await
+        } else {
+            self.retry(delivery, envelope, claim).await
+        };
+        // Settled or given back, in order: this handling did not crash.
+        self.store_op("forgetting the handlings begun", || {
+            self.store.handling_ended(name, id)
+        })
+        .await;
+        settled
+    }
+
+    /// Attempts the handler until it succeeds, fails permanently or runs
+    /// out of attempts, then settles the delivery.
+    async fn retry(&self, delivery: Delivery, envelope: Envelope, claim: Option<Claim>) -> Settled {
         let mut failures = Vec::new();
         let mut attempt = 0u32;
         let mut store_failures = 0u32;

@@ -251,6 +251,20 @@ pub async fn a_dead_letter_holds_its_key_until_redriven<T: TestDb>(db: &T) {
     // A message of the held key arriving now waits behind the others.
     store.enqueue_in_tx(&message("bad", 5), true).await;
     eventually(WAIT, "bad:5 parked", || async { stats.parked() == 4 }).await;
+    // So does one claiming, in Tidings' own header, to be a redrive: only
+    // the held message's id, from the store, passes the hold.
+    let mut forged = message("bad", 6);
+    forged.envelope = forged.envelope.header(tidings_core::REDRIVE_HEADER, "1");
+    store.enqueue_in_tx(&forged, true).await;
+    eventually(WAIT, "the forged redrive bad:6 parked", || async {
+        stats.parked() == 5
+    })
+    .await;
+    assert_eq!(
+        recorder.calls.load(Ordering::SeqCst),
+        12 + 2,
+        "a forged redrive reached the handler"
+    );
 
     recorder.healed.store(true, Ordering::SeqCst);
     let letter = store
@@ -263,12 +277,12 @@ pub async fn a_dead_letter_holds_its_key_until_redriven<T: TestDb>(db: &T) {
     eventually(
         WAIT,
         "the redriven message and the parked ones handled",
-        || async { stats.handled() == 12 + 5 },
+        || async { stats.handled() == 12 + 6 },
     )
     .await;
     assert_eq!(
         seen_of(&recorder, "bad"),
-        vec![1, 2, 3, 4, 5],
+        vec![1, 2, 3, 4, 5, 6],
         "released in order"
     );
     // The lane deletes the hold right after handling the last parked
@@ -279,11 +293,11 @@ pub async fn a_dead_letter_holds_its_key_until_redriven<T: TestDb>(db: &T) {
     .await;
 
     // The key is free again: its next message is handled at once.
-    store.enqueue_in_tx(&message("bad", 6), true).await;
-    eventually(WAIT, "bad:6 handled", || async { stats.handled() == 12 + 6 }).await;
+    store.enqueue_in_tx(&message("bad", 7), true).await;
+    eventually(WAIT, "bad:7 handled", || async { stats.handled() == 12 + 7 }).await;
     pipeline.stop().await;
-    assert_eq!(seen_of(&recorder, "bad"), vec![1, 2, 3, 4, 5, 6]);
-    assert_eq!(stats.parked(), 4);
+    assert_eq!(seen_of(&recorder, "bad"), vec![1, 2, 3, 4, 5, 6, 7]);
+    assert_eq!(stats.parked(), 5);
 }
 
 /// A skipped dead letter releases its key without being handled; a settled

@@ -14,6 +14,7 @@
 //! runtime on top. By concern:
 //!
 //! - [`outbox`]: the outbox and one relay, the database log;
+//! - [`poison`]: records the relay cannot send, set aside with their keys;
 //! - [`relays`]: several relays sharing the outbox's partitions;
 //! - [`consumer`]: the consumer runtime: order, duplicates, effects,
 //!   timeouts, batches;
@@ -32,6 +33,7 @@ pub mod errors;
 pub mod fixtures;
 pub mod members;
 pub mod outbox;
+pub mod poison;
 pub mod relays;
 pub mod replay;
 pub mod versions;
@@ -48,11 +50,18 @@ macro_rules! store_conformance {
         $crate::store_conformance!(@cases $db;
             outbox: [
                 outbox_is_atomic_with_the_business_transaction,
+                an_event_past_the_size_limit_is_refused_inside_the_transaction,
                 relay_retries_until_the_transport_confirms,
                 retention_keeps_sent_rows_until_cleanup,
                 shutdown_finishes_the_batch_being_published,
                 log_readers_never_skip_late_commits,
                 log_retention_keeps_what_a_group_has_not_read,
+            ],
+            poison: [
+                records_that_cannot_go_out_wait_alone_with_their_keys,
+                with_a_retention_records_that_cannot_go_out_wait_alone,
+                a_transport_refusing_everything_sets_nothing_aside,
+                a_refused_record_with_only_its_key_behind_it_is_set_aside,
             ],
             relays: [
                 relays_share_the_partitions_and_keep_each_key_in_order,
@@ -62,6 +71,8 @@ macro_rules! store_conformance {
             consumer: [
                 per_key_order_holds_with_parallel_lanes,
                 redelivered_duplicates_change_nothing,
+                crashed_handlings_are_counted_until_one_ends,
+                markers_past_the_dedupe_retention_are_forgotten_in_steps,
                 effects_ledger_reuses_one_key_and_skips_recorded_effects,
                 a_handler_past_its_timeout_is_rolled_back_and_retried,
                 batches_handle_each_message_once_in_key_order,

@@ -35,6 +35,38 @@ pub async fn outbox_is_atomic_with_the_business_transaction<T: TestDb>(db: &T) {
     assert!(lag.oldest_unsent_age.is_some());
 }
 
+/// An event larger than the transports accept is refused by `enqueue`,
+/// inside the caller's transaction, with a clear error, and nothing is
+/// written; events within the limit go in.
+pub async fn an_event_past_the_size_limit_is_refused_inside_the_transaction<T: TestDb>(db: &T) {
+    use tidings_core::Outbox;
+    let store = setup(db).await;
+    let limited = tidings_sql::SqlStore::<T::Dialect>::with_options(
+        store.pool().clone(),
+        tidings_sql::StoreOptions::default().max_event_bytes(2048),
+    );
+    let large = message(&"k".repeat(4000), 1);
+    let mut tx = limited.pool().begin().await.unwrap();
+    let error = limited
+        .enqueue_outgoing(&mut *tx, &large)
+        .await
+        .expect_err("an event past the limit is refused");
+    drop(tx);
+    assert!(matches!(error, tidings_core::Error::Refused { .. }), "{error:?}");
+    let text = error.to_string();
+    assert!(
+        text.contains("more than the 2048 its transports accept"),
+        "{text}"
+    );
+    assert_eq!(
+        store.lag().await.unwrap().outbox_pending,
+        0,
+        "the refused event was written"
+    );
+    limited.enqueue_in_tx(&message("small", 1), true).await;
+    assert_eq!(store.lag().await.unwrap().outbox_pending, 1);
+}
+
 /// While the transport refuses, nothing is marked sent; once it is back, the
 /// backlog drains and the log holds every event once, in commit order.
 pub async fn relay_retries_until_the_transport_confirms<T: TestDb>(db: &T) {
@@ -123,6 +155,10 @@ impl<P: tidings_core::Publisher> tidings_core::Publisher for SlowPublisher<P> {
     async fn publish(&self, batch: &[tidings_core::OutgoingMessage]) -> tidings_core::Result<()> {
         tokio::time::sleep(self.1).await;
         self.0.publish(batch).await
+    }
+
+    fn refuses(&self, message: &tidings_core::OutgoingMessage) -> Option<String> {
+        self.0.refuses(message)
     }
 }
 
