@@ -67,6 +67,7 @@ mod takeover;
 mod topology;
 
 pub use connection::NatsTransport;
+pub use subscriber::raw_message;
 
 /// How this transport's URLs begin: where a URL is opened by its scheme, these choose it.
 pub const SCHEMES: &[&str] = &["nats://", "tls://"];

@@ -19,6 +19,22 @@ use crate::{NatsTransport, TRANSPORT};
 
 const PULL_EXPIRES: Duration = Duration::from_secs(5);
 
+/// How Tidings reads a JetStream message taken from `topic`: its headers
+/// (the first value of each, JetStream's own `Nats-` headers left out), its
+/// key from `ce-subject`, and its payload. Every delivery goes through here;
+/// it is public so that tools (and the fuzz targets) read NATS messages
+/// exactly as the subscriber does.
+pub fn raw_message(topic: &str, headers: Option<&HeaderMap>, payload: &[u8]) -> RawMessage {
+    let headers = headers_of(headers);
+    RawMessage {
+        topic: topic.to_owned(),
+        key: headers.get("ce-subject").cloned(),
+        headers,
+        body: payload.to_vec(),
+        refused: None,
+    }
+}
+
 fn headers_of(map: Option<&HeaderMap>) -> Headers {
     let mut out = Headers::new();
     for (name, values) in map.into_iter().flat_map(|m| m.iter()) {
@@ -242,14 +258,6 @@ fn delivery(topic: &str, m: jetstream::Message, taken_over: bool) -> Delivery {
         Err(_) => 0,
     };
     let (message, acker) = m.split();
-    let headers = headers_of(message.headers.as_ref());
-    let key = headers.get("ce-subject").cloned();
-    let raw = RawMessage {
-        topic: topic.to_owned(),
-        key,
-        headers,
-        body: message.payload.to_vec(),
-        refused: None,
-    };
+    let raw = raw_message(topic, message.headers.as_ref(), &message.payload);
     Delivery::new(raw, delivery_count, NatsAcker(acker))
 }

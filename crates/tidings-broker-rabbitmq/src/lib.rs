@@ -49,6 +49,7 @@ mod subscriber;
 mod topology;
 
 pub use connection::RabbitTransport;
+pub use marshal::raw_message;
 
 /// How this transport's URLs begin: where a URL is opened by its scheme, these choose it.
 pub const SCHEMES: &[&str] = &["amqp://", "amqps://"];

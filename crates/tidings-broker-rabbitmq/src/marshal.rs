@@ -2,7 +2,7 @@
 
 use lapin::BasicProperties;
 use lapin::types::{AMQPValue, LongString};
-use tidings_core::{Headers, cloudevents};
+use tidings_core::{Headers, RawMessage, cloudevents};
 
 pub(crate) const DELIVERY_COUNT: &str = "x-tidings-delivery-count";
 
@@ -56,7 +56,7 @@ fn decimal(value: u32, scale: u8) -> String {
 /// The message's headers, without RabbitMQ's and Tidings' own bookkeeping,
 /// and why the message cannot be read, if a CloudEvents attribute has a
 /// value with no text form (other such headers are left out).
-pub(crate) fn headers_of(properties: &BasicProperties) -> (Headers, Option<String>) {
+fn headers_of(properties: &BasicProperties) -> (Headers, Option<String>) {
     let mut out = Headers::new();
     let mut refused = None;
     if let Some(table) = properties.headers() {
@@ -89,6 +89,23 @@ pub(crate) fn headers_of(properties: &BasicProperties) -> (Headers, Option<Strin
         );
     }
     (out, refused)
+}
+
+/// How Tidings reads an AMQP message taken from `topic`'s queue: its
+/// headers as text (the broker's and Tidings' bookkeeping left out), its
+/// key from `ce-subject`, and why it cannot be decoded when a CloudEvents
+/// attribute has no text form. Every delivery goes through here; it is
+/// public so that tools (and the fuzz targets) read AMQP messages exactly
+/// as the subscriber does.
+pub fn raw_message(topic: &str, properties: &BasicProperties, body: &[u8]) -> RawMessage {
+    let (headers, refused) = headers_of(properties);
+    RawMessage {
+        topic: topic.to_owned(),
+        key: headers.get("ce-subject").cloned(),
+        headers,
+        body: body.to_vec(),
+        refused,
+    }
 }
 
 pub(crate) fn delivery_count(d: &lapin::message::Delivery) -> u32 {

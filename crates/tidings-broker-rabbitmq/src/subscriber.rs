@@ -6,12 +6,12 @@ use futures::StreamExt;
 use lapin::Channel;
 use lapin::options::{BasicConsumeOptions, BasicQosOptions, QueueDeclareOptions};
 use lapin::types::FieldTable;
-use tidings_core::{Backoff, Delivery, Error, Partition, RawMessage, Result, Subscriber, Subscription};
+use tidings_core::{Backoff, Delivery, Error, Partition, Result, Subscriber, Subscription};
 use tokio::sync::mpsc;
 use tokio_stream::wrappers::ReceiverStream;
 
 use crate::acker::RabbitAcker;
-use crate::marshal::{delivery_count, headers_of};
+use crate::marshal::{delivery_count, raw_message};
 use crate::{RabbitTransport, TRANSPORT};
 
 #[async_trait]
@@ -110,14 +110,7 @@ impl Subscriber for RabbitTransport {
                         None => break,
                     };
                     failures = 0;
-                    let (headers, refused) = headers_of(&d.properties);
-                    let raw = RawMessage {
-                        topic: topic.clone(),
-                        key: headers.get("ce-subject").cloned(),
-                        headers,
-                        body: d.data.clone(),
-                        refused,
-                    };
+                    let raw = raw_message(&topic, &d.properties, &d.data);
                     let count = delivery_count(&d);
                     let acker = RabbitAcker {
                         count,

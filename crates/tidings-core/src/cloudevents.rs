@@ -164,14 +164,31 @@ pub fn to_binary(e: &Envelope) -> (Vec<(String, String)>, Vec<u8>) {
     if let Some(c) = e.causation_id {
         h.push(("ce-causationid".to_owned(), c.to_string()));
     }
+    let mut packed = BTreeMap::new();
     for (k, v) in &e.headers {
         if is_extension_name(k) {
             h.push((format!("{BINARY_PREFIX}{k}"), v.clone()));
+        } else if reads_as_attribute(k) {
+            // `ce-id` or `Content-Type` as a plain header would be read
+            // back as an attribute: it travels packed, as in structured mode.
+            packed.insert(k, v);
         } else {
             h.push((k.clone(), v.clone()));
         }
     }
+    if !packed.is_empty() {
+        let packed = serde_json::to_string(&packed).expect("a map of strings serializes");
+        h.push(("ce-tidingsheaders".to_owned(), packed));
+    }
     (h, e.payload.clone())
+}
+
+/// Whether a plain header of this name would be read as an attribute in
+/// binary mode (`ce-` anything, or the content type, in any case).
+fn reads_as_attribute(name: &str) -> bool {
+    name.get(..BINARY_PREFIX.len())
+        .is_some_and(|p| p.eq_ignore_ascii_case(BINARY_PREFIX))
+        || name.eq_ignore_ascii_case(CONTENT_TYPE_HEADER)
 }
 
 /// Whether transport headers carry a binary-mode CloudEvent.
@@ -408,6 +425,21 @@ mod tests {
             (back.id, back.version, back.causation_id),
             (e.id, e.version, e.causation_id)
         );
+    }
+
+    #[test]
+    fn headers_named_like_attributes_keep_their_place_in_binary_mode() {
+        // Found by the cloudevent_binary fuzz target: a header `ce-specversion`
+        // (a foreign producer's `ce-ce-specversion`) was read back as the
+        // attribute, and `Content-Type` would have replaced the content type.
+        let mut e = sample();
+        for name in ["ce-specversion", "CE-Type", "Content-Type", "ce-"] {
+            e.headers.insert(name.to_owned(), "forged".to_owned());
+        }
+        let (headers, body) = to_binary(&e);
+        let back = from_binary(headers.iter().map(|(k, v)| (k.as_str(), v.as_str())), &body).unwrap();
+        assert_eq!(back, e);
+        assert_eq!(from_json(&to_json(&e)).unwrap(), e);
     }
 
     #[test]

@@ -42,11 +42,12 @@ const SECRET_PARAMETERS: [&str; 5] = ["password", "sslpassword", "token", "secre
 /// `secret` and `sslkey` (in any case) become `***`. Everything else comes
 /// back unchanged, and so does a URL without any of these.
 ///
-/// Passwords holding a `/`, `@` or `?` that is not percent-encoded are
-/// still hidden: the userinfo is taken to end at the last `@` before the
-/// query (or, when the part before the query holds none and no `/`
-/// either, at the last `@` at all). A hidden password is never given back,
-/// at the price of printing such a malformed URL oddly.
+/// Passwords holding a `/`, `@`, `?` or `#` that is not percent-encoded
+/// are still hidden: with a password, the userinfo is taken to end at the
+/// last `@` of all (unless the `:` is a port's: `host:5432/db?to=a@b` has
+/// no userinfo). A hidden password is never given back, at the price of
+/// printing such a malformed URL oddly, and of hiding the host of a URL
+/// whose query holds an `@` after a password.
 ///
 /// ```
 /// use tidings_core::secret::redact_url;
@@ -120,15 +121,51 @@ fn scheme_end(url: &str) -> Option<usize> {
 }
 
 /// The `@` that ends the userinfo of `rest` (what follows `scheme://`), if any.
+///
+/// Unencoded `@`, `/`, `?` and `#` in a password make a URL ambiguous; the
+/// reading that hides more wins: a `:` before the last `@` that does not
+/// start a port (`host:5432/db?to=a@b`) makes all of it userinfo.
 fn userinfo_end(rest: &str) -> Option<usize> {
+    let at = rest.rfind('@')?;
+    if rest[..at].contains(':') {
+        return (!starts_with_host_and_port(&rest[..at])).then_some(at);
+    }
     let query = rest.find(['?', '#']).unwrap_or(rest.len());
-    rest[..query].rfind('@').or_else(|| {
-        // `user:pa?ss@host`: an unencoded `?` or `#` in the password. A
-        // path (`host/db?to=a@b`) means the `@` is the query's.
-        (query < rest.len() && !rest[..query].contains('/'))
-            .then(|| rest.rfind('@'))
-            .flatten()
-    })
+    // `user?x@host`: an unencoded `?` or `#` in a lone user name or token.
+    // A path (`host/db?to=a@b`) means the `@` is the query's.
+    rest[..query]
+        .rfind('@')
+        .or_else(|| (!rest[..query].contains('/')).then_some(at))
+}
+
+/// Whether `text` starts with a host (a name, or an IPv6 address in
+/// brackets), an optional `:port`, then `/`, `?` or `#`: an authority
+/// without userinfo, whose `@` is the path's or the query's.
+fn starts_with_host_and_port(text: &str) -> bool {
+    let after_host = match text.strip_prefix('[') {
+        Some(v6) => match v6.find(']') {
+            Some(end)
+                if v6[..end]
+                    .chars()
+                    .all(|c| c.is_ascii_hexdigit() || matches!(c, ':' | '.' | '%')) =>
+            {
+                &v6[end + 1..]
+            }
+            _ => return false, // `[:p/w@host`: a user name, not an address
+        },
+        None => text.trim_start_matches(|c| !matches!(c, ':' | '/' | '?' | '#' | '@' | '[')),
+    };
+    let after_port = match after_host.strip_prefix(':') {
+        Some(port) => {
+            let rest = port.trim_start_matches(|c: char| c.is_ascii_digit());
+            if rest.len() == port.len() {
+                return false; // `user:/pw@host`: no port, so a password
+            }
+            rest
+        }
+        None => after_host,
+    };
+    after_port.starts_with(['/', '?', '#'])
 }
 
 /// Whether `url` carries a password: in its userinfo
@@ -142,10 +179,11 @@ fn userinfo_end(rest: &str) -> Option<usize> {
 /// assert!(!has_password("postgres://app@db/shop?sslmode=require"));
 /// ```
 pub fn has_password(url: &str) -> bool {
-    let in_userinfo = match (url.find("://"), url.rfind('@')) {
-        (Some(scheme), Some(at)) if at > scheme => url[scheme + 3..at].contains(':'),
-        _ => false,
-    };
+    // The userinfo as `redact_url` finds it, so the two always agree.
+    let in_userinfo = scheme_end(url).is_some_and(|start| {
+        let rest = &url[start..];
+        userinfo_end(rest).is_some_and(|at| rest[..at].contains(':'))
+    });
     let query = url.split_once('?').map_or("", |(_, q)| q);
     let query = query.split_once('#').map_or(query, |(q, _)| q);
     in_userinfo
@@ -175,6 +213,27 @@ mod tests {
         assert_eq!(redact_url("amqp://u:pa/ss@host/%2f"), "amqp://u@host/%2f");
         assert_eq!(redact_url("amqp://u:pa?ss@host/%2f"), "amqp://u@host/%2f");
         assert_eq!(redact_url("amqp://u:pa#ss@host"), "amqp://u@host");
+        // Found by the url_redaction fuzz target: `/` and `?` together.
+        assert_eq!(redact_url("postgres://res::///?=U@U/"), "postgres://res@U/");
+        assert_eq!(redact_url("amqp://u:p/a?b@host/%2f"), "amqp://u@host/%2f");
+        assert_eq!(redact_url("postgres://u:12345@db/shop"), "postgres://u@db/shop");
+        assert_eq!(redact_url("amqp://{:@g/?ooo@/"), "amqp://{@/");
+        assert_eq!(redact_url("amqp://ysql:/ooooo@/"), "amqp://ysql@/");
+        assert_eq!(redact_url("amqp://[:p/:[]/:?@/?="), "amqp://[@/?=");
+        // The reading that hides more wins.
+        assert_eq!(redact_url("postgres://u:pw@db/shop?to=a@b"), "postgres://u@b");
+    }
+
+    #[test]
+    fn an_at_sign_after_the_host_is_not_userinfo() {
+        for url in [
+            "postgres://db:5432/shop?application_name=a@b",
+            "postgres://[::1]:5432/shop?application_name=a@b",
+            "postgres://db/shop?application_name=a@b",
+        ] {
+            assert_eq!(redact_url(url), url);
+            assert!(!has_password(url), "{url}");
+        }
     }
 
     #[test]
