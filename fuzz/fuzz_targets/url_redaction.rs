@@ -66,7 +66,9 @@ fuzz_target!(|input: (Url, String)| {
         return;
     }
     let scheme = SCHEMES[usize::from(u.scheme) % SCHEMES.len()];
-    let user = clean(&u.user, &[':', '@', '/', '?', '#']);
+    // RFC 3986 allows no unencoded `[` or `]` in a userinfo: a user `[`
+    // and a password `:]/...` make `[::]/...`, an IPv6 host to any parser.
+    let user = clean(&u.user, &[':', '@', '/', '?', '#', '[', ']']);
     let host = clean(&u.host, &['@', '/', '?', '#', ':']);
     let path = clean(&u.path, &['@', '?', '#']);
     let mut url = match u.place {

@@ -106,9 +106,12 @@ fn write_map<S: Serializer>(e: &Envelope, ser: S) -> Result<S::Ok, S::Error> {
         let packed = serde_json::to_string(&other).map_err(serde::ser::Error::custom)?;
         map.serialize_entry("tidingsheaders", &packed)?;
     }
+    // Embedded only when it reads back byte for byte: JSON around a value
+    // loses its whitespace, so such a payload travels as base64.
     let raw = if is_json(&e.content_type) {
         std::str::from_utf8(&e.payload)
             .ok()
+            .filter(|s| s.trim_matches(['\t', '\n', '\r', ' ']).len() == s.len())
             .and_then(|s| RawValue::from_string(s.to_owned()).ok())
     } else {
         None
@@ -440,6 +443,17 @@ mod tests {
         let back = from_binary(headers.iter().map(|(k, v)| (k.as_str(), v.as_str())), &body).unwrap();
         assert_eq!(back, e);
         assert_eq!(from_json(&to_json(&e)).unwrap(), e);
+    }
+
+    #[test]
+    fn a_json_payload_with_whitespace_around_it_keeps_every_byte() {
+        // Found by the cloudevent_binary fuzz target: `data` embedded the
+        // payload verbatim, and reading it back dropped the whitespace.
+        let mut e = sample();
+        e.payload = b"\n{\"total\": 1}\t\t".to_vec();
+        let doc = to_json(&e);
+        assert!(String::from_utf8_lossy(&doc).contains("data_base64"));
+        assert_eq!(from_json(&doc).unwrap(), e);
     }
 
     #[test]

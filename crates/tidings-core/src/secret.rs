@@ -70,10 +70,14 @@ pub fn redact_url(url: &str) -> String {
         Some(at) => {
             let userinfo = &rest[..at];
             match userinfo.split_once(':') {
-                Some((user, _password)) => {
+                Some((user, _password)) if !user.contains(['/', '?', '#']) => {
                     out.push_str(user);
                     out.push('@');
                 }
+                // What holds a `?` or `#` may hold a query's secret
+                // (`host?password=p@ss`): none of it is printed.
+                Some(_) => {}
+                None if userinfo.contains(['?', '#']) => {}
                 // A NATS URL's lone userinfo is a token, not a user name.
                 None if scheme.eq_ignore_ascii_case("nats") || scheme.eq_ignore_ascii_case("tls") => {}
                 None => {
@@ -127,8 +131,13 @@ fn scheme_end(url: &str) -> Option<usize> {
 /// start a port (`host:5432/db?to=a@b`) makes all of it userinfo.
 fn userinfo_end(rest: &str) -> Option<usize> {
     let at = rest.rfind('@')?;
-    if rest[..at].contains(':') {
-        return (!starts_with_host_and_port(&rest[..at])).then_some(at);
+    let userinfo = &rest[..at];
+    // A user name holds no `/`, `?` or `#`: a `:` after one is the path's
+    // or the query's.
+    if let Some(colon) = userinfo.find(':')
+        && !userinfo[..colon].contains(['/', '?', '#'])
+    {
+        return (!starts_with_host_and_port(userinfo)).then_some(at);
     }
     let query = rest.find(['?', '#']).unwrap_or(rest.len());
     // `user?x@host`: an unencoded `?` or `#` in a lone user name or token.
@@ -144,13 +153,7 @@ fn userinfo_end(rest: &str) -> Option<usize> {
 fn starts_with_host_and_port(text: &str) -> bool {
     let after_host = match text.strip_prefix('[') {
         Some(v6) => match v6.find(']') {
-            Some(end)
-                if v6[..end]
-                    .chars()
-                    .all(|c| c.is_ascii_hexdigit() || matches!(c, ':' | '.' | '%')) =>
-            {
-                &v6[end + 1..]
-            }
+            Some(end) if is_ipv6(&v6[..end]) => &v6[end + 1..],
             _ => return false, // `[:p/w@host`: a user name, not an address
         },
         None => text.trim_start_matches(|c| !matches!(c, ':' | '/' | '?' | '#' | '@' | '[')),
@@ -166,6 +169,12 @@ fn starts_with_host_and_port(text: &str) -> bool {
         None => after_host,
     };
     after_port.starts_with(['/', '?', '#'])
+}
+
+/// Whether `text` is an IPv6 address, with or without a zone (`%eth0`).
+fn is_ipv6(text: &str) -> bool {
+    let address = text.split('%').next().unwrap_or(text);
+    address.parse::<std::net::Ipv6Addr>().is_ok()
 }
 
 /// Whether `url` carries a password: in its userinfo
@@ -220,6 +229,13 @@ mod tests {
         assert_eq!(redact_url("amqp://{:@g/?ooo@/"), "amqp://{@/");
         assert_eq!(redact_url("amqp://ysql:/ooooo@/"), "amqp://ysql@/");
         assert_eq!(redact_url("amqp://[:p/:[]/:?@/?="), "amqp://[@/?=");
+        assert_eq!(redact_url("sqlite://[:]/?v:Ta@@@@@/?="), "sqlite://[@/?=");
+        // A password in the query holding `:` and `@`, and one with no path before it.
+        assert_eq!(
+            redact_url("amqp://h/v?sslpassword=@/o$:A@=b"),
+            "amqp://h/v?sslpassword=***"
+        );
+        assert_eq!(redact_url("amqp://host?password=p@ss"), "amqp://ss");
         // The reading that hides more wins.
         assert_eq!(redact_url("postgres://u:pw@db/shop?to=a@b"), "postgres://u@b");
     }
