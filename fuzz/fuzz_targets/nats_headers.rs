@@ -1,7 +1,7 @@
 //! A JetStream message with any headers (repeated names, JetStream's own
 //! `Nats-` headers among them) and any payload, read as the NATS subscriber
 //! reads it. Reading and decoding never panic, and JetStream's headers
-//! never reach the envelope.
+//! never reach the message.
 #![no_main]
 
 use std::str::FromStr;
@@ -23,7 +23,7 @@ fuzz_target!(|input: (Vec<(String, String)>, Vec<u8>)| {
         raw.headers.keys().all(|k| !k.starts_with("Nats-")),
         "JetStream's headers reached the message: {raw:?}"
     );
-    if let Ok(envelope) = raw.decode() {
-        assert!(envelope.headers.keys().all(|k| !k.starts_with("Nats-")));
-    }
+    // A structured body may name any attribute, `Nats-` ones included: only
+    // the transport's own headers are checked above.
+    let _ = raw.decode();
 });

@@ -57,11 +57,21 @@ fuzz_target!(|input: (Url, String)| {
         return;
     }
     // `u:12/34@host` is host `u`, port 12 and path `/34@host` to every URL
-    // parser, the database's client included: no password there.
+    // parser, the database's client included, and `u:12,h/x@host` a list
+    // of hosts: no password there.
     let digits = password.trim_start_matches(|c: char| c.is_ascii_digit());
     if matches!(u.place, Where::Userinfo)
         && digits.len() < password.len()
-        && digits.starts_with(['/', '?', '#'])
+        && digits.starts_with(['/', '?', '#', ','])
+    {
+        return;
+    }
+    // `u:p@g/x@host`: every client reads host `g` and path `/x@host`, so
+    // the password is `p`; the URL means something else than was meant.
+    if matches!(u.place, Where::Userinfo)
+        && password
+            .find('@')
+            .is_some_and(|at| password[at..].contains(['/', '?', '#']))
     {
         return;
     }

@@ -150,6 +150,14 @@ ensure_promtool() {
   fi
 }
 
+# A C++ compiler: libFuzzer, built by the fuzz crate's libfuzzer-sys, is C++.
+ensure_cxx() {
+  if ! command -v c++ >/dev/null; then
+    log "installing g++ (the fuzz targets link libFuzzer, which is C++)"
+    apt_install g++
+  fi
+}
+
 # Node.js and npm, for the benchmark's side-by-side peer (`tidings bench peer`)
 # and the AsyncAPI JSON Schema.
 ensure_node() {

@@ -8,7 +8,7 @@
 //! | `aggregate_key`  | `subject`             |
 //! | `occurred_at`    | `time` (RFC 3339)     |
 //! | `content_type`   | `datacontenttype`     |
-//! | `payload`        | `data` (JSON payloads, embedded verbatim) or `data_base64` |
+//! | `payload`        | `data` (JSON payloads, embedded verbatim when they have no whitespace around them) or `data_base64` |
 //! | `version`        | `schemaversion` (extension, integer), and `dataschema`: the registry's `$id` of the type's schema at that version (`urn:tidings:schema:OrderPlaced:v1`, [`Envelope::dataschema`]) |
 //! | `kind`           | `kind` (extension: `event` or `command`) |
 //! | `aggregate_type` | `aggregatetype` (extension) |
@@ -21,7 +21,7 @@
 
 use base64::Engine as _;
 use base64::engine::general_purpose::STANDARD as BASE64;
-use chrono::{DateTime, SecondsFormat, Utc};
+use chrono::{DateTime, Datelike, SecondsFormat, Utc};
 use serde::ser::{SerializeMap, Serializer};
 use serde_json::value::RawValue;
 use std::collections::BTreeMap;
@@ -144,8 +144,9 @@ const BINARY_PREFIX: &str = "ce-";
 
 /// Encodes an envelope in binary mode: every attribute a `ce-` header, the
 /// content type in `content-type`, the payload as the body. Envelope headers
-/// that are valid extension names travel as `ce-<name>`; the others as
-/// plain headers of the same name.
+/// that are valid extension names travel as `ce-<name>`; those that would
+/// read back as an attribute (`ce-...`, `content-type`, in any case) packed
+/// in `ce-tidingsheaders`; the others as plain headers of the same name.
 pub fn to_binary(e: &Envelope) -> (Vec<(String, String)>, Vec<u8>) {
     let mut h = vec![
         ("ce-specversion".to_owned(), "1.0".to_owned()),
@@ -264,8 +265,16 @@ fn from_attributes(
     let aggregate_key = string(&mut attrs, "subject")?.unwrap_or_default();
     let occurred_at = match string(&mut attrs, "time")? {
         Some(t) => DateTime::parse_from_rfc3339(&t)
-            .map_err(|_| malformed(format!("attribute `time` must be RFC 3339, got {t:?}")))?
-            .with_timezone(&Utc),
+            .map(|time| time.with_timezone(&Utc))
+            .ok()
+            // `0000-01-01T00:00:00+01:00` is year -1 in UTC, which RFC 3339
+            // cannot write: it could never be sent or stored again.
+            .filter(|time| (0..=9999).contains(&time.year()))
+            .ok_or_else(|| {
+                malformed(format!(
+                    "attribute `time` must be RFC 3339 between years 0000 and 9999 in UTC, got {t:?}"
+                ))
+            })?,
         None => return Err(malformed("missing attribute `time`")),
     };
     let content_type =
@@ -454,6 +463,26 @@ mod tests {
         let doc = to_json(&e);
         assert!(String::from_utf8_lossy(&doc).contains("data_base64"));
         assert_eq!(from_json(&doc).unwrap(), e);
+    }
+
+    #[test]
+    fn a_time_that_cannot_be_written_back_is_refused() {
+        // Found in review: these parse, but in UTC they fall outside the
+        // years RFC 3339 can write, so the envelope could not be stored.
+        for time in ["0000-01-01T00:00:00+01:00", "9999-12-31T23:59:59-00:01"] {
+            let err = from_binary(
+                [
+                    ("ce-specversion", "1.0"),
+                    ("ce-id", "0190aaaa-0000-7000-8000-000000000001"),
+                    ("ce-source", "s"),
+                    ("ce-type", "T"),
+                    ("ce-time", time),
+                ],
+                b"{}",
+            )
+            .unwrap_err();
+            assert!(err.to_string().contains("attribute `time`"), "{err}");
+        }
     }
 
     #[test]

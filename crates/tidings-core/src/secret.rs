@@ -42,12 +42,13 @@ const SECRET_PARAMETERS: [&str; 5] = ["password", "sslpassword", "token", "secre
 /// `secret` and `sslkey` (in any case) become `***`. Everything else comes
 /// back unchanged, and so does a URL without any of these.
 ///
-/// Passwords holding a `/`, `@`, `?` or `#` that is not percent-encoded
-/// are still hidden: with a password, the userinfo is taken to end at the
-/// last `@` of all (unless the `:` is a port's: `host:5432/db?to=a@b` has
-/// no userinfo). A hidden password is never given back, at the price of
-/// printing such a malformed URL oddly, and of hiding the host of a URL
-/// whose query holds an `@` after a password.
+/// The URL is read as every client reads it (the authority ends at the
+/// first `/`, `?` or `#`, the userinfo at its last `@`), with one
+/// exception: a password holding an unencoded `?` or `#` (`u:pa?ss@host`,
+/// which a client reads as host `u` with a bad port) is still hidden, up to
+/// the last `@` of all, and whatever follows is then read as a query. A
+/// hidden password is never given back, at the price of printing such a
+/// malformed URL oddly.
 ///
 /// ```
 /// use tidings_core::secret::redact_url;
@@ -59,59 +60,155 @@ const SECRET_PARAMETERS: [&str; 5] = ["password", "sslpassword", "token", "secre
 /// );
 /// ```
 pub fn redact_url(url: &str) -> String {
-    let (head, rest) = match scheme_end(url) {
-        Some(end) => url.split_at(end),
-        None => ("", url),
-    };
-    let scheme = head.strip_suffix("://").unwrap_or("");
+    let parts = Parts::of(url);
     let mut out = String::with_capacity(url.len());
-    out.push_str(head);
-    let after_userinfo = match (!head.is_empty()).then(|| userinfo_end(rest)).flatten() {
-        Some(at) => {
-            let userinfo = &rest[..at];
-            match userinfo.split_once(':') {
-                Some((user, _password)) if !user.contains(['/', '?', '#']) => {
-                    out.push_str(user);
-                    out.push('@');
-                }
-                // What holds a `?` or `#` may hold a query's secret
-                // (`host?password=p@ss`): none of it is printed.
-                Some(_) => {}
-                None if userinfo.contains(['?', '#']) => {}
-                // A NATS URL's lone userinfo is a token, not a user name.
-                None if scheme.eq_ignore_ascii_case("nats") || scheme.eq_ignore_ascii_case("tls") => {}
-                None => {
-                    out.push_str(userinfo);
-                    out.push('@');
-                }
-            }
-            &rest[at + 1..]
+    out.push_str(parts.scheme);
+    match parts.userinfo {
+        Some(Userinfo::User(user)) => {
+            out.push_str(user);
+            out.push('@');
         }
-        None => rest,
-    };
-    let (before_query, query) = match after_userinfo.find('?') {
-        Some(q) => after_userinfo.split_at(q + 1),
-        None => (after_userinfo, ""),
-    };
-    out.push_str(before_query);
-    let (query, fragment) = match query.find('#') {
-        Some(f) => query.split_at(f),
-        None => (query, ""),
-    };
-    for (i, pair) in query.split('&').enumerate() {
+        Some(Userinfo::Hidden) => {}
+        None => {}
+    }
+    out.push_str(parts.before_query);
+    for (i, pair) in parts.query.split('&').enumerate() {
         if i > 0 {
             out.push('&');
         }
         match pair.split_once('=') {
-            Some((key, _value)) if SECRET_PARAMETERS.iter().any(|s| key.eq_ignore_ascii_case(s)) => {
+            Some((key, _value)) if is_secret_parameter(key) => {
                 out.push_str(key);
                 out.push_str("=***");
             }
             _ => out.push_str(pair),
         }
     }
-    out.push_str(fragment);
+    out.push_str(parts.fragment);
     out
+}
+
+/// Whether `url` carries a password: in its userinfo
+/// (`scheme://user:password@host`) or as a secret query parameter
+/// (`?password=...`, the ones [`redact_url`] hides). It reads the URL as
+/// [`redact_url`] does, so the two always agree.
+///
+/// ```
+/// use tidings_core::secret::has_password;
+/// assert!(has_password("amqp://guest:guest@127.0.0.1:5672/%2f"));
+/// assert!(has_password("postgres://app@db/shop?sslmode=require&password=pw"));
+/// assert!(!has_password("postgres://app@db/shop?sslmode=require"));
+/// ```
+pub fn has_password(url: &str) -> bool {
+    let parts = Parts::of(url);
+    parts.password_in_userinfo
+        || parts
+            .query
+            .split('&')
+            .filter_map(|pair| pair.split_once('='))
+            .any(|(key, _)| is_secret_parameter(key))
+}
+
+fn is_secret_parameter(key: &str) -> bool {
+    SECRET_PARAMETERS.iter().any(|s| key.eq_ignore_ascii_case(s))
+}
+
+/// What of a userinfo is printed.
+enum Userinfo<'a> {
+    /// The user name alone.
+    User(&'a str),
+    /// Nothing: a token, or a user name that cannot be told from its password.
+    Hidden,
+}
+
+/// A URL cut where [`redact_url`] and [`has_password`] look.
+struct Parts<'a> {
+    /// `scheme://`, or empty when the URL has no scheme.
+    scheme: &'a str,
+    userinfo: Option<Userinfo<'a>>,
+    password_in_userinfo: bool,
+    /// The host(s), port(s) and path, with the `?` that ends them.
+    before_query: &'a str,
+    /// The query, without its `?`.
+    query: &'a str,
+    /// `#` and what follows it.
+    fragment: &'a str,
+}
+
+impl<'a> Parts<'a> {
+    fn of(url: &'a str) -> Parts<'a> {
+        let (scheme, rest) = match scheme_end(url) {
+            Some(end) => url.split_at(end),
+            None => ("", url),
+        };
+        let token = ["nats://", "tls://"]
+            .iter()
+            .any(|t| scheme.eq_ignore_ascii_case(t));
+        let authority_end = rest.find(['/', '?', '#']).unwrap_or(rest.len());
+        let query_start = rest.find(['?', '#']).unwrap_or(rest.len());
+        let at = if scheme.is_empty() {
+            None
+        } else if let Some(at) = rest[..authority_end].rfind('@') {
+            Some(at)
+        } else {
+            // An unencoded `/`, `?` or `#` in a password or token: the
+            // userinfo runs to the last `@` of all, unless what stands
+            // before it reads as hosts and ports (`db:5432/a?to=x@y`).
+            let head = &rest[..query_start];
+            let password = head.find(':').is_some_and(|colon| !head[..colon].contains('/'));
+            rest.rfind('@')
+                .filter(|_| (password && !is_host_list(rest)) || (token && !password && !head.contains('/')))
+        };
+        let Some(at) = at else {
+            return Parts::after_userinfo(scheme, None, false, rest);
+        };
+        let userinfo = &rest[..at];
+        let (shown, password) = match userinfo.split_once(':') {
+            Some((user, _)) if !user.contains(['/', '?', '#']) => (Userinfo::User(user), true),
+            Some(_) => (Userinfo::Hidden, true),
+            None if token => (Userinfo::Hidden, false),
+            None => (Userinfo::User(userinfo), false),
+        };
+        let remainder = &rest[at + 1..];
+        if at > query_start {
+            // The `?` or `#` was the password's: what follows the `@` may
+            // hold the query already (`u:p?w@db/x?a=b@c&password=...`).
+            let parts = Parts::after_userinfo(scheme, Some(shown), password, remainder);
+            if parts.query.is_empty() && parts.before_query.contains('=') {
+                return Parts {
+                    before_query: "",
+                    query: parts.before_query,
+                    ..parts
+                };
+            }
+            return parts;
+        }
+        Parts::after_userinfo(scheme, Some(shown), password, remainder)
+    }
+
+    fn after_userinfo(
+        scheme: &'a str,
+        userinfo: Option<Userinfo<'a>>,
+        password_in_userinfo: bool,
+        rest: &'a str,
+    ) -> Parts<'a> {
+        let (rest, fragment) = match rest.find('#') {
+            Some(f) => rest.split_at(f),
+            None => (rest, ""),
+        };
+        let (before_query, query) = match rest.find('?') {
+            Some(q) => (&rest[..=q], &rest[q + 1..]),
+            None => (rest, ""),
+        };
+        Parts {
+            scheme,
+            userinfo,
+            password_in_userinfo,
+            before_query,
+            query,
+            fragment,
+        }
+    }
 }
 
 /// Where the authority starts (just after `scheme://`), if `url` has a scheme.
@@ -124,82 +221,38 @@ fn scheme_end(url: &str) -> Option<usize> {
     valid.then_some(colon + 3)
 }
 
-/// The `@` that ends the userinfo of `rest` (what follows `scheme://`), if any.
-///
-/// Unencoded `@`, `/`, `?` and `#` in a password make a URL ambiguous; the
-/// reading that hides more wins: a `:` before the last `@` that does not
-/// start a port (`host:5432/db?to=a@b`) makes all of it userinfo.
-fn userinfo_end(rest: &str) -> Option<usize> {
-    let at = rest.rfind('@')?;
-    let userinfo = &rest[..at];
-    // A user name holds no `/`, `?` or `#`: a `:` after one is the path's
-    // or the query's.
-    if let Some(colon) = userinfo.find(':')
-        && !userinfo[..colon].contains(['/', '?', '#'])
-    {
-        return (!starts_with_host_and_port(userinfo)).then_some(at);
-    }
-    let query = rest.find(['?', '#']).unwrap_or(rest.len());
-    // `user?x@host`: an unencoded `?` or `#` in a lone user name or token.
-    // A path (`host/db?to=a@b`) means the `@` is the query's.
-    rest[..query]
-        .rfind('@')
-        .or_else(|| (!rest[..query].contains('/')).then_some(at))
-}
-
-/// Whether `text` starts with a host (a name, or an IPv6 address in
-/// brackets), an optional `:port`, then `/`, `?` or `#`: an authority
-/// without userinfo, whose `@` is the path's or the query's.
-fn starts_with_host_and_port(text: &str) -> bool {
-    let after_host = match text.strip_prefix('[') {
-        Some(v6) => match v6.find(']') {
-            Some(end) if is_ipv6(&v6[..end]) => &v6[end + 1..],
-            _ => return false, // `[:p/w@host`: a user name, not an address
-        },
-        None => text.trim_start_matches(|c| !matches!(c, ':' | '/' | '?' | '#' | '@' | '[')),
-    };
-    let after_port = match after_host.strip_prefix(':') {
-        Some(port) => {
-            let rest = port.trim_start_matches(|c: char| c.is_ascii_digit());
-            if rest.len() == port.len() {
+/// Whether `text` starts with one host or a comma-separated list of them
+/// (names, or IPv6 addresses in brackets), each with an optional `:port`,
+/// then ends or goes on with `/`, `?` or `#`: an authority without
+/// userinfo, whose `@` is the path's or the query's.
+fn is_host_list(text: &str) -> bool {
+    let mut rest = text;
+    loop {
+        rest = match rest.strip_prefix('[') {
+            Some(v6) => match v6.find(']') {
+                Some(end) if is_ipv6(&v6[..end]) => &v6[end + 1..],
+                _ => return false, // `[:p/w@host`: a user name, not an address
+            },
+            None => rest.trim_start_matches(|c| !matches!(c, ':' | '/' | '?' | '#' | '@' | '[' | ',')),
+        };
+        if let Some(port) = rest.strip_prefix(':') {
+            let after = port.trim_start_matches(|c: char| c.is_ascii_digit());
+            if after.len() == port.len() {
                 return false; // `user:/pw@host`: no port, so a password
             }
-            rest
+            rest = after;
         }
-        None => after_host,
-    };
-    after_port.starts_with(['/', '?', '#'])
+        match rest.strip_prefix(',') {
+            Some(next) => rest = next,
+            None => return rest.is_empty() || rest.starts_with(['/', '?', '#']),
+        }
+    }
 }
 
 /// Whether `text` is an IPv6 address, with or without a zone (`%eth0`).
 fn is_ipv6(text: &str) -> bool {
     let address = text.split('%').next().unwrap_or(text);
     address.parse::<std::net::Ipv6Addr>().is_ok()
-}
-
-/// Whether `url` carries a password: in its userinfo
-/// (`scheme://user:password@host`) or as a secret query parameter
-/// (`?password=...`, the ones [`redact_url`] hides).
-///
-/// ```
-/// use tidings_core::secret::has_password;
-/// assert!(has_password("amqp://guest:guest@127.0.0.1:5672/%2f"));
-/// assert!(has_password("postgres://app@db/shop?sslmode=require&password=pw"));
-/// assert!(!has_password("postgres://app@db/shop?sslmode=require"));
-/// ```
-pub fn has_password(url: &str) -> bool {
-    // The userinfo as `redact_url` finds it, so the two always agree.
-    let in_userinfo = scheme_end(url).is_some_and(|start| {
-        let rest = &url[start..];
-        userinfo_end(rest).is_some_and(|at| rest[..at].contains(':'))
-    });
-    let query = url.split_once('?').map_or("", |(_, q)| q);
-    let query = query.split_once('#').map_or(query, |(q, _)| q);
-    in_userinfo
-        || query
-            .split('&')
-            .filter_map(|pair| pair.split_once('='))
-            .any(|(key, _)| SECRET_PARAMETERS.iter().any(|s| key.eq_ignore_ascii_case(s)))
 }
 
 #[cfg(test)]
@@ -226,7 +279,8 @@ mod tests {
         assert_eq!(redact_url("postgres://res::///?=U@U/"), "postgres://res@U/");
         assert_eq!(redact_url("amqp://u:p/a?b@host/%2f"), "amqp://u@host/%2f");
         assert_eq!(redact_url("postgres://u:12345@db/shop"), "postgres://u@db/shop");
-        assert_eq!(redact_url("amqp://{:@g/?ooo@/"), "amqp://{@/");
+        // Every client reads host `g` here: the password is empty.
+        assert_eq!(redact_url("amqp://{:@g/?ooo@/"), "amqp://{@g/?ooo@/");
         assert_eq!(redact_url("amqp://ysql:/ooooo@/"), "amqp://ysql@/");
         assert_eq!(redact_url("amqp://[:p/:[]/:?@/?="), "amqp://[@/?=");
         assert_eq!(redact_url("sqlite://[:]/?v:Ta@@@@@/?="), "sqlite://[@/?=");
@@ -235,9 +289,24 @@ mod tests {
             redact_url("amqp://h/v?sslpassword=@/o$:A@=b"),
             "amqp://h/v?sslpassword=***"
         );
-        assert_eq!(redact_url("amqp://host?password=p@ss"), "amqp://ss");
-        // The reading that hides more wins.
-        assert_eq!(redact_url("postgres://u:pw@db/shop?to=a@b"), "postgres://u@b");
+        assert_eq!(
+            redact_url("amqp://host?password=p@ss"),
+            "amqp://host?password=***"
+        );
+        assert_eq!(
+            redact_url("postgres://u:p?w@db/shop?a=me@corp&sslpassword=x"),
+            "postgres://u@corp&sslpassword=***"
+        );
+        assert_eq!(redact_url("nats://tok?en@host:4222"), "nats://host:4222");
+        // An `@` in the query after a password is the query's.
+        assert_eq!(
+            redact_url("postgres://app:pw@db/shop?application_name=me@corp&sslpassword=hunter2"),
+            "postgres://app@db/shop?application_name=me@corp&sslpassword=***"
+        );
+        assert_eq!(
+            redact_url("postgres://db.internal?user=app@corp&password=hunter2"),
+            "postgres://db.internal?user=app@corp&password=***"
+        );
     }
 
     #[test]
@@ -246,6 +315,11 @@ mod tests {
             "postgres://db:5432/shop?application_name=a@b",
             "postgres://[::1]:5432/shop?application_name=a@b",
             "postgres://db/shop?application_name=a@b",
+            "postgres://db?application_name=a@b",
+            "postgres://db:5432?application_name=a@b",
+            "postgres://app@db:5432/shop?application_name=me@corp",
+            "postgres://h1:5432,h2:5432/shop?application_name=a@b",
+            "amqp://guest@127.0.0.1:5672/%2f?x=a@b",
         ] {
             assert_eq!(redact_url(url), url);
             assert!(!has_password(url), "{url}");
