@@ -144,6 +144,9 @@ pub fn start_consumers(database: &str, extra: &[&str]) -> Process {
     let mut consumers = tidings();
     consumers
         .args(["demo", "checkout", "--role", "consumers", "--database", database])
+        // Tests run side by side on one server of 100 connections: each
+        // process keeps to a few (the demo's default is 32).
+        .args(["--max-connections", "8"])
         .args(extra);
     let mut consumers = Process::start(consumers, "consumers");
     let mut ready = String::new();
@@ -166,6 +169,7 @@ pub fn produce(database: &str, orders: u32, poison: f64) {
             &orders.to_string(),
         ])
         .args(["--poison-rate", &poison.to_string(), "--database", database])
+        .args(["--max-connections", "4"])
         .output()
         .unwrap();
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
