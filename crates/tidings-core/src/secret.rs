@@ -169,21 +169,17 @@ impl<'a> Parts<'a> {
             None if token => (Userinfo::Hidden, false),
             None => (Userinfo::User(userinfo), false),
         };
-        let remainder = &rest[at + 1..];
-        if at > query_start {
-            // The `?` or `#` was the password's: what follows the `@` may
-            // hold the query already (`u:p?w@db/x?a=b@c&password=...`).
-            let parts = Parts::after_userinfo(scheme, Some(shown), password, remainder);
-            if parts.query.is_empty() && parts.before_query.contains('=') {
-                return Parts {
-                    before_query: "",
-                    query: parts.before_query,
-                    ..parts
-                };
-            }
-            return parts;
+        let parts = Parts::after_userinfo(scheme, Some(shown), password, &rest[at + 1..]);
+        // The `?` or `#` was the password's: what follows the `@` may hold
+        // the query already (`u:p?w@db/x?a=b@c&password=...`).
+        if at > query_start && parts.query.is_empty() && parts.before_query.contains('=') {
+            return Parts {
+                before_query: "",
+                query: parts.before_query,
+                ..parts
+            };
         }
-        Parts::after_userinfo(scheme, Some(shown), password, remainder)
+        parts
     }
 
     fn after_userinfo(
