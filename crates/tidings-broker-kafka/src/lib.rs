@@ -52,6 +52,15 @@
 //! partition's dead-letter topic, then settles. `Progress` does nothing:
 //! Kafka has no delivery deadline.
 //!
+//! # Deleting topics
+//!
+//! Stop every consumer of a topic before deleting it: over Tansu, a
+//! librdkafka consumer still fetching from a deleted topic crashes its
+//! process (Tansu answers with a leader hint that has no topic id, which
+//! librdkafka 2.12 looks up by a null topic name).
+//! [`KafkaTransport::delete_topic`] waits for this process's subscriptions
+//! of the topic to be closed or dropped first.
+//!
 //! ```no_run
 //! # async fn run() -> tidings_core::Result<()> {
 //! use tidings_broker_kafka::KafkaTransport;
@@ -72,6 +81,7 @@ mod connection;
 mod marshal;
 mod options;
 mod publisher;
+mod reading;
 mod rewind;
 mod subscriber;
 mod topology;

@@ -2,7 +2,7 @@
 
 use rdkafka::Message as _;
 use rdkafka::message::{BorrowedMessage, Header, Headers as _, OwnedHeaders};
-use tidings_core::{Headers, RawMessage};
+use tidings_core::RawMessage;
 
 /// The record headers of an envelope's binary-mode attributes.
 pub(crate) fn record_headers(headers: &[(String, String)]) -> OwnedHeaders {
@@ -14,21 +14,14 @@ pub(crate) fn record_headers(headers: &[(String, String)]) -> OwnedHeaders {
     })
 }
 
-/// The raw message of a record read from `topic`.
+/// The raw message of a record read from `topic`, its headers read as
+/// [`RawMessage::from_record`] reads them.
 pub(crate) fn raw_message(topic: &str, m: &BorrowedMessage<'_>) -> RawMessage {
-    let mut headers = Headers::new();
-    if let Some(h) = m.headers() {
-        for header in h.iter() {
-            if let Some(value) = header.value {
-                headers.insert(header.key.to_owned(), String::from_utf8_lossy(value).into_owned());
-            }
-        }
-    }
-    RawMessage {
-        topic: topic.to_owned(),
-        key: m.key().map(|k| String::from_utf8_lossy(k).into_owned()),
-        headers,
-        body: m.payload().unwrap_or_default().to_vec(),
-        refused: None,
-    }
+    let headers = m.headers();
+    RawMessage::from_record(
+        topic,
+        m.key(),
+        headers.iter().flat_map(|h| h.iter()).map(|h| (h.key, h.value)),
+        m.payload().unwrap_or_default(),
+    )
 }

@@ -63,8 +63,7 @@ impl Publisher for KafkaTransport {
     /// it would be refused whole at queueing.
     fn refuses(&self, m: &OutgoingMessage) -> Option<String> {
         let max = self.inner.options.message_max_bytes();
-        let headers: usize = m.envelope.headers.iter().map(|(k, v)| k.len() + v.len()).sum();
-        let size = m.envelope.payload.len() + m.envelope.aggregate_key.len() + headers;
+        let size = m.envelope.own_bytes() + m.envelope.aggregate_key.len();
         (size > max).then(|| {
             format!(
                 "its {size} bytes are more than Kafka's message.max.bytes of {max}: raise it (the producer's and the topic's), or make the event smaller"

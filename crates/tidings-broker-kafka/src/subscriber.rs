@@ -14,6 +14,7 @@ use tokio_stream::wrappers::ReceiverStream;
 use crate::acker::KafkaAcker;
 use crate::admin::committed_offsets;
 use crate::marshal::raw_message;
+use crate::reading::Reader;
 use crate::window::{Redelivery, Shared, Window};
 use crate::{ADMIN_TIMEOUT, KafkaTransport, TRANSPORT};
 
@@ -118,6 +119,9 @@ impl Subscriber for KafkaTransport {
         let mut tpl = TopicPartitionList::new();
         tpl.add_partition_offset(&kafka_topic, partition.index as i32, Offset::Stored)
             .map_err(|e| Error::transport(TRANSPORT, "assigning a partition", e, false))?;
+        // Counted as reading the topic until the client is destroyed: the
+        // last of the task and the closing hook to drop it.
+        let consumer = Reader::new(&self.inner.brokers, &kafka_topic, consumer);
         consumer
             .assign(&tpl)
             .map_err(|e| Error::transport(TRANSPORT, "assigning a partition", e, true))?;

@@ -95,8 +95,7 @@ impl Publisher for NatsTransport {
     /// attributes fails its publish permanently, and the relay finds it.
     fn refuses(&self, m: &OutgoingMessage) -> Option<String> {
         let max = self.max_payload();
-        let headers: usize = m.envelope.headers.iter().map(|(k, v)| k.len() + v.len()).sum();
-        let size = m.envelope.payload.len() + headers;
+        let size = m.envelope.own_bytes();
         (size > max).then(|| {
             format!(
                 "its {size} bytes are more than the NATS server's max_payload of {max} bytes: raise max_payload on the server, or make the event smaller"

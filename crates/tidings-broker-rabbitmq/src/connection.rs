@@ -4,6 +4,7 @@
 use std::collections::HashSet;
 use std::fmt;
 use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
 use lapin::options::ConfirmSelectOptions;
 use lapin::{Channel, Connection, ConnectionProperties};
@@ -11,6 +12,28 @@ use tidings_core::secret::redact_url;
 use tidings_core::{Error, Result};
 
 use crate::{RabbitOptions, TRANSPORT};
+
+/// How long the broker may take to answer the opening of a connection or
+/// a channel before the attempt counts as failed and is made again: a node
+/// still booting may accept a connection and never answer on it, and every
+/// user of the transport waits for the connection being opened.
+pub(crate) const SETUP_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// `setup`, failed (transient) when the broker has not answered within [`SETUP_TIMEOUT`].
+pub(crate) async fn within<T>(what: &str, setup: impl Future<Output = Result<T>>) -> Result<T> {
+    tokio::time::timeout(SETUP_TIMEOUT, setup)
+        .await
+        .unwrap_or_else(|_| {
+            Err(Error::transport_reason(
+                TRANSPORT,
+                format!(
+                    "{what}: no answer from the broker within {} s",
+                    SETUP_TIMEOUT.as_secs()
+                ),
+                true,
+            ))
+        })
+}
 
 /// A connection to RabbitMQ, usable as publisher and subscriber. Cheap to clone.
 ///
@@ -76,14 +99,14 @@ impl RabbitTransport {
         if let Some(name) = &self.options.connection_name {
             properties = properties.with_connection_name(name.as_str().into());
         }
-        let connection = Arc::new(Connection::connect(&self.url, properties).await.map_err(|e| {
-            Error::transport(
-                TRANSPORT,
-                format!("connecting to {}", redact_url(&self.url)),
-                e,
-                true,
-            )
-        })?);
+        let what = format!("connecting to {}", redact_url(&self.url));
+        let connection = within(&what, async {
+            Connection::connect(&self.url, properties)
+                .await
+                .map_err(|e| Error::transport(TRANSPORT, what.clone(), e, true))
+        })
+        .await?;
+        let connection = Arc::new(connection);
         link.connection = Some(connection.clone());
         Ok(connection)
     }
@@ -95,14 +118,18 @@ impl RabbitTransport {
             return Ok(c.clone());
         }
         let connection = self.live_connection(&mut link).await?;
-        let channel = connection
-            .create_channel()
-            .await
-            .map_err(|e| Error::transport(TRANSPORT, "opening a channel", e, true))?;
-        channel
-            .confirm_select(ConfirmSelectOptions::default())
-            .await
-            .map_err(|e| Error::transport(TRANSPORT, "enabling publisher confirms", e, true))?;
+        let channel = within("opening a channel for publishing", async {
+            let channel = connection
+                .create_channel()
+                .await
+                .map_err(|e| Error::transport(TRANSPORT, "opening a channel", e, true))?;
+            channel
+                .confirm_select(ConfirmSelectOptions::default())
+                .await
+                .map_err(|e| Error::transport(TRANSPORT, "enabling publisher confirms", e, true))?;
+            Ok(channel)
+        })
+        .await?;
         link.confirms = Some(channel.clone());
         Ok(channel)
     }

@@ -53,6 +53,6 @@ pub use marshal::raw_message;
 
 /// How this transport's URLs begin: where a URL is opened by its scheme, these choose it.
 pub const SCHEMES: &[&str] = &["amqp://", "amqps://"];
-pub use options::RabbitOptions;
+pub use options::{DEFAULT_MAX_MESSAGE_BYTES, RabbitOptions};
 
 const TRANSPORT: &str = "rabbitmq";

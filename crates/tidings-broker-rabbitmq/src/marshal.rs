@@ -73,7 +73,7 @@ fn headers_of(properties: &BasicProperties) -> (Headers, Option<String>) {
                 Ok(v) => {
                     out.insert(k.to_owned(), v);
                 }
-                Err(kind) if k.starts_with("ce-") && refused.is_none() => {
+                Err(kind) if cloudevents::is_attribute_header(k) && refused.is_none() => {
                     refused = Some(format!(
                         "header {k} is {kind}: a CloudEvents attribute must be a string, a number, a boolean or a timestamp"
                     ));

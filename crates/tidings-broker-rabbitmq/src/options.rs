@@ -1,4 +1,5 @@
-//! [`RabbitOptions`]: prefix, prefetch, connection name, partitions.
+//! [`RabbitOptions`]: prefix, prefetch, connection name, partitions, the
+//! broker's largest message.
 
 use tidings_core::Topology;
 
@@ -22,16 +23,23 @@ pub struct RabbitOptions {
         serde(deserialize_with = "tidings_core::clamp::at_least_one")
     )]
     pub(crate) partitions: u32,
+    pub(crate) max_message_bytes: usize,
 }
 
+/// RabbitMQ's `max_message_size` by default, from 3.8 to 3.13 (134 217 728
+/// bytes); RabbitMQ 4 lowered it to 16 MiB.
+pub const DEFAULT_MAX_MESSAGE_BYTES: usize = 128 << 20;
+
 impl Default for RabbitOptions {
-    /// Names prefixed `tidings.`, 64 unacknowledged messages per member, one partition per topic.
+    /// Names prefixed `tidings.`, 64 unacknowledged messages per member, one
+    /// partition per topic, messages up to [`DEFAULT_MAX_MESSAGE_BYTES`].
     fn default() -> Self {
         RabbitOptions {
             prefix: "tidings".into(),
             prefetch: 64,
             connection_name: None,
             partitions: 1,
+            max_message_bytes: DEFAULT_MAX_MESSAGE_BYTES,
         }
     }
 }
@@ -63,6 +71,15 @@ impl RabbitOptions {
         if let Some(prefix) = topology.resource_prefix() {
             self.prefix = prefix.to_owned();
         }
+        self
+    }
+
+    /// The largest message the broker takes: its `max_message_size`. The
+    /// relay sets a larger record aside before sending it, naming the limit;
+    /// a record the broker refuses all the same (its limit is lower than
+    /// this says) is found and set aside too, after a failed publish.
+    pub fn max_message_bytes(mut self, n: usize) -> Self {
+        self.max_message_bytes = n.max(1);
         self
     }
 

@@ -2,6 +2,7 @@
 
 use async_trait::async_trait;
 use lapin::options::BasicPublishOptions;
+use lapin::protocol::{AMQPErrorKind, AMQPSoftError};
 use lapin::types::{FieldTable, ShortString};
 use lapin::{BasicProperties, Channel};
 use tidings_core::{Error, OutgoingMessage, Partition, Publisher, Result, cloudevents};
@@ -32,13 +33,38 @@ pub(crate) async fn send(
             properties,
         )
         .await
-        .map_err(|e| Error::transport(TRANSPORT, "publishing", e, true))
+        .map_err(|e| publish_error("publishing", e))
+}
+
+/// Why a publish failed. The broker refusing the message itself (larger
+/// than its `max_message_size`: it closes the channel) is permanent, and
+/// names the limit; anything else may pass on a new channel.
+fn publish_error(what: &str, e: lapin::Error) -> Error {
+    if let lapin::ErrorKind::ProtocolError(amqp) = e.kind() {
+        let message = amqp.get_message().as_str();
+        let too_large = match amqp.kind() {
+            AMQPErrorKind::Soft(AMQPSoftError::CONTENTTOOLARGE) => true,
+            AMQPErrorKind::Soft(AMQPSoftError::PRECONDITIONFAILED) => message.contains("max size"),
+            _ => false,
+        };
+        if too_large {
+            return Error::transport_reason(
+                TRANSPORT,
+                format!(
+                    "publishing: the broker refused the message ({message}): raise RabbitMQ's \
+                     max_message_size, and max_message_bytes here, or make the event smaller"
+                ),
+                false,
+            );
+        }
+    }
+    Error::transport(TRANSPORT, what, e, true)
 }
 
 pub(crate) async fn confirmed(confirm: lapin::PublisherConfirm) -> Result<()> {
     match confirm
         .await
-        .map_err(|e| Error::transport(TRANSPORT, "waiting for a publisher confirm", e, true))?
+        .map_err(|e| publish_error("waiting for a publisher confirm", e))?
     {
         lapin::Confirmation::Ack(None) => Ok(()),
         lapin::Confirmation::Ack(Some(returned)) => Err(Error::transport_reason(
@@ -94,11 +120,34 @@ impl Publisher for RabbitTransport {
             }
             let partition = Partition::of(&m.envelope.aggregate_key, self.options.partitions);
             let routing_key = format!("{}.{}", partition.index, m.envelope.message_type);
-            confirms.push(send(&channel, &exchange, &routing_key, &payload, properties).await?);
+            match send(&channel, &exchange, &routing_key, &payload, properties).await {
+                Ok(confirm) => confirms.push(confirm),
+                Err(e) => {
+                    // The broker may have closed the channel over a message
+                    // sent before: its refusal is the cause to report.
+                    for c in confirms {
+                        confirmed(c).await?;
+                    }
+                    return Err(e);
+                }
+            }
         }
         for c in confirms {
             confirmed(c).await?;
         }
         Ok(())
+    }
+
+    /// A record whose payload and own headers alone exceed the broker's
+    /// `max_message_size` ([`RabbitOptions::max_message_bytes`](crate::RabbitOptions::max_message_bytes)).
+    fn refuses(&self, m: &OutgoingMessage) -> Option<String> {
+        let max = self.options.max_message_bytes;
+        let size = m.envelope.own_bytes();
+        (size > max).then(|| {
+            format!(
+                "its {size} bytes are more than RabbitMQ's max_message_size of {max}: raise it (on the broker, \
+                 and max_message_bytes here), or make the event smaller"
+            )
+        })
     }
 }

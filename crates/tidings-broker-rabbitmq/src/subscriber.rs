@@ -11,6 +11,7 @@ use tokio::sync::mpsc;
 use tokio_stream::wrappers::ReceiverStream;
 
 use crate::acker::RabbitAcker;
+use crate::connection::within;
 use crate::marshal::{delivery_count, raw_message};
 use crate::{RabbitTransport, TRANSPORT};
 
@@ -146,8 +147,22 @@ impl Subscriber for RabbitTransport {
 }
 
 impl RabbitTransport {
-    /// Opens a channel with the prefetch, declares the group and starts consuming one partition.
+    /// Opens a channel with the prefetch, declares the group and starts
+    /// consuming one partition; fails when the broker does not answer.
     async fn consume(
+        &self,
+        group: &str,
+        topic: &str,
+        partition: Partition,
+    ) -> Result<(Channel, String, lapin::Consumer)> {
+        within(
+            "setting up a consumer",
+            self.start_consuming(group, topic, partition),
+        )
+        .await
+    }
+
+    async fn start_consuming(
         &self,
         group: &str,
         topic: &str,

@@ -1,6 +1,6 @@
 //! RabbitMQ passes the transport conformance suite, against the real
 //! broker (`AMQP_URL`, default `amqp://guest:guest@127.0.0.1:5672/%2f`), with three partitions
-//! per topic.
+//! per topic, told that the broker takes messages of 1 MiB at most.
 
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -19,7 +19,8 @@ struct Rabbit {
 impl Rabbit {
     async fn open(&self) -> RabbitTransport {
         let url = amqp_url();
-        let t = RabbitTransport::connect_with(&url, RabbitOptions::default().partitions(3))
+        let options = RabbitOptions::default().partitions(3).max_message_bytes(1 << 20);
+        let t = RabbitTransport::connect_with(&url, options)
             .await
             .unwrap_or_else(|e| panic!("RabbitMQ is not reachable (set AMQP_URL): {e}"));
         self.opened.lock().unwrap().push(t.clone());
@@ -66,5 +67,6 @@ tidings_testkit::transport_conformance!(
         cloudevents_attributes_travel_as_headers,
         broker_counts_pending,
         a_corrupt_record_waits_alone_with_its_key,
+        an_oversized_record_waits_alone_with_its_key,
     ]
 );

@@ -22,8 +22,8 @@ use tokio::net::TcpListener;
 use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 
-use crate::config::Loaded;
 use crate::connecting_to;
+use tidings_config::Loaded;
 
 /// Log entries deleted per statement by the housekeeping.
 const TRIM_BATCH: usize = 5000;

@@ -21,7 +21,6 @@ macro_rules! say_part {
 }
 
 mod cause;
-mod config;
 mod daemon;
 mod dlq;
 mod doctor;
@@ -37,6 +36,7 @@ use anyhow::Context;
 use clap::{Args, Parser, Subcommand};
 use tidings::secret::redact_url;
 use tidings::{AnyStore, CancellationToken, LagSource, shutdown_on_signal, with_store};
+use tidings_config::{Loaded, Schemes};
 use tidings_example_checkout::demo::{self, DEFAULT_DATABASE};
 use tidings_example_checkout::{DemoOptions, Progress, Role};
 
@@ -128,6 +128,12 @@ impl DatabaseArg {
         or_env(self.given.as_deref(), "TIDINGS_DATABASE__URL").unwrap_or_else(|| DEFAULT_DATABASE.to_owned())
     }
 }
+
+/// The databases and transports this build opens, for `tidings.toml`.
+const SCHEMES: Schemes = Schemes {
+    database: |url| tidings::database_named(url).is_some(),
+    broker: tidings::opens_transport,
+};
 
 /// `given` (a flag, or its `TIDINGS_X_URL` variable), else the variable
 /// `var`: the daemon's `TIDINGS_SECTION__KEY` spelling of the same setting,
@@ -295,7 +301,7 @@ async fn main() -> ExitCode {
 async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
     match cli.command {
         Command::Run { config, check } => {
-            let loaded = config::Loaded::from_file(config.as_deref(), std::env::vars())?;
+            let loaded = Loaded::from_file(config.as_deref(), std::env::vars(), SCHEMES)?;
             if check {
                 say!(
                     "configuration ok: database {}, broker {}, relay {}, metrics {}",

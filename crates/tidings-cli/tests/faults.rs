@@ -4,12 +4,16 @@
 //! the test kills relays and consumers with SIGKILL at random moments and
 //! starts them again, freezes them (SIGSTOP) past their leases, stops the
 //! broker for a while, and the producer poisons 1% of orders and consumers
-//! see duplicated deliveries. Afterwards the database must show every
+//! see duplicated deliveries. Once, mid-run, the test spoils two records
+//! in the outbox (a body that is not an envelope, and one larger than the
+//! broker takes): the relay must set each aside as a dead letter naming why,
+//! hold only their keys and send everything else; the bodies are then put
+//! back and `tidings dlq redrive` releases them. Afterwards the database must show every
 //! committed event's effect applied exactly once per consumer, each
 //! order's events in order at every consumer, the poison in the failure
 //! store with its history (and its orders' later events parked behind
 //! it), nothing left in the outbox, and producers having committed while
-//! the broker was down.
+//! the broker was down. The broker is NATS, RabbitMQ or the Kafka protocol.
 //!
 //! Each scenario writes its figures to `target/tmp/fault-suite-*.txt`,
 //! which `scripts/test` prints at the end.
@@ -22,10 +26,12 @@ use std::time::{Duration, Instant};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use tidings::sql::SqlStore;
-use tidings_core::{DeadLetterFilter, FailureStore, LagSource};
+use tidings::sql::db::Stmt;
+use tidings_core::{DeadLetterFilter, FailureStore, LagSource, RELAY_LETTERS};
 use tidings_example_checkout::demo::lost;
 use tidings_example_checkout::sql::CheckoutDialect;
 use tidings_example_checkout::system::{CheckoutStore, Tally};
+use tidings_testkit::kafka::PrivateTansu;
 use tidings_testkit::nats::PrivateNats;
 use tidings_testkit::outage::PrivateBroker;
 use tidings_testkit::rabbitmq::PrivateRabbit;
@@ -33,7 +39,7 @@ use tidings_testkit::services::{MySqlTestDb, PgTestDb, TestDb};
 
 mod common;
 
-use common::count;
+use common::{count, texts};
 
 /// The `tidings` binary's error shapes, to group the dead letters a failure reports.
 #[path = "../src/cause.rs"]
@@ -74,9 +80,20 @@ async fn checkout_processes_on_mysql_survive_kills_freezes_and_a_nats_outage() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn checkout_processes_survive_kills_freezes_and_a_rabbitmq_outage() {
     let _one = ONE_AT_A_TIME.lock().await;
-    let rabbit = PrivateRabbit::start();
+    // The transport is not told: the broker's refusal names the record.
+    let rabbit = PrivateRabbit::start_with(&format!("max_message_size = {}\n", 1 << 20));
     let url = rabbit.url();
     run_scenario::<PgTestDb>("rabbitmq", Box::new(rabbit), url).await;
+}
+
+/// Over the Kafka protocol the broker's outage is a freeze: the private
+/// Tansu keeps its storage in memory, so a restart would empty it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn checkout_processes_survive_kills_freezes_and_a_frozen_kafka_broker() {
+    let _one = ONE_AT_A_TIME.lock().await;
+    let kafka = PrivateTansu::start();
+    let url = kafka.url();
+    run_scenario::<PgTestDb>("kafka", Box::new(kafka), url).await;
 }
 
 /// A process of the system.
@@ -99,7 +116,11 @@ impl System {
         self.started += 1;
         let log = std::fs::File::create(self.logs.join(format!("{role}-{}.log", self.started))).unwrap();
         let mut child = Command::new(env!("CARGO_BIN_EXE_tidings"))
-            .env("RUST_LOG", "warn,sqlx=error,lapin=error")
+            // TIDINGS_FAULT_LOG: the processes' RUST_LOG, to look closer at a failure.
+            .env(
+                "RUST_LOG",
+                std::env::var("TIDINGS_FAULT_LOG").unwrap_or_else(|_| "warn,sqlx=error,lapin=error".into()),
+            )
             .args(["demo", "checkout", "--role", role, "--partitions", "4"])
             .args(["--database", &self.database, "--broker", &self.broker])
             .args(["--orders", &orders().to_string(), "--poison-rate", "0.01"])
@@ -127,6 +148,19 @@ impl System {
             );
         }
         Process { child }
+    }
+
+    /// Which processes still run, by role.
+    fn alive(&mut self) -> Vec<(&'static str, bool)> {
+        let relays = self
+            .relays
+            .iter_mut()
+            .map(|p| ("relay", p.child.try_wait().unwrap().is_none()));
+        let consumers = self
+            .consumers
+            .iter_mut()
+            .map(|p| ("consumers", p.child.try_wait().unwrap().is_none()));
+        relays.chain(consumers).collect()
     }
 
     fn stop_all(&mut self) {
@@ -172,11 +206,14 @@ enum Fault {
     BrokerOutage,
     FreezeRelay,
     FreezeConsumer,
+    /// A corrupt record and an oversized one in the outbox, once.
+    PoisonOutbox,
 }
 
-/// The outage comes first, while the producer surely runs.
-const FAULTS: [Fault; 6] = [
+/// The outage and the poison come first, while the producer surely runs.
+const FAULTS: [Fault; 7] = [
     Fault::BrokerOutage,
+    Fault::PoisonOutbox,
     Fault::KillRelay,
     Fault::KillConsumer,
     Fault::FreezeRelay,
@@ -187,6 +224,10 @@ const FAULTS: [Fault; 6] = [
 /// Longer than the demo's 3 s leases: the frozen process's partitions move on.
 const FREEZE: Duration = Duration::from_secs(5);
 const OUTAGE: Duration = Duration::from_secs(4);
+
+/// Larger than NATS's and Kafka's default limits (1 MiB, 1 MB), and the
+/// private RabbitMQ node's `max_message_size` (1 MiB).
+const OVERSIZED: usize = 1_500_000;
 
 async fn run_scenario<T>(name: &str, mut broker: Box<dyn PrivateBroker + Send>, broker_url: String)
 where
@@ -221,6 +262,7 @@ where
     let mut rng = StdRng::seed_from_u64(seed);
     let mut faults = Vec::new();
     let mut committed_during_outage = None;
+    let mut poisoned = Vec::new();
     let mut next = 0;
     // Faults while the producer runs, and at least one round of each.
     while producer.child.try_wait().unwrap().is_none() || next < FAULTS.len() {
@@ -261,6 +303,10 @@ where
                 broker.resume();
                 committed_during_outage = Some(during);
             }
+            Fault::PoisonOutbox if !poisoned.is_empty() => continue,
+            Fault::PoisonOutbox => {
+                poisoned = poison_outbox(&store, &system).await;
+            }
         }
         faults.push(format!("{fault:?}#{victim}"));
     }
@@ -271,13 +317,17 @@ where
     );
     let last_fault = Instant::now();
 
+    let held = release_poison(&store, &system.database, &poisoned, &logs).await;
     let mut t = tally(&store).await;
     while !(lost(&t) == 0 && t.outbox_pending == 0) {
         assert!(
             last_fault.elapsed() < DRAIN_LIMIT,
-            "{name}: not drained {DRAIN_LIMIT:?} after the last fault: {} lost, {} in the outbox (faults {faults:?}, seed {seed}, logs in {})",
+            "{name}: not drained {DRAIN_LIMIT:?} after the last fault: {} lost, {} in the outbox; \
+             handled per consumer {:?}, processes alive {:?} (faults {faults:?}, seed {seed}, logs in {})",
             lost(&t),
             t.outbox_pending,
+            t.processed,
+            system.alive(),
             logs.display()
         );
         tokio::time::sleep(Duration::from_millis(250)).await;
@@ -293,6 +343,7 @@ where
         &store,
         &t,
         committed_during_outage,
+        held,
         drained_in,
         started.elapsed(),
     )
@@ -305,6 +356,182 @@ where
     let _ = std::fs::remove_dir_all(&logs);
     drop(system);
     db.teardown().await;
+}
+
+/// A record of the outbox the test made unsendable, and its body before.
+#[derive(Debug)]
+struct Poisoned {
+    seq: i64,
+    id: uuid::Uuid,
+    key: String,
+    original: Vec<u8>,
+    oversized: bool,
+}
+
+/// Freezes both relays, so that no record committed from then on has been
+/// read by one, then spoils the first such record (its body no longer an
+/// envelope) and the first of another key (an envelope larger than the
+/// broker takes); the relays go on.
+async fn poison_outbox<D: CheckoutDialect>(store: &SqlStore<D>, system: &System) -> Vec<Poisoned> {
+    for relay in &system.relays {
+        signal(&relay.child, "STOP");
+    }
+    // A statement a relay sent before it froze runs its course first.
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let after = count(store, "SELECT COALESCE(MAX(seq), 0) FROM tidings_outbox").await;
+    let wanted = 2;
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let picked = loop {
+        let mut conn = store.conn("reading new records").await.unwrap();
+        let rows = Stmt::<D>::new(
+            "SELECT seq, id, aggregate_key, body FROM tidings_outbox WHERE seq > $1 AND published_at IS NULL ORDER BY seq",
+            "reading new records",
+        )
+        .bind(after)
+        .fetch_all(&mut conn)
+        .await
+        .unwrap();
+        let mut picked: Vec<Poisoned> = Vec::new();
+        for row in rows {
+            let key: String = row.get(2).unwrap();
+            if picked.len() < wanted && picked.iter().all(|p| p.key != key) {
+                picked.push(Poisoned {
+                    seq: row.get(0).unwrap(),
+                    id: row.get(1).unwrap(),
+                    key,
+                    original: row.get(3).unwrap(),
+                    oversized: !picked.is_empty(),
+                });
+            }
+        }
+        if picked.len() == wanted {
+            break picked;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the producer committed no new records while the relays were frozen"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    for p in &picked {
+        let body = if p.oversized {
+            let mut doc: serde_json::Value =
+                serde_json::from_slice(&p.original).expect("an outbox body is a CloudEvents JSON document");
+            doc.get_mut("data")
+                .and_then(serde_json::Value::as_object_mut)
+                .expect("the demo's records carry JSON objects")
+                .insert("padding".into(), "x".repeat(OVERSIZED).into());
+            serde_json::to_vec(&doc).unwrap()
+        } else {
+            b"\x00\x9f not an envelope".to_vec()
+        };
+        overwrite_body(store, p.seq, &body).await;
+    }
+    for relay in &system.relays {
+        signal(&relay.child, "CONT");
+    }
+    picked
+}
+
+/// By its position: a frozen relay may hold locks on older records, and
+/// looking a record up by id would wait for them.
+async fn overwrite_body<D: CheckoutDialect>(store: &SqlStore<D>, seq: i64, body: &[u8]) {
+    let mut conn = store.conn("overwriting a body").await.unwrap();
+    Stmt::<D>::new(
+        "UPDATE tidings_outbox SET body = $1 WHERE seq = $2",
+        "overwriting a body",
+    )
+    .bind(body)
+    .bind(seq)
+    .execute(&mut conn)
+    .await
+    .unwrap();
+}
+
+/// What the relay did with the poisoned records.
+#[derive(Debug)]
+struct Held {
+    /// Relay dead letters, one per poisoned record.
+    letters: usize,
+    /// Records waiting in the outbox behind them, all of their keys.
+    records: usize,
+    /// Each letter's reason.
+    reasons: Vec<String>,
+}
+
+/// Waits until every record but the poisoned keys' has gone out and each
+/// poisoned record is a relay dead letter naming why; then puts the bodies
+/// back and redrives the letters with `tidings dlq redrive`, as an operator
+/// would after fixing the cause.
+async fn release_poison<D: CheckoutDialect>(
+    store: &SqlStore<D>,
+    database: &str,
+    poisoned: &[Poisoned],
+    logs: &std::path::Path,
+) -> Held {
+    assert!(!poisoned.is_empty(), "no record was poisoned");
+    let deadline = Instant::now() + DRAIN_LIMIT;
+    let (letters, records) = loop {
+        let letters = store
+            .dead_letters(&DeadLetterFilter::default().consumer(RELAY_LETTERS))
+            .await
+            .unwrap();
+        let waiting = texts(
+            store,
+            "SELECT aggregate_key FROM tidings_outbox WHERE published_at IS NULL",
+        )
+        .await;
+        if letters.len() == poisoned.len() && waiting.iter().all(|k| poisoned.iter().any(|p| &p.key == k)) {
+            break (letters, waiting.len());
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the relay did not set the poisoned records {poisoned_ids:?} aside and send the rest: \
+             {} relay dead letters, {} records waiting, of keys {:?} (logs in {})",
+            letters.len(),
+            waiting.len(),
+            waiting.iter().collect::<std::collections::BTreeSet<_>>(),
+            logs.display(),
+            poisoned_ids = poisoned.iter().map(|p| p.id).collect::<Vec<_>>(),
+        );
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    };
+    let mut reasons = Vec::new();
+    for p in poisoned {
+        let letter = letters
+            .iter()
+            .find(|l| l.message_id == Some(p.id))
+            .unwrap_or_else(|| panic!("no relay dead letter for {}: {letters:?}", p.id));
+        let reason = letter.errors.last().map_or(String::new(), |e| e.error.clone());
+        let named = if p.oversized {
+            ["max_payload", "message.max.bytes", "max_message_size"]
+                .iter()
+                .any(|limit| reason.contains(limit))
+        } else {
+            reason.contains("not an envelope")
+        };
+        assert!(named, "the relay dead letter of {} names why: {reason}", p.id);
+        assert_eq!(letter.aggregate_key.as_deref(), Some(p.key.as_str()));
+        reasons.push(reason);
+        overwrite_body(store, p.seq, &p.original).await;
+    }
+    let out = Command::new(env!("CARGO_BIN_EXE_tidings"))
+        .env("RUST_LOG", "error")
+        .args(["dlq", "redrive", "--consumer", RELAY_LETTERS, "--all"])
+        .args(["--database", database])
+        .output()
+        .expect("running tidings dlq redrive");
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success() && text.contains(&format!("{0} of {0} dead letter(s) redriven", poisoned.len())),
+        "tidings dlq redrive: {text}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    Held {
+        letters: letters.len(),
+        records,
+        reasons,
+    }
 }
 
 async fn tally<D: CheckoutDialect>(store: &SqlStore<D>) -> Tally {
@@ -326,6 +553,7 @@ struct Report {
     order_violations: i64,
     duplicated_effects: i64,
     committed_during_outage: Option<i64>,
+    relay_poison: Held,
     drained_in: Duration,
     elapsed: Duration,
 }
@@ -336,6 +564,7 @@ impl Report {
         store: &SqlStore<D>,
         t: &Tally,
         committed_during_outage: Option<i64>,
+        relay_poison: Held,
         drained_in: Duration,
         elapsed: Duration,
     ) -> Report {
@@ -357,6 +586,7 @@ impl Report {
             )
             .await,
             committed_during_outage,
+            relay_poison,
             drained_in,
             elapsed,
         }
@@ -372,6 +602,11 @@ impl Report {
         );
         let lag = store.lag().await.unwrap();
         assert_eq!(lag.outbox_pending, 0, "{self}");
+        assert_eq!(
+            count(store, "SELECT count(*) FROM tidings_relay_holds").await,
+            0,
+            "no key held by the relay after the redrive: {self}"
+        );
         // Each effect once per consumer: every order took its three commands
         // once, each reservation, email and credit exists once.
         assert_eq!(t.orders as usize, orders(), "{self}");
@@ -464,6 +699,15 @@ impl std::fmt::Display for Report {
             "  committed during outage {}",
             self.committed_during_outage.map_or("-".into(), |n| n.to_string())
         )?;
+        writeln!(
+            f,
+            "  set aside by the relay  {} (then redriven), {} records of their keys held behind them",
+            self.relay_poison.letters, self.relay_poison.records
+        )?;
+        for reason in &self.relay_poison.reasons {
+            let short: String = reason.chars().take(110).collect();
+            writeln!(f, "    {short}")?;
+        }
         writeln!(
             f,
             "  drained after last fault {:.1} s",

@@ -200,6 +200,14 @@ pub fn is_binary<'a>(mut header_names: impl Iterator<Item = &'a str>) -> bool {
     header_names.any(|n| n.eq_ignore_ascii_case("ce-specversion"))
 }
 
+/// Whether a binary-mode header carries a CloudEvents attribute: `ce-…` or
+/// `content-type`, in any case.
+pub fn is_attribute_header(name: &str) -> bool {
+    name.get(..BINARY_PREFIX.len())
+        .is_some_and(|prefix| prefix.eq_ignore_ascii_case(BINARY_PREFIX))
+        || name.eq_ignore_ascii_case(CONTENT_TYPE_HEADER)
+}
+
 /// Decodes a binary-mode message (see [`to_binary`]). Header names are
 /// matched without regard to case, as transports may change it. Headers
 /// that are neither `ce-` attributes nor `content-type` become envelope headers.

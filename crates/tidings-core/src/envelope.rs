@@ -155,6 +155,15 @@ impl Envelope {
             .and_then(|h| crate::trace::TraceContext::parse(h))
     }
 
+    /// The bytes of its payload and its own headers (names and values):
+    /// what a transport carries of it at the least, before the CloudEvents
+    /// attributes. A transport whose broker has a size limit refuses a
+    /// message by it ([`Publisher::refuses`](crate::Publisher::refuses)).
+    pub fn own_bytes(&self) -> usize {
+        let headers: usize = self.headers.iter().map(|(k, v)| k.len() + v.len()).sum();
+        self.payload.len() + headers
+    }
+
     /// Adds a header.
     pub fn header(mut self, name: impl Into<String>, value: impl Into<String>) -> Self {
         self.headers.insert(name.into(), value.into());

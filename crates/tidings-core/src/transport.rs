@@ -108,6 +108,49 @@ impl fmt::Debug for RawMessage {
 }
 
 impl RawMessage {
+    /// A record whose headers are names and byte values, any of them
+    /// repeated or without a value (Kafka's), read as text headers.
+    ///
+    /// A name's first value counts; a header without a value is left out.
+    /// A CloudEvents attribute (`ce-…`, `content-type`) that is not UTF-8
+    /// is never patched into text, which could turn two ids into one: the
+    /// message is refused naming it, and decoding fails with that reason.
+    /// Other headers, and the key, are read as UTF-8 with the bytes that
+    /// are not replaced.
+    pub fn from_record<'a>(
+        topic: &str,
+        key: Option<&[u8]>,
+        headers: impl IntoIterator<Item = (&'a str, Option<&'a [u8]>)>,
+        body: &[u8],
+    ) -> RawMessage {
+        let mut out = Headers::new();
+        let mut refused = None;
+        for (name, value) in headers {
+            let Some(value) = value else { continue };
+            if out.contains_key(name) {
+                continue;
+            }
+            let value = match std::str::from_utf8(value) {
+                Ok(text) => text.to_owned(),
+                Err(_) if crate::cloudevents::is_attribute_header(name) => {
+                    refused.get_or_insert_with(|| {
+                        format!("header {name} is not UTF-8 text: a CloudEvents attribute must be a string")
+                    });
+                    continue;
+                }
+                Err(_) => String::from_utf8_lossy(value).into_owned(),
+            };
+            out.insert(name.to_owned(), value);
+        }
+        RawMessage {
+            topic: topic.to_owned(),
+            key: key.map(|k| String::from_utf8_lossy(k).into_owned()),
+            headers: out,
+            body: body.to_vec(),
+            refused,
+        }
+    }
+
     /// Decodes the message into an envelope, in binary mode when the
     /// headers carry `ce-specversion`, else as a structured JSON document.
     pub fn decode(&self) -> Result<Envelope, DecodeError> {
@@ -356,5 +399,62 @@ impl<S: Subscriber + ?Sized> Subscriber for std::sync::Arc<S> {
 
     async fn pending(&self, group: &str, topic: &str) -> Result<Option<u64>> {
         (**self).pending(group, topic).await
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::RawMessage;
+    use crate::cloudevents::to_binary;
+    use crate::{Envelope, Kind};
+
+    fn record<'a>(headers: &'a [(&'a str, Option<&'a [u8]>)], body: &[u8]) -> RawMessage {
+        RawMessage::from_record("orders", Some(b"k\xff"), headers.iter().copied(), body)
+    }
+
+    #[test]
+    fn a_record_s_attributes_arrive_byte_for_byte_or_refuse_the_message() {
+        let e = Envelope {
+            id: uuid::Uuid::now_v7(),
+            message_type: "OrderPlaced".into(),
+            version: 1,
+            kind: Kind::Event,
+            source: "checkout".into(),
+            aggregate_type: "order".into(),
+            aggregate_key: "o-1".into(),
+            occurred_at: chrono::Utc::now(),
+            correlation_id: uuid::Uuid::now_v7(),
+            causation_id: None,
+            headers: Default::default(),
+            content_type: "application/json".into(),
+            payload: br#"{"n":1}"#.to_vec(),
+        };
+        let (headers, body) = to_binary(&e);
+        let mut pairs: Vec<(&str, Option<&[u8]>)> = headers
+            .iter()
+            .map(|(k, v)| (k.as_str(), Some(v.as_bytes())))
+            .collect();
+        // A second value of a name and a header without one change nothing.
+        pairs.push(("ce-type", Some(b"Forged")));
+        pairs.push(("ce-source", None));
+        pairs.push(("x-trace", Some(b"a\xffb")));
+        let raw = record(&pairs, &body);
+        assert_eq!(raw.key.as_deref(), Some("k\u{fffd}"));
+        assert_eq!(
+            raw.headers["x-trace"], "a\u{fffd}b",
+            "other headers are read as they can be"
+        );
+        let mut expected = e.clone();
+        expected.headers.insert("x-trace".into(), "a\u{fffd}b".into());
+        assert_eq!(raw.decode().unwrap(), expected);
+
+        // An id that is not text is never patched into another id.
+        let mut bad = pairs.clone();
+        bad.retain(|(k, _)| *k != "ce-id");
+        bad.insert(0, ("CE-ID", Some(b"\xff\xfe")));
+        let raw = record(&bad, &body);
+        assert!(!raw.headers.contains_key("CE-ID"));
+        let err = raw.decode().unwrap_err().to_string();
+        assert!(err.contains("header CE-ID is not UTF-8 text"), "{err}");
     }
 }

@@ -24,9 +24,11 @@ use crate::services::PgTestDb;
 
 /// A broker server a test owns, which it may kill and start again.
 pub trait PrivateBroker {
-    /// Kills the server (SIGKILL): clients see their connections drop.
+    /// Takes the server away: kills it (SIGKILL), so that clients see their
+    /// connections drop, or freezes it (SIGSTOP) when its storage would not
+    /// survive a restart.
     fn stop(&mut self);
-    /// Starts it again on the same port and storage, and waits until it accepts connections.
+    /// Brings it back on the same port and storage, and waits until it accepts connections.
     fn resume(&mut self);
 }
 

@@ -48,9 +48,20 @@ impl PrivateRabbit {
     ///
     /// If the node cannot be started, naming the binary.
     pub fn start() -> PrivateRabbit {
+        Self::start_with("")
+    }
+
+    /// Starts a node whose `rabbitmq.conf` holds `settings`
+    /// (`max_message_size = 1048576`), and waits until it accepts connections.
+    ///
+    /// # Panics
+    ///
+    /// As [`PrivateRabbit::start`].
+    pub fn start_with(settings: &str) -> PrivateRabbit {
         let dir = std::env::temp_dir().join(format!("tidings-rabbit-{}", uuid::Uuid::new_v4().simple()));
         std::fs::create_dir_all(&dir).expect("a RabbitMQ data directory");
         std::fs::write(dir.join("enabled_plugins"), "[].\n").expect("a plugins file");
+        std::fs::write(dir.join("rabbitmq.conf"), settings).expect("a configuration file");
         let mut rabbit = PrivateRabbit {
             child: None,
             port: free_port(),
@@ -94,7 +105,7 @@ impl PrivateRabbit {
             .env("RABBITMQ_LOG_BASE", self.dir.join("log"))
             .env("RABBITMQ_PID_FILE", self.dir.join("pid"))
             .env("RABBITMQ_ENABLED_PLUGINS_FILE", self.dir.join("enabled_plugins"))
-            .env("RABBITMQ_CONFIG_FILE", self.dir.join("none"))
+            .env("RABBITMQ_CONFIG_FILE", self.dir.join("rabbitmq.conf"))
             .stdout(Stdio::null())
             .stderr(Stdio::null())
             .spawn()

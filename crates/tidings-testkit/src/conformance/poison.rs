@@ -21,7 +21,8 @@ pub async fn a_corrupt_record_waits_alone_with_its_key<T: TransportUnderTest>(t:
 }
 
 /// The same with a record larger than the transport takes (its limit is
-/// about 1 MiB: NATS's `max_payload`, Kafka's `message.max.bytes`).
+/// about 1 MiB: NATS's `max_payload`, Kafka's `message.max.bytes`, or
+/// RabbitMQ's `max_message_size` as the transport under test is told).
 pub async fn an_oversized_record_waits_alone_with_its_key<T: TransportUnderTest>(t: &T) {
     cannot_send(t, true).await;
 }
@@ -62,9 +63,14 @@ async fn cannot_send<T: TransportUnderTest>(t: &T, oversized: bool) {
     let reason = &letters[0].errors[0].error;
     if oversized {
         assert!(
-            ["max_payload", "message.max.bytes", "too large"]
-                .iter()
-                .any(|limit| reason.to_lowercase().contains(limit)),
+            [
+                "max_payload",
+                "message.max.bytes",
+                "max_message_size",
+                "too large"
+            ]
+            .iter()
+            .any(|limit| reason.to_lowercase().contains(limit)),
             "the reason names the limit: {reason}"
         );
     } else {

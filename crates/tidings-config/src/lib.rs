@@ -18,22 +18,22 @@ use std::time::Duration;
 
 use serde::Deserialize;
 use serde::de::Deserializer;
-use tidings::duration::Humane;
-use tidings::relay::RelayConfig;
+use tidings_core::duration::Humane;
 use tidings_core::secret::{Secret, has_password, redact_url};
+use tidings_relay::RelayConfig;
 
 /// The prefix of environment overrides.
-pub(crate) const ENV_PREFIX: &str = "TIDINGS_";
+pub const ENV_PREFIX: &str = "TIDINGS_";
 
 /// Why a configuration was refused: where, and why.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) struct ConfigError {
+pub struct ConfigError {
     /// The file (or `environment`).
-    pub(crate) source: String,
+    pub source: String,
     /// The key's path (`relay.batch_size`), empty for the file as a whole.
-    pub(crate) path: String,
+    pub path: String,
     /// What is wrong.
-    pub(crate) reason: String,
+    pub reason: String,
 }
 
 impl fmt::Display for ConfigError {
@@ -51,39 +51,39 @@ impl std::error::Error for ConfigError {}
 /// The whole file.
 #[derive(Debug, Clone, Deserialize)]
 #[serde(default, deny_unknown_fields)]
-pub(crate) struct Config {
+pub struct Config {
     /// Where Tidings' tables are.
-    pub(crate) database: DatabaseConfig,
+    pub database: DatabaseConfig,
     /// Where the relay publishes.
-    pub(crate) broker: BrokerConfig,
+    pub broker: BrokerConfig,
     /// The relay: the relay's own configuration, read as it reads itself.
-    pub(crate) relay: RelayConfig,
+    pub relay: RelayConfig,
     /// `relay.enabled`: whether this process runs the relay, the one key of
     /// `[relay]` that is the daemon's rather than the relay's.
     #[serde(skip)]
-    pub(crate) relay_enabled: bool,
+    pub relay_enabled: bool,
     /// The database-log transport's housekeeping.
-    pub(crate) log: LogConfig,
+    pub log: LogConfig,
     /// The consumers' records' housekeeping.
-    pub(crate) consumer: ConsumerSection,
+    pub consumer: ConsumerSection,
     /// The metrics endpoint and lag sampling.
-    pub(crate) metrics: MetricsConfig,
+    pub metrics: MetricsConfig,
 }
 
 /// `[database]`
 #[derive(Debug, Clone, Deserialize)]
 #[serde(default, deny_unknown_fields)]
-pub(crate) struct DatabaseConfig {
+pub struct DatabaseConfig {
     /// `postgres://user@host/db` or `sqlite://path`.
-    pub(crate) url: Option<Secret>,
+    pub url: Option<Secret>,
     /// A file holding the URL (a mounted secret), instead of `url`.
-    pub(crate) url_file: Option<PathBuf>,
+    pub url_file: Option<PathBuf>,
     /// Connections in the pool.
-    pub(crate) max_connections: u32,
+    pub max_connections: u32,
     /// Create or upgrade Tidings' tables at start.
-    pub(crate) migrate: bool,
+    pub migrate: bool,
     /// Keep sent outbox records this long (0: delete them once sent).
-    pub(crate) outbox_retention: Dur,
+    pub outbox_retention: Dur,
 }
 
 impl Default for DatabaseConfig {
@@ -101,17 +101,17 @@ impl Default for DatabaseConfig {
 /// `[broker]`
 #[derive(Debug, Clone, Deserialize)]
 #[serde(default, deny_unknown_fields)]
-pub(crate) struct BrokerConfig {
+pub struct BrokerConfig {
     /// `log` (the database log, the default), `nats://host:4222`, `amqp://user@host:5672/%2f`,
     /// `kafka://host:9092`.
-    pub(crate) url: Option<Secret>,
+    pub url: Option<Secret>,
     /// A file holding the URL, instead of `url`.
-    pub(crate) url_file: Option<PathBuf>,
+    pub url_file: Option<PathBuf>,
     /// The prefix of the broker's streams (NATS) or exchanges (RabbitMQ):
     /// the consumers must use the same.
-    pub(crate) prefix: Option<String>,
+    pub prefix: Option<String>,
     /// Partitions of every topic on the broker: the consumers must use the same.
-    pub(crate) partitions: u32,
+    pub partitions: u32,
 }
 
 impl Default for BrokerConfig {
@@ -142,12 +142,12 @@ impl Default for Config {
 /// `[log]`
 #[derive(Debug, Clone, Deserialize)]
 #[serde(default, deny_unknown_fields)]
-pub(crate) struct LogConfig {
+pub struct LogConfig {
     /// Delete database-log entries older than this once every group has
     /// read past them (0: keep them forever). Replay reaches back this far.
-    pub(crate) retention: Dur,
+    pub retention: Dur,
     /// How often to look for entries to delete.
-    pub(crate) cleanup_interval: Dur,
+    pub cleanup_interval: Dur,
 }
 
 impl Default for LogConfig {
@@ -162,12 +162,12 @@ impl Default for LogConfig {
 /// `[consumer]`
 #[derive(Debug, Clone, Deserialize)]
 #[serde(default, deny_unknown_fields)]
-pub(crate) struct ConsumerSection {
+pub struct ConsumerSection {
     /// Delete processed markers and effects records older than this (0:
     /// keep them forever); replays and redrives stop at it.
-    pub(crate) dedupe_retention: Dur,
+    pub dedupe_retention: Dur,
     /// How often to look for markers to delete.
-    pub(crate) cleanup_interval: Dur,
+    pub cleanup_interval: Dur,
 }
 
 impl Default for ConsumerSection {
@@ -182,11 +182,11 @@ impl Default for ConsumerSection {
 /// `[metrics]`
 #[derive(Debug, Clone, Deserialize)]
 #[serde(default, deny_unknown_fields)]
-pub(crate) struct MetricsConfig {
+pub struct MetricsConfig {
     /// Serve `GET /metrics` here (empty: no endpoint).
-    pub(crate) listen: String,
+    pub listen: String,
     /// How often to measure lag (outbox, consumers, dead letters).
-    pub(crate) lag_interval: Dur,
+    pub lag_interval: Dur,
 }
 
 impl Default for MetricsConfig {
@@ -200,11 +200,11 @@ impl Default for MetricsConfig {
 
 /// A duration written `500ms`, `30s`, `5m`, `2h` or `7d` (`0` for none).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) struct Dur(pub(crate) Duration);
+pub struct Dur(pub Duration);
 
 impl<'de> Deserialize<'de> for Dur {
     fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        tidings::duration::deserialize(d).map(Dur)
+        tidings_core::duration::deserialize(d).map(Dur)
     }
 }
 
@@ -214,37 +214,62 @@ impl fmt::Display for Dur {
     }
 }
 
+/// Which URLs the program reading the configuration opens: a URL it
+/// cannot open is refused with the others' mistakes, at load.
+#[derive(Debug, Clone, Copy)]
+pub struct Schemes {
+    /// Whether a database URL names a database it opens.
+    pub database: fn(&str) -> bool,
+    /// Whether a broker URL names a transport it opens (`log` included).
+    pub broker: fn(&str) -> bool,
+}
+
 /// A configuration as loaded, and which keys the environment set.
 #[derive(Debug, Clone)]
-pub(crate) struct Loaded {
+pub struct Loaded {
     /// The configuration.
-    pub(crate) config: Config,
+    pub config: Config,
     /// The database URL, read from wherever it was given.
-    pub(crate) database_url: Secret,
+    pub database_url: Secret,
     /// The broker URL, read from wherever it was given.
-    pub(crate) broker_url: Secret,
+    pub broker_url: Secret,
     /// Where the metrics endpoint listens, if anywhere.
-    pub(crate) metrics_listen: Option<SocketAddr>,
+    pub metrics_listen: Option<SocketAddr>,
 }
 
 impl Loaded {
     /// Reads `path` (no file: every default), applies the overrides in
     /// `env` (`TIDINGS_SECTION__KEY=value`), and checks the result.
-    pub(crate) fn from_file(
+    pub fn from_file(
         path: Option<&Path>,
         env: impl IntoIterator<Item = (String, String)>,
+        schemes: Schemes,
     ) -> Result<Loaded, ConfigError> {
         let source = path.map_or("configuration".to_owned(), |p| p.display().to_string());
+        let text = match path {
+            Some(p) => std::fs::read_to_string(p).map_err(|e| ConfigError {
+                source: source.clone(),
+                path: String::new(),
+                reason: format!("cannot read it: {e}"),
+            })?,
+            None => String::new(),
+        };
+        Loaded::from_text(&source, &text, env, schemes)
+    }
+
+    /// Reads `text`, the content of `source`, as [`Loaded::from_file`] reads a file.
+    pub fn from_text(
+        source: &str,
+        text: &str,
+        env: impl IntoIterator<Item = (String, String)>,
+        schemes: Schemes,
+    ) -> Result<Loaded, ConfigError> {
         let refuse = |path: &str, reason: String| ConfigError {
-            source: source.clone(),
+            source: source.to_owned(),
             path: path.to_owned(),
             reason,
         };
-        let text = match path {
-            Some(p) => std::fs::read_to_string(p).map_err(|e| refuse("", format!("cannot read it: {e}")))?,
-            None => String::new(),
-        };
-        let mut table: toml::Table = toml::from_str(&text).map_err(|e| refuse("", one_line(&text, &e)))?;
+        let mut table: toml::Table = toml::from_str(text).map_err(|e| refuse("", one_line(text, &e)))?;
         let from_env = apply_env(&mut table, env).map_err(|(var, reason)| ConfigError {
             source: "environment".into(),
             path: var,
@@ -254,7 +279,7 @@ impl Loaded {
             let source = if from_env.contains("relay.enabled") {
                 format!("environment ({})", env_name("relay.enabled"))
             } else {
-                source.clone()
+                source.to_owned()
             };
             ConfigError {
                 source,
@@ -269,7 +294,7 @@ impl Loaded {
                 let source = if from_env.contains(&key) {
                     format!("environment ({var})")
                 } else {
-                    source.clone()
+                    source.to_owned()
                 };
                 ConfigError {
                     source,
@@ -309,12 +334,14 @@ impl Loaded {
             broker_url,
             metrics_listen,
         };
-        loaded.check().map_err(|(path, reason)| refuse(&path, reason))?;
+        loaded
+            .check(schemes)
+            .map_err(|(path, reason)| refuse(&path, reason))?;
         Ok(loaded)
     }
 
     /// Ranges and the URLs' schemes.
-    fn check(&self) -> Result<(), (String, String)> {
+    fn check(&self, schemes: Schemes) -> Result<(), (String, String)> {
         let c = &self.config;
         let range = |path: &str, v: u64, lo: u64, hi: u64| {
             if (lo..=hi).contains(&v) {
@@ -337,7 +364,7 @@ impl Loaded {
             1000,
         )?;
         c.relay.check().map_err(|e| match e {
-            tidings::Error::Config { key, reason } => (format!("relay.{key}"), reason),
+            tidings_core::Error::Config { key, reason } => (format!("relay.{key}"), reason),
             other => ("relay".to_owned(), other.to_string()),
         })?;
         range("broker.partitions", c.broker.partitions.into(), 1, 1024)?;
@@ -368,7 +395,7 @@ impl Loaded {
         }
         positive("metrics.lag_interval", c.metrics.lag_interval)?;
         let db = self.database_url.expose();
-        if tidings::database_named(db).is_none() {
+        if !(schemes.database)(db) {
             return Err((
                 "database.url".to_owned(),
                 format!(
@@ -378,7 +405,7 @@ impl Loaded {
             ));
         }
         let broker = self.broker_url.expose();
-        if !tidings::opens_transport(broker) {
+        if !(schemes.broker)(broker) {
             return Err((
                 "broker.url".to_owned(),
                 format!(
@@ -441,7 +468,7 @@ fn secret_url(
 }
 
 /// `relay.batch_size` -> `TIDINGS_RELAY__BATCH_SIZE`.
-pub(crate) fn env_name(path: &str) -> String {
+pub fn env_name(path: &str) -> String {
     format!("{ENV_PREFIX}{}", path.replace('.', "__").to_uppercase())
 }
 
@@ -523,6 +550,21 @@ fn one_line(text: &str, e: &toml::de::Error) -> String {
 mod tests {
     use super::*;
 
+    /// The daemon's schemes, as far as these tests go.
+    const SCHEMES: Schemes = Schemes {
+        database: |url| {
+            ["postgres://", "mysql://", "sqlite:"]
+                .iter()
+                .any(|s| url.starts_with(s))
+        },
+        broker: |url| {
+            url == "log"
+                || ["nats://", "amqp://", "kafka://"]
+                    .iter()
+                    .any(|s| url.starts_with(s))
+        },
+    };
+
     fn load(text: &str, env: &[(&str, &str)]) -> Result<Loaded, ConfigError> {
         let path =
             std::env::temp_dir().join(format!("tidings-config-{}.toml", uuid::Uuid::new_v4().simple()));
@@ -530,6 +572,7 @@ mod tests {
         let loaded = Loaded::from_file(
             Some(&path),
             env.iter().map(|(k, v)| (k.to_string(), v.to_string())),
+            SCHEMES,
         )
         .map_err(|e| ConfigError {
             source: "file".into(),
@@ -710,12 +753,12 @@ mod tests {
             ("7d", Duration::from_secs(7 * 86_400)),
             ("0", Duration::ZERO),
         ] {
-            assert_eq!(tidings::duration::parse(text), Ok(d));
+            assert_eq!(tidings_core::duration::parse(text), Ok(d));
             if !d.is_zero() {
                 assert_eq!(Dur(d).to_string(), text);
             }
         }
-        assert!(tidings::duration::parse("5 minutes").is_err());
-        assert!(tidings::duration::parse("s").is_err());
+        assert!(tidings_core::duration::parse("5 minutes").is_err());
+        assert!(tidings_core::duration::parse("s").is_err());
     }
 }
