@@ -258,7 +258,28 @@ impl Loaded {
     }
 
     /// Reads `text`, the content of `source`, as [`Loaded::from_file`] reads a file.
+    ///
+    /// A refusal never shows a password: a URL holding one that it quotes
+    /// (a URL given where a duration or an address belongs) is redacted.
     pub fn from_text(
+        source: &str,
+        text: &str,
+        env: impl IntoIterator<Item = (String, String)>,
+        schemes: Schemes,
+    ) -> Result<Loaded, ConfigError> {
+        let env: Vec<(String, String)> = env.into_iter().collect();
+        Self::read(source, text, env.iter().cloned(), schemes).map_err(|mut e| {
+            let file = toml::Value::Table(toml::from_str(text).unwrap_or_default());
+            let mut given: Vec<&str> = env.iter().map(|(_, v)| v.as_str()).collect();
+            strings(&file, &mut |s| given.push(s));
+            for url in given.into_iter().filter(|s| has_password(s)) {
+                e.reason = hide(&e.reason, url);
+            }
+            e
+        })
+    }
+
+    fn read(
         source: &str,
         text: &str,
         env: impl IntoIterator<Item = (String, String)>,
@@ -416,6 +437,24 @@ impl Loaded {
         }
         Ok(())
     }
+}
+
+/// Calls `f` with every string in `value`, however deep.
+fn strings<'v>(value: &'v toml::Value, f: &mut impl FnMut(&'v str)) {
+    match value {
+        toml::Value::String(s) => f(s),
+        toml::Value::Array(items) => items.iter().for_each(|v| strings(v, f)),
+        toml::Value::Table(table) => table.values().for_each(|v| strings(v, f)),
+        _ => {}
+    }
+}
+
+/// `text` with `url`, as given or as quoted (`{url:?}`), in its redacted form.
+fn hide(text: &str, url: &str) -> String {
+    let redacted = redact_url(url);
+    let quoted = format!("{url:?}");
+    let quoted = &quoted[1..quoted.len() - 1];
+    text.replace(url, &redacted).replace(quoted, &redacted)
 }
 
 /// Takes `relay.enabled` out of the file's `[relay]` (default: on), so that
@@ -741,6 +780,23 @@ mod tests {
         .unwrap();
         std::fs::remove_file(&file).unwrap();
         assert_eq!(loaded.database_url.expose(), "postgres://app:hunter2@db/shop");
+    }
+
+    #[test]
+    fn a_refusal_quoting_a_url_hides_its_password() {
+        // Found by the config_file fuzz target: a URL where a duration
+        // belongs was quoted whole.
+        let env = [("TIDINGS_DATABASE__URL", "sqlite://x.db")];
+        for text in [
+            "[consumer]\ndedupe_retention = \"postgres://:hunter2@/db\"\n",
+            "[metrics]\nlisten = \"amqp://app:hunter2@mq/%2f\"\n",
+            "[relay]\nbatch_size = \"postgres://app@db/shop?password=hunter2\"\n",
+        ] {
+            let (path, reason) = refused(text, &env);
+            assert!(!path.is_empty() && !reason.contains("hunter2"), "{reason}");
+        }
+        let e = load("", &[("TIDINGS_METRICS__LISTEN", "nats://u:hunter2@h:4222")]).unwrap_err();
+        assert!(!e.to_string().contains("hunter2"), "{e}");
     }
 
     #[test]

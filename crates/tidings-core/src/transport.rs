@@ -125,9 +125,10 @@ impl RawMessage {
     ) -> RawMessage {
         let mut out = Headers::new();
         let mut refused = None;
+        let mut seen = std::collections::BTreeSet::new();
         for (name, value) in headers {
             let Some(value) = value else { continue };
-            if out.contains_key(name) {
+            if !seen.insert(name) {
                 continue;
             }
             let value = match std::str::from_utf8(value) {
@@ -456,5 +457,13 @@ mod tests {
         assert!(!raw.headers.contains_key("CE-ID"));
         let err = raw.decode().unwrap_err().to_string();
         assert!(err.contains("header CE-ID is not UTF-8 text"), "{err}");
+
+        // Found by the kafka_headers fuzz target: a refused first value let
+        // the name's second value in.
+        let raw = record(&[("ce-id", Some(b"\xff")), ("ce-id", Some(b"later"))], b"");
+        assert!(
+            raw.refused.is_some() && !raw.headers.contains_key("ce-id"),
+            "{raw:?}"
+        );
     }
 }
