@@ -21,10 +21,13 @@ fuzz_target!(|input: (Option<Vec<u8>>, Vec<Header>, Vec<u8>)| {
         &body,
     );
     // The first value of each name, as the record carries it.
-    for (name, value) in &headers {
+    // An attribute is one whatever the case of its name.
+    for (i, (name, value)) in headers.iter().enumerate() {
         let Some(value) = value else { continue };
-        let first = headers.iter().find(|(k, v)| k == name && v.is_some());
-        if first.map(|(_, v)| v.as_deref()) != Some(Some(value.as_slice())) || !is_attribute_header(name) {
+        let first = headers
+            .iter()
+            .position(|(k, v)| v.is_some() && k.eq_ignore_ascii_case(name));
+        if first != Some(i) || !is_attribute_header(name) {
             continue;
         }
         match std::str::from_utf8(value) {

@@ -23,6 +23,10 @@ pub struct RabbitOptions {
         serde(deserialize_with = "tidings_core::clamp::at_least_one")
     )]
     pub(crate) partitions: u32,
+    #[cfg_attr(
+        feature = "serde",
+        serde(deserialize_with = "tidings_core::clamp::at_least_one")
+    )]
     pub(crate) max_message_bytes: usize,
 }
 

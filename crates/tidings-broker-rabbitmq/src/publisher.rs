@@ -90,6 +90,33 @@ pub(crate) async fn confirmed(confirm: lapin::PublisherConfirm) -> Result<()> {
     }
 }
 
+impl RabbitTransport {
+    /// Declares `m`'s exchange if need be and publishes `m` on `channel`.
+    async fn send_one(&self, channel: &Channel, m: &OutgoingMessage) -> Result<lapin::PublisherConfirm> {
+        let exchange = self.declare_exchange(channel, &m.topic).await?;
+        let (attributes, payload) = cloudevents::to_binary(&m.envelope);
+        let mut headers = FieldTable::default();
+        let mut content_type = None;
+        for (k, v) in &attributes {
+            if k == cloudevents::CONTENT_TYPE_HEADER {
+                content_type = Some(v.clone());
+            } else {
+                headers.insert(ShortString::from(k.as_str()), long(v));
+            }
+        }
+        let mut properties = BasicProperties::default()
+            .with_headers(headers)
+            .with_delivery_mode(2)
+            .with_message_id(m.envelope.id.to_string().as_str().into());
+        if let Some(ct) = content_type {
+            properties = properties.with_content_type(ct.as_str().into());
+        }
+        let partition = Partition::of(&m.envelope.aggregate_key, self.options.partitions);
+        let routing_key = format!("{}.{}", partition.index, m.envelope.message_type);
+        send(channel, &exchange, &routing_key, &payload, properties).await
+    }
+}
+
 #[async_trait]
 impl Publisher for RabbitTransport {
     async fn publish(&self, batch: &[OutgoingMessage]) -> Result<()> {
@@ -100,31 +127,12 @@ impl Publisher for RabbitTransport {
         let channel = self.confirms().await?;
         let mut confirms = Vec::with_capacity(batch.len());
         for m in batch {
-            let exchange = self.declare_exchange(&channel, &m.topic).await?;
-            let (attributes, payload) = cloudevents::to_binary(&m.envelope);
-            let mut headers = FieldTable::default();
-            let mut content_type = None;
-            for (k, v) in &attributes {
-                if k == cloudevents::CONTENT_TYPE_HEADER {
-                    content_type = Some(v.clone());
-                } else {
-                    headers.insert(ShortString::from(k.as_str()), long(v));
-                }
-            }
-            let mut properties = BasicProperties::default()
-                .with_headers(headers)
-                .with_delivery_mode(2)
-                .with_message_id(m.envelope.id.to_string().as_str().into());
-            if let Some(ct) = content_type {
-                properties = properties.with_content_type(ct.as_str().into());
-            }
-            let partition = Partition::of(&m.envelope.aggregate_key, self.options.partitions);
-            let routing_key = format!("{}.{}", partition.index, m.envelope.message_type);
-            match send(&channel, &exchange, &routing_key, &payload, properties).await {
+            match self.send_one(&channel, m).await {
                 Ok(confirm) => confirms.push(confirm),
                 Err(e) => {
                     // The broker may have closed the channel over a message
-                    // sent before: its refusal is the cause to report.
+                    // sent before (a later declare or publish then fails):
+                    // its refusal is the cause to report.
                     for c in confirms {
                         confirmed(c).await?;
                     }
@@ -138,11 +146,12 @@ impl Publisher for RabbitTransport {
         Ok(())
     }
 
-    /// A record whose payload and own headers alone exceed the broker's
-    /// `max_message_size` ([`RabbitOptions::max_message_bytes`](crate::RabbitOptions::max_message_bytes)).
+    /// A record whose payload (the message body, what RabbitMQ measures)
+    /// exceeds the broker's `max_message_size`
+    /// ([`RabbitOptions::max_message_bytes`](crate::RabbitOptions::max_message_bytes)).
     fn refuses(&self, m: &OutgoingMessage) -> Option<String> {
         let max = self.options.max_message_bytes;
-        let size = m.envelope.own_bytes();
+        let size = m.envelope.payload.len();
         (size > max).then(|| {
             format!(
                 "its {size} bytes are more than RabbitMQ's max_message_size of {max}: raise it (on the broker, \

@@ -275,6 +275,8 @@ impl Loaded {
             for url in given.into_iter().filter(|s| has_password(s)) {
                 e.reason = hide(&e.reason, url);
             }
+            // And any URL the reason quotes in another form (trimmed, unquoted).
+            e.reason = hide_urls(&e.reason);
             e
         })
     }
@@ -455,6 +457,30 @@ fn hide(text: &str, url: &str) -> String {
     let quoted = format!("{url:?}");
     let quoted = &quoted[1..quoted.len() - 1];
     text.replace(url, &redacted).replace(quoted, &redacted)
+}
+
+/// `text` with every `scheme://…` in it (up to a space or a quote) that
+/// holds a password in its redacted form.
+fn hide_urls(text: &str) -> String {
+    let stops = |c: char| c.is_whitespace() || c == '"' || c == '\'' || c == '`';
+    let mut out = String::with_capacity(text.len());
+    let mut rest = text;
+    while let Some(at) = rest.find("://") {
+        let start = rest[..at]
+            .rfind(|c: char| !(c.is_ascii_alphanumeric() || "+-.".contains(c)))
+            .map_or(0, |i| i + 1);
+        let end = rest[at..].find(stops).map_or(rest.len(), |i| at + i);
+        let url = &rest[start..end];
+        out.push_str(&rest[..start]);
+        if has_password(url) {
+            out.push_str(&redact_url(url));
+        } else {
+            out.push_str(url);
+        }
+        rest = &rest[end..];
+    }
+    out.push_str(rest);
+    out
 }
 
 /// Takes `relay.enabled` out of the file's `[relay]` (default: on), so that
@@ -796,6 +822,11 @@ mod tests {
             assert!(!path.is_empty() && !reason.contains("hunter2"), "{reason}");
         }
         let e = load("", &[("TIDINGS_METRICS__LISTEN", "nats://u:hunter2@h:4222")]).unwrap_err();
+        assert!(!e.to_string().contains("hunter2"), "{e}");
+        // Quoted as given in neither form: trimmed, or read as TOML from the environment.
+        let (_, reason) = refused("[metrics]\nlisten = \" amqp://app:hunter2@mq/%2f \"\n", &env);
+        assert!(!reason.contains("hunter2"), "{reason}");
+        let e = load("", &[("TIDINGS_METRICS__LISTEN", "\"nats://u:hunter2@h:4222\"")]).unwrap_err();
         assert!(!e.to_string().contains("hunter2"), "{e}");
     }
 

@@ -111,7 +111,8 @@ impl RawMessage {
     /// A record whose headers are names and byte values, any of them
     /// repeated or without a value (Kafka's), read as text headers.
     ///
-    /// A name's first value counts; a header without a value is left out.
+    /// A name's first value counts (an attribute's, whatever the case of its
+    /// name); a header without a value is left out.
     /// A CloudEvents attribute (`ce-…`, `content-type`) that is not UTF-8
     /// is never patched into text, which could turn two ids into one: the
     /// message is refused naming it, and decoding fails with that reason.
@@ -128,7 +129,14 @@ impl RawMessage {
         let mut seen = std::collections::BTreeSet::new();
         for (name, value) in headers {
             let Some(value) = value else { continue };
-            if !seen.insert(name) {
+            // Attributes are read without regard to case: `CE-ID` then
+            // `ce-id` is one attribute given twice.
+            let seen_as = if crate::cloudevents::is_attribute_header(name) {
+                name.to_ascii_lowercase()
+            } else {
+                name.to_owned()
+            };
+            if !seen.insert(seen_as) {
                 continue;
             }
             let value = match std::str::from_utf8(value) {
@@ -464,6 +472,13 @@ mod tests {
         assert!(
             raw.refused.is_some() && !raw.headers.contains_key("ce-id"),
             "{raw:?}"
+        );
+        let raw = record(&[("CE-ID", Some(b"first")), ("ce-id", Some(b"second"))], b"");
+        assert_eq!(
+            raw.headers.len(),
+            1,
+            "one attribute given twice: {:?}",
+            raw.headers
         );
     }
 }

@@ -114,7 +114,9 @@ impl crate::outage::PrivateBroker for PrivateTansu {
 impl Drop for PrivateTansu {
     fn drop(&mut self) {
         if self.frozen {
-            self.signal("CONT");
+            let _ = Command::new("kill")
+                .args(["-s", "CONT", &self.child.id().to_string()])
+                .status();
         }
         let _ = self.child.kill();
         let _ = self.child.wait();
