@@ -210,10 +210,12 @@ enum Fault {
     PoisonOutbox,
 }
 
-/// The outage and the poison come first, while the producer surely runs.
+/// The poison and the outage come first, while the producer surely runs
+/// (it commits its orders in a few seconds; a RabbitMQ node takes longer
+/// than that to come back).
 const FAULTS: [Fault; 7] = [
-    Fault::BrokerOutage,
     Fault::PoisonOutbox,
+    Fault::BrokerOutage,
     Fault::KillRelay,
     Fault::KillConsumer,
     Fault::FreezeRelay,

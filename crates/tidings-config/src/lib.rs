@@ -466,9 +466,13 @@ fn hide_urls(text: &str) -> String {
     let mut out = String::with_capacity(text.len());
     let mut rest = text;
     while let Some(at) = rest.find("://") {
-        let start = rest[..at]
-            .rfind(|c: char| !(c.is_ascii_alphanumeric() || "+-.".contains(c)))
-            .map_or(0, |i| i + 1);
+        let scheme = rest[..at]
+            .chars()
+            .rev()
+            .take_while(|c| c.is_ascii_alphanumeric() || "+-.".contains(*c))
+            .count();
+        // The scheme's characters are ASCII: one byte each.
+        let start = at - scheme;
         let end = rest[at..].find(stops).map_or(rest.len(), |i| at + i);
         let url = &rest[start..end];
         out.push_str(&rest[..start]);
@@ -828,6 +832,12 @@ mod tests {
         assert!(!reason.contains("hunter2"), "{reason}");
         let e = load("", &[("TIDINGS_METRICS__LISTEN", "\"nats://u:hunter2@h:4222\"")]).unwrap_err();
         assert!(!e.to_string().contains("hunter2"), "{e}");
+        // Found by the config_file fuzz target: a URL right after a
+        // character of two bytes.
+        assert_eq!(
+            hide_urls("\u{6cc}qlite://@ and ямqp://u:pw@h"),
+            "\u{6cc}qlite://@ and ямqp://u@h"
+        );
     }
 
     #[test]
