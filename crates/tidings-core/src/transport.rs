@@ -116,8 +116,8 @@ impl RawMessage {
     /// A CloudEvents attribute (`ce-…`, `content-type`) that is not UTF-8
     /// is never patched into text, which could turn two ids into one: the
     /// message is refused naming it, and decoding fails with that reason.
-    /// Other headers, and the key, are read as UTF-8 with the bytes that
-    /// are not replaced.
+    /// Other headers, and the key, are read as UTF-8, each byte sequence
+    /// that is not UTF-8 replaced by the replacement character (U+FFFD).
     pub fn from_record<'a>(
         topic: &str,
         key: Option<&[u8]>,
