@@ -70,36 +70,18 @@ impl ClaimedRows {
 /// the records sent, stores each record set aside as a dead letter with a
 /// hold on its key, then checks that the relay still holds every one of
 /// those leases, and commits only if it does. The records it does not name
-/// stay unsent.
+/// stay unsent. For a claim that held no lock on its leases while it was
+/// published (SQLite's); a claim that did ends in its own transaction
+/// ([`TxBatch`](crate::TxBatch)).
 ///
 /// The writes come before the check so that the check holds until the
-/// commit on every database: PostgreSQL and MySQL lock the lease rows it
-/// reads; SQLite's transaction holds the write lock from its first write.
+/// commit: SQLite's transaction holds the write lock from its first write.
 pub async fn settle<D: Dialect>(store: &SqlStore<D>, live: &OutboxPartitions, s: Settlement) -> Result<()> {
     if s.is_empty() {
         return Ok(());
     }
     let mut tx = store.begin_tx("settling an outbox batch").await?;
-    if !s.sent.is_empty() {
-        let sql = match store.options().retention_period() {
-            Some(_) => D::SQL.relay_stamp_sent,
-            None => D::SQL.relay_delete_sent,
-        };
-        Stmt::<D>::new(sql, "completing an outbox batch")
-            .bind(D::int_list(&s.sent))
-            .execute(&mut tx)
-            .await?;
-    }
-    for aside in &s.set_aside {
-        SqlStore::<D>::insert_dead_letter(&mut tx, &aside.letter).await?;
-        Stmt::<D>::new(D::SQL.relay_hold, "holding a key behind a record set aside")
-            .bind(aside.seq)
-            .bind(aside.letter.message_id.unwrap_or_default())
-            .bind(aside.letter.topic.as_str())
-            .bind(aside.key())
-            .execute(&mut tx)
-            .await?;
-    }
+    write_settlement(store, &mut tx, &s).await?;
     for lease in &live.leases {
         let holds = Stmt::<D>::new(D::SQL.holds_lease, "checking the relay's leases")
             .bind(live.scope.as_str())
@@ -123,4 +105,35 @@ pub async fn settle<D: Dialect>(store: &SqlStore<D>, live: &OutboxPartitions, s:
     tx.commit()
         .await
         .map_err(db_error::<D>("committing an outbox batch"))
+}
+
+/// Writes a settlement in `conn`: the records sent marked (deleted, or
+/// stamped under a retention), each record set aside stored as a dead
+/// letter of the relay with a hold on its key.
+pub(crate) async fn write_settlement<D: Dialect>(
+    store: &SqlStore<D>,
+    conn: &mut <D::Db as sqlx::Database>::Connection,
+    s: &Settlement,
+) -> Result<()> {
+    if !s.sent.is_empty() {
+        let sql = match store.options().retention_period() {
+            Some(_) => D::SQL.relay_stamp_sent,
+            None => D::SQL.relay_delete_sent,
+        };
+        Stmt::<D>::new(sql, "completing an outbox batch")
+            .bind(D::int_list(&s.sent))
+            .execute(&mut *conn)
+            .await?;
+    }
+    for aside in &s.set_aside {
+        SqlStore::<D>::insert_dead_letter(&mut *conn, &aside.letter).await?;
+        Stmt::<D>::new(D::SQL.relay_hold, "holding a key behind a record set aside")
+            .bind(aside.seq)
+            .bind(aside.letter.message_id.unwrap_or_default())
+            .bind(aside.letter.topic.as_str())
+            .bind(aside.key())
+            .execute(&mut *conn)
+            .await?;
+    }
+    Ok(())
 }

@@ -50,4 +50,4 @@ pub use errors::{classify, db_error, log_error};
 pub use failures::DEAD_LETTER_COLUMNS;
 pub use replay::REPLAY_COLUMNS;
 pub use store::{SqlStore, StoreOptions};
-pub use tx_batch::TxBatch;
+pub use tx_batch::{CLAIM_SAVEPOINT, TxBatch};

@@ -4,35 +4,41 @@
 
 use async_trait::async_trait;
 use sqlx::Transaction;
-use tidings_core::{ClaimedBatch, OutboxPartitions, OutgoingMessage, Result, Settlement, Undecodable};
+use tidings_core::{ClaimedBatch, OutgoingMessage, Result, Settlement, Undecodable};
 
-use crate::claimed::{ClaimedRows, settle};
+use crate::claimed::{ClaimedRows, write_settlement};
+use crate::db::SqlDb;
 use crate::errors::db_error;
 use crate::{Dialect, SqlStore};
+
+/// The savepoint a claim sets between locking its leases and changing its
+/// rows (`SAVEPOINT tidings_claim`), for [`TxBatch`].
+pub const CLAIM_SAVEPOINT: &str = "SAVEPOINT tidings_claim";
+const BACK_TO_CLAIM: &str = "ROLLBACK TO SAVEPOINT tidings_claim";
 
 /// A batch claimed by one relay: its rows stay locked (other relays keep
 /// off them) until the batch is completed (its transaction commits, with
 /// the rows deleted or stamped in it) or released (it rolls back), or the
 /// relay dies and the database rolls it back. Settled in part, it rolls
-/// back and marks what was sent in a transaction of its own ([`settle`]).
+/// back to [`CLAIM_SAVEPOINT`], taken after the lease locks and before the
+/// rows changed, and marks what was sent in the same transaction: the lease
+/// locks, held from the claim to the commit, are the fence, however long
+/// the search for the records at fault took.
 pub struct TxBatch<D: Dialect> {
     tx: Option<Transaction<'static, D::Db>>,
     rows: ClaimedRows,
-    claim: Option<(SqlStore<D>, OutboxPartitions)>,
+    store: Option<SqlStore<D>>,
 }
 
 impl<D: Dialect> TxBatch<D> {
-    /// `rows`, claimed in `tx` on `store` under the leases of `live`.
-    pub fn new(
-        tx: Transaction<'static, D::Db>,
-        rows: ClaimedRows,
-        store: &SqlStore<D>,
-        live: OutboxPartitions,
-    ) -> Self {
+    /// `rows`, claimed in `tx` on `store`. The claim must have locked its
+    /// leases, then set [`CLAIM_SAVEPOINT`],
+    /// then changed the rows.
+    pub fn new(tx: Transaction<'static, D::Db>, rows: ClaimedRows, store: &SqlStore<D>) -> Self {
         TxBatch {
             tx: Some(tx),
             rows,
-            claim: Some((store.clone(), live)),
+            store: Some(store.clone()),
         }
     }
 
@@ -41,7 +47,7 @@ impl<D: Dialect> TxBatch<D> {
         TxBatch {
             tx: None,
             rows: ClaimedRows::default(),
-            claim: None,
+            store: None,
         }
     }
 }
@@ -96,17 +102,26 @@ impl<D: Dialect> ClaimedBatch for TxBatch<D> {
     }
 
     async fn settle(mut self, settlement: Settlement) -> Result<()> {
-        // The claim's transaction deleted (or stamped) every record it
-        // read: undo it all, then mark only what was sent. The leases keep
-        // other relays off these partitions in between.
-        if let Some(tx) = self.tx.take() {
-            tx.rollback()
+        let (Some(mut tx), Some(store)) = (self.tx.take(), &self.store) else {
+            return Ok(());
+        };
+        if settlement.is_empty() {
+            return tx
+                .rollback()
                 .await
-                .map_err(db_error::<D>("releasing an outbox batch"))?;
+                .map_err(db_error::<D>("releasing an outbox batch"));
         }
-        match &self.claim {
-            Some((store, live)) => settle(store, live, settlement).await,
-            None => Ok(()),
-        }
+        // The claim deleted (or stamped) every record it read: undo that,
+        // keep the lease locks taken before it, and mark only what was sent.
+        // No other relay can have taken these partitions meanwhile, so
+        // there is nothing to check: a search that outlasted the leases'
+        // time still settles (their renewal waits on these locks).
+        <D::Db as SqlDb>::script(&mut tx, sqlx::SqlSafeStr::into_sql_str(BACK_TO_CLAIM))
+            .await
+            .map_err(db_error::<D>("settling an outbox batch"))?;
+        write_settlement(store, &mut tx, &settlement).await?;
+        tx.commit()
+            .await
+            .map_err(db_error::<D>("committing an outbox batch"))
     }
 }

@@ -2,7 +2,7 @@
 
 use sqlx::{Executor, Row};
 use tidings_core::{OutboxPartitions, OutboxRecord, Result};
-use tidings_sql::{ClaimedRows, TxBatch, db_error};
+use tidings_sql::{CLAIM_SAVEPOINT, ClaimedRows, TxBatch, db_error};
 
 use crate::{My, MySqlStore};
 
@@ -145,11 +145,14 @@ pub(crate) async fn claim(store: &MySqlStore, limit: usize, held: &OutboxPartiti
             ),
             None => format!("DELETE FROM tidings_outbox WHERE seq IN ({seqs})"),
         };
+        // After the savepoint a batch settled in part goes back to
+        // ([`TxBatch`]), in the same round trip: the lease and row locks
+        // taken, no row changed yet (InnoDB keeps the row locks).
+        let done = format!("{CLAIM_SAVEPOINT}; {done}");
         (&mut *tx)
             .execute(sqlx::AssertSqlSafe(done))
             .await
             .map_err(db_error::<My>("claiming an outbox batch"))?;
     }
-    let live = held.only(|p| live.contains(&i64::from(p)));
-    Ok(MySqlBatch::new(tx, claimed, store, live))
+    Ok(MySqlBatch::new(tx, claimed, store))
 }

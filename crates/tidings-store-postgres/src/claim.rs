@@ -2,7 +2,7 @@
 
 use sqlx::Row;
 use tidings_core::{OutboxPartitions, OutboxRecord, Result};
-use tidings_sql::{ClaimedRows, TxBatch, db_error};
+use tidings_sql::{CLAIM_SAVEPOINT, ClaimedRows, TxBatch, db_error};
 
 use crate::{Pg, PgStore};
 
@@ -82,6 +82,12 @@ pub(crate) async fn claim(store: &PgStore, limit: usize, held: &OutboxPartitions
     }
     let holds = live.iter().any(|&(_, holds)| holds);
     let live: Vec<i32> = live.into_iter().map(|(p, _)| p).collect();
+    // What a batch settled in part goes back to ([`TxBatch`]): the lease
+    // locks taken, no row changed yet.
+    sqlx::raw_sql(CLAIM_SAVEPOINT)
+        .execute(&mut *tx)
+        .await
+        .map_err(db_error::<Pg>("claiming an outbox batch"))?;
     let sql = match (store.options().retention_period().is_some(), holds) {
         (true, false) => CLAIM_MARK,
         (true, true) => CLAIM_MARK_UNHELD,
@@ -109,6 +115,5 @@ pub(crate) async fn claim(store: &PgStore, limit: usize, held: &OutboxPartitions
     rows.sort_unstable_by_key(|r| r.seq);
     let mut claimed = ClaimedRows::with_capacity(rows.len());
     rows.into_iter().for_each(|r| claimed.push(r));
-    let live = held.only(|p| live.contains(&(p as i32)));
-    Ok(PgBatch::new(tx, claimed, store, live))
+    Ok(PgBatch::new(tx, claimed, store))
 }

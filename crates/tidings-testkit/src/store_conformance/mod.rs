@@ -62,6 +62,7 @@ macro_rules! store_conformance {
                 with_a_retention_records_that_cannot_go_out_wait_alone,
                 a_transport_refusing_everything_sets_nothing_aside,
                 a_refused_record_with_only_its_key_behind_it_is_set_aside,
+                a_search_longer_than_the_lease_settles_once,
             ],
             relays: [
                 relays_share_the_partitions_and_keep_each_key_in_order,
