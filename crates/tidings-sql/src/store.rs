@@ -1,13 +1,13 @@
 //! The store: a pool, its options and its wake-ups, over one dialect.
 
 use std::fmt;
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
 use sqlx::Pool;
 use sqlx::pool::PoolConnection;
 use tidings_core::guard::Guard;
-use tidings_core::{PublishGuard, Result};
+use tidings_core::{Error, PublishGuard, Publisher, Result};
 use tidings_log::{LogPublisher, LogReaderConfig, LogSubscriber};
 
 use crate::Dialect;
@@ -170,6 +170,9 @@ pub(crate) struct Inner<D: Dialect> {
     pub(crate) pool: Pool<D::Db>,
     pub(crate) options: StoreOptions,
     pub(crate) wake: D::Wakeups,
+    /// The transport whose refusals `enqueue` makes its own
+    /// ([`SqlStore::refuse_what_it_refuses`]).
+    pub(crate) transport: OnceLock<Arc<dyn Publisher>>,
 }
 
 impl<D: Dialect> Clone for SqlStore<D> {
@@ -212,7 +215,12 @@ impl<D: Dialect> SqlStore<D> {
     pub fn with_options(pool: Pool<D::Db>, options: StoreOptions) -> Self {
         let wake = D::wakeups(&pool, &options);
         SqlStore {
-            inner: Arc::new(Inner { pool, options, wake }),
+            inner: Arc::new(Inner {
+                pool,
+                options,
+                wake,
+                transport: OnceLock::new(),
+            }),
         }
     }
 
@@ -224,6 +232,23 @@ impl<D: Dialect> SqlStore<D> {
     /// The store's options.
     pub fn options(&self) -> &StoreOptions {
         &self.inner.options
+    }
+
+    /// Makes `enqueue` refuse, inside the producer's transaction, every
+    /// event `publisher` says it would refuse ([`Publisher::refuses`]: larger
+    /// than NATS's `max_payload`, Kafka's `message.max.bytes`, RabbitMQ's
+    /// `max_message_bytes`), with the transport's own reason: the relay
+    /// could never publish it, and its caller can act where a dead letter
+    /// after the commit would only be seen by an operator. Give it the
+    /// broker's publisher the relay uses (not this store's own database
+    /// log, which refuses nothing). Set once: a later call is refused,
+    /// naming the transport already set.
+    pub fn refuse_what_it_refuses(&self, publisher: Arc<dyn Publisher>) -> Result<()> {
+        self.inner.transport.set(publisher).map_err(|_| Error::Config {
+            key: "store".to_owned(),
+            reason: "enqueue already refuses what one transport refuses; a store checks events against one"
+                .to_owned(),
+        })
     }
 
     /// The store's wake-ups.

@@ -144,6 +144,17 @@ impl AnyStore {
     pub async fn migrate(&self) -> Result<()> {
         crate::with_store!(self, |s| s.migrate().await)
     }
+
+    /// Makes `enqueue` refuse, inside the producer's transaction, every
+    /// event `transport`'s broker would refuse (too large for it), naming
+    /// why; nothing for the database log, which takes any event. See
+    /// [`SqlStore::refuse_what_it_refuses`](tidings_sql::SqlStore::refuse_what_it_refuses).
+    pub fn refuse_what_it_refuses(&self, transport: &crate::Transport) -> Result<()> {
+        if !transport.broker.is_broker() {
+            return Ok(());
+        }
+        crate::with_store!(self, |s| s.refuse_what_it_refuses(transport.publisher.clone()))
+    }
 }
 
 /// Used by [`AnyStore::database`] when a database is built in.

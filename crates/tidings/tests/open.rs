@@ -180,3 +180,71 @@ async fn a_broker_url_opens_that_broker_with_the_topology() {
         assert_eq!(transport.subscriber.partitions("orders"), 4, "{name}");
     }
 }
+
+/// Told the broker's refusals, `enqueue` refuses an event NATS's
+/// `max_payload` could not take, inside the producer's transaction, with
+/// the broker's reason, and writes nothing; a smaller one goes in. Told the
+/// database log, it refuses nothing more.
+#[cfg(feature = "nats")]
+#[tokio::test]
+async fn enqueue_refuses_what_the_broker_would_refuse() {
+    use tidings::{Envelope, Outbox, OutgoingMessage};
+    let db = TempDb::new("refuses");
+    let store = open_store(&db.url()).await.unwrap();
+    store.migrate().await.unwrap();
+    let nats_url = std::env::var("NATS_URL").unwrap_or_else(|_| "nats://127.0.0.1:4222".to_owned());
+    let topology = tidings::Topology::default().prefix("tidings-open-refuses");
+    let log = with_store!(&store, |s| tidings::open_transport("log", &topology, s).await).unwrap();
+    store.refuse_what_it_refuses(&log).unwrap();
+    let nats = with_store!(&store, |s| tidings::open_transport(&nats_url, &topology, s).await)
+        .unwrap_or_else(|e| panic!("NATS at {nats_url}: {}", e.report()));
+    store.refuse_what_it_refuses(&nats).unwrap();
+    let second = store.refuse_what_it_refuses(&nats).unwrap_err();
+    assert!(second.to_string().contains("one transport"), "{second}");
+
+    #[derive(serde::Serialize, serde::Deserialize)]
+    struct Padded {
+        pad: String,
+    }
+    impl tidings::Message for Padded {
+        const TYPE: &'static str = "Padded";
+        const VERSION: u32 = 1;
+        const KIND: tidings::Kind = tidings::Kind::Event;
+        const AGGREGATE: &'static str = "order";
+        const TOPIC: &'static str = "orders";
+        fn key(&self) -> String {
+            "o1".to_owned()
+        }
+    }
+    let event = |bytes: usize| OutgoingMessage {
+        topic: "orders".to_owned(),
+        envelope: Envelope::new(
+            "tests",
+            &Padded {
+                pad: "x".repeat(bytes),
+            },
+        )
+        .unwrap(),
+    };
+    let AnyStore::Sqlite(sqlite) = &store else {
+        unreachable!()
+    };
+    let mut tx = sqlite.pool().begin().await.unwrap();
+    let err = sqlite
+        .enqueue_outgoing(&mut tx, &event(2 * 1024 * 1024))
+        .await
+        .unwrap_err();
+    let text = err.to_string();
+    assert!(text.contains("max_payload"), "names the broker's limit: {text}");
+    assert!(
+        err.class() == tidings::ErrorClass::Permanent,
+        "never worth trying again: {text}"
+    );
+    sqlite.enqueue_outgoing(&mut tx, &event(1024)).await.unwrap();
+    tx.commit().await.unwrap();
+    assert_eq!(
+        sqlite.lag().await.unwrap().outbox_pending,
+        1,
+        "only the small one"
+    );
+}

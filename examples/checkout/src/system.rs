@@ -1,8 +1,10 @@
 //! The checkout system's own tables, the front door that accepts commands,
 //! and the figures read back from the database.
 
+use std::sync::Arc;
+
 use async_trait::async_trait;
-use tidings_core::{Outbox, OutgoingMessage};
+use tidings_core::{Outbox, OutgoingMessage, Publisher};
 use tidings_sql::SqlStore;
 use tidings_sql::db::{Record, Stmt};
 
@@ -83,10 +85,18 @@ pub trait CheckoutStore: tidings_core::Store {
     /// resources on a broker, so that a database and its broker topology
     /// belong together.
     async fn system_id(&self) -> anyhow::Result<String>;
+
+    /// Makes `submit` refuse what `publisher` would refuse
+    /// ([`SqlStore::refuse_what_it_refuses`]).
+    fn refuse_what_it_refuses(&self, publisher: Arc<dyn Publisher>) -> tidings_core::Result<()>;
 }
 
 #[async_trait]
 impl<D: CheckoutDialect> CheckoutStore for SqlStore<D> {
+    fn refuse_what_it_refuses(&self, publisher: Arc<dyn Publisher>) -> tidings_core::Result<()> {
+        SqlStore::refuse_what_it_refuses(self, publisher)
+    }
+
     async fn setup(&self) -> anyhow::Result<()> {
         self.migrate().await?;
         let mut conn = self.conn("creating the checkout tables").await?;
