@@ -44,6 +44,15 @@ impl<D: Dialect> Outbox for SqlStore<D> {
                 ),
             });
         }
+        if let Some(transport) = self.inner.transport.get()
+            && let Some(reason) = transport.refuses(message)
+        {
+            return Err(Error::Refused {
+                message_type: e.message_type.clone(),
+                version: e.version,
+                reason: format!("the transport would refuse it: {reason}"),
+            });
+        }
         Stmt::<D>::new(D::SQL.enqueue, "inserting into the outbox")
             .bind(e.id)
             .bind(message.topic.as_str())
@@ -92,15 +101,23 @@ impl<D: Dialect> RelayStore for SqlStore<D> {
 }
 
 /// The span of writing `message` to the outbox (`tidings.enqueue`), with
-/// the ids a trace search needs.
+/// the ids a trace search needs, in the message's own trace (a child of its
+/// `traceparent`, which is usually the current span already).
 fn enqueue_span(message: &OutgoingMessage) -> tracing::Span {
     let e = &message.envelope;
-    tracing::info_span!(
+    let trace = e.trace();
+    let span = tracing::info_span!(
         "tidings.enqueue",
         message_id = %e.id,
         message_type = %e.message_type,
         topic = %message.topic,
         correlation_id = %e.correlation_id,
-        trace_id = %e.trace().map(|t| t.trace_id_hex()).unwrap_or_default(),
-    )
+        trace_id = %trace.map(|t| t.trace_id_hex()).unwrap_or_default(),
+    );
+    if let Some(parent) = trace
+        && !span.is_disabled()
+    {
+        tidings_core::trace::set_parent(&span, &parent);
+    }
+    span
 }

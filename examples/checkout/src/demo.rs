@@ -27,6 +27,7 @@ use tidings_relay::{Relay, RelayConfig};
 use tidings_store_sqlite::SqliteStore;
 use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
+use tracing::Instrument;
 
 use crate::handlers::{Analytics, Checkout, Email, EmailProvider, Inventory, Loyalty, ProviderTally};
 use crate::messages::*;
@@ -372,6 +373,11 @@ where
 
     let system = format!("demo-{}", store.system_id().await?);
     let transport = Transport::open(&store, options.broker.as_deref(), options.partitions, &system).await?;
+    if transport.namespace.is_some() {
+        // A broker (the log takes any event): an order it could not take
+        // fails at the front door.
+        store.refuse_what_it_refuses(transport.publisher.clone())?;
+    }
     // Every group exists on the transport before anything is published (on
     // RabbitMQ, a queue only receives what is published after it exists).
     for (group, topic) in [(COMMAND_CONSUMER, COMMANDS)]
@@ -737,7 +743,9 @@ async fn place_orders<S: CheckoutStore>(
                 if i >= orders {
                     return anyhow::Ok(());
                 }
-                place_one(&store, i, poison_rate).await?;
+                // One order, one trace: its commands start in this span.
+                let span = tracing::info_span!("checkout.place_order", order = i);
+                place_one(&store, i, poison_rate).instrument(span).await?;
                 placed.fetch_add(1, Ordering::Relaxed);
             }
         });
