@@ -57,8 +57,8 @@ use std::time::{Duration, Instant};
 use tidings_core::lease::sleep_unless;
 use tidings_core::metrics::{self as m, Count};
 use tidings_core::{
-    Backoff, ClaimedBatch, Error, Lease, LeaseStore, OutboxPartitions, Publisher, RelayStore, Result,
-    Settlement,
+    Backoff, ClaimedBatch, Error, Lease, LeaseStore, OutboxPartitions, OutgoingMessage, Publisher,
+    RelayStore, Result, Settlement,
 };
 use tidings_lease::{Membership, Scope};
 use tokio_util::sync::CancellationToken;
@@ -266,6 +266,33 @@ impl RelayStats {
     }
 }
 
+/// One span per record that carries a trace, in that trace
+/// (`tidings.relay.send`): the relay's part of the message's story, from
+/// its claim until its batch ends (confirmed and marked, or given back), so
+/// that one order's trace holds its producer's, relay's and consumers'
+/// spans whatever processes they ran in. Nothing is made when no
+/// subscriber records such spans.
+fn send_spans(messages: &[OutgoingMessage]) -> Vec<tracing::Span> {
+    let mut spans = Vec::new();
+    for m in messages {
+        let Some(parent) = m.envelope.trace() else {
+            continue;
+        };
+        let span = tracing::info_span!(
+            "tidings.relay.send",
+            topic = %m.topic,
+            message_id = %m.envelope.id,
+            message_type = %m.envelope.message_type,
+        );
+        if span.is_disabled() {
+            break;
+        }
+        tidings_core::trace::set_parent(&span, &parent);
+        spans.push(span);
+    }
+    spans
+}
+
 /// The lease scope of relays.
 pub const SCOPE: &str = "relay";
 
@@ -379,6 +406,7 @@ impl<S: RelayStore + LeaseStore + Clone, P: Publisher> Relay<S, P> {
             return Ok(Round::Idle);
         }
         let span = tracing::info_span!("tidings.relay.batch", records = n, member = %self.member);
+        let _sends = send_spans(batch.messages());
         self.publish_batch(batch, n).instrument(span).await
     }
 

@@ -27,13 +27,26 @@ impl Collector {
                 let kept = kept.clone();
                 async move {
                     let doc: Value = serde_json::from_slice(&body).expect("OTLP JSON");
-                    let received = doc["resourceSpans"]
-                        .as_array()
-                        .into_iter()
-                        .flatten()
-                        .flat_map(|rs| rs["scopeSpans"].as_array().into_iter().flatten())
-                        .flat_map(|ss| ss["spans"].as_array().into_iter().flatten().cloned());
-                    kept.lock().expect("spans lock").extend(received);
+                    let mut kept = kept.lock().expect("spans lock");
+                    for resource in doc["resourceSpans"].as_array().into_iter().flatten() {
+                        // Each span names its process's service.name as `service`.
+                        let service = resource["resource"]["attributes"]
+                            .as_array()
+                            .into_iter()
+                            .flatten()
+                            .find(|a| a["key"] == "service.name")
+                            .map_or(Value::Null, |a| a["value"]["stringValue"].clone());
+                        let spans = resource["scopeSpans"]
+                            .as_array()
+                            .into_iter()
+                            .flatten()
+                            .flat_map(|ss| ss["spans"].as_array().into_iter().flatten());
+                        for span in spans {
+                            let mut span = span.clone();
+                            span["service"] = service.clone();
+                            kept.push(span);
+                        }
+                    }
                     "{}"
                 }
             }),
@@ -46,7 +59,9 @@ impl Collector {
         Collector { endpoint, spans }
     }
 
-    /// The spans received so far (OTLP JSON objects: `name`, `traceId`, `spanId`, `parentSpanId`, `attributes`...).
+    /// The spans received so far (OTLP JSON objects: `name`, `traceId`,
+    /// `spanId`, `parentSpanId`, `attributes`..., and `service`, the
+    /// `service.name` of the process that sent it).
     pub fn spans(&self) -> Vec<Value> {
         self.spans.lock().expect("spans lock").clone()
     }
