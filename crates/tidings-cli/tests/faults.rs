@@ -4,7 +4,9 @@
 //! the test kills relays and consumers with SIGKILL at random moments and
 //! starts them again, freezes them (SIGSTOP) past their leases, stops the
 //! broker for a while, and the producer poisons 1% of orders and consumers
-//! see duplicated deliveries. Once, mid-run, the test spoils two records
+//! see duplicated deliveries. Over NATS the database is a private
+//! PostgreSQL server, which the test crashes (SIGKILL of the postmaster and
+//! its backends) and starts again while the producer commits. Once, mid-run, the test spoils two records
 //! in the outbox (a body that is not an envelope, and one larger than the
 //! broker takes): the relay must set each aside as a dead letter naming why,
 //! hold only their keys and send everything else; the bodies are then put
@@ -34,6 +36,7 @@ use tidings_example_checkout::system::{CheckoutStore, Tally};
 use tidings_testkit::kafka::PrivateTansu;
 use tidings_testkit::nats::PrivateNats;
 use tidings_testkit::outage::PrivateBroker;
+use tidings_testkit::postgres::PrivatePgTestDb;
 use tidings_testkit::rabbitmq::PrivateRabbit;
 use tidings_testkit::services::{MySqlTestDb, PgTestDb, TestDb};
 
@@ -62,11 +65,11 @@ const DRAIN_LIMIT: Duration = Duration::from_secs(240);
 static ONE_AT_A_TIME: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn checkout_processes_survive_kills_freezes_and_a_nats_outage() {
+async fn checkout_processes_survive_a_database_crash_kills_freezes_and_a_nats_outage() {
     let _one = ONE_AT_A_TIME.lock().await;
     let nats = PrivateNats::start();
     let url = nats.url();
-    run_scenario::<PgTestDb>("nats", Box::new(nats), url).await;
+    run_scenario::<PrivatePgTestDb>("nats", Box::new(nats), url, &WITH_DATABASE_CRASH).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -74,7 +77,7 @@ async fn checkout_processes_on_mysql_survive_kills_freezes_and_a_nats_outage() {
     let _one = ONE_AT_A_TIME.lock().await;
     let nats = PrivateNats::start();
     let url = nats.url();
-    run_scenario::<MySqlTestDb>("mysql-nats", Box::new(nats), url).await;
+    run_scenario::<MySqlTestDb>("mysql-nats", Box::new(nats), url, &FAULTS).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -83,7 +86,7 @@ async fn checkout_processes_survive_kills_freezes_and_a_rabbitmq_outage() {
     // The transport is not told: the broker's refusal names the record.
     let rabbit = PrivateRabbit::start_with(&format!("max_message_size = {}\n", 1 << 20));
     let url = rabbit.url();
-    run_scenario::<PgTestDb>("rabbitmq", Box::new(rabbit), url).await;
+    run_scenario::<PgTestDb>("rabbitmq", Box::new(rabbit), url, &FAULTS).await;
 }
 
 /// Over the Kafka protocol the broker's outage is a freeze: the private
@@ -93,7 +96,7 @@ async fn checkout_processes_survive_kills_freezes_and_a_frozen_kafka_broker() {
     let _one = ONE_AT_A_TIME.lock().await;
     let kafka = PrivateTansu::start();
     let url = kafka.url();
-    run_scenario::<PgTestDb>("kafka", Box::new(kafka), url).await;
+    run_scenario::<PgTestDb>("kafka", Box::new(kafka), url, &FAULTS).await;
 }
 
 /// A process of the system.
@@ -208,6 +211,8 @@ enum Fault {
     FreezeConsumer,
     /// A corrupt record and an oversized one in the outbox, once.
     PoisonOutbox,
+    /// The database server killed (SIGKILL) and started again, once.
+    DatabaseCrash,
 }
 
 /// The poison and the outage come first, while the producer surely runs
@@ -223,6 +228,49 @@ const FAULTS: [Fault; 7] = [
     Fault::FreezeConsumer,
 ];
 
+/// The crash first, once the producer commits, while it surely runs.
+const WITH_DATABASE_CRASH: [Fault; 8] = [
+    Fault::DatabaseCrash,
+    Fault::PoisonOutbox,
+    Fault::BrokerOutage,
+    Fault::KillRelay,
+    Fault::KillConsumer,
+    Fault::FreezeRelay,
+    Fault::KillConsumer,
+    Fault::FreezeConsumer,
+];
+
+/// How long the crashed database stays down before it starts again.
+const DATABASE_DOWN: Duration = Duration::from_secs(2);
+
+/// A scenario's database, which it may crash.
+trait ScenarioDb: TestDb {
+    /// Crashes the server and starts it again after `down`; false where the
+    /// server is shared and never crashed.
+    async fn crash_for(&self, down: Duration) -> bool {
+        let _ = down;
+        false
+    }
+}
+
+impl ScenarioDb for PgTestDb {}
+impl ScenarioDb for MySqlTestDb {}
+impl ScenarioDb for PrivatePgTestDb {
+    async fn crash_for(&self, down: Duration) -> bool {
+        PrivatePgTestDb::crash_for(self, down).await;
+        true
+    }
+}
+
+/// What the database crash of a scenario showed.
+#[derive(Debug, Clone, Copy)]
+struct Crash {
+    /// Commands committed before it.
+    before: i64,
+    /// From the kill until the server accepted connections again.
+    down: Duration,
+}
+
 /// Longer than the demo's 3 s leases: the frozen process's partitions move on.
 const FREEZE: Duration = Duration::from_secs(5);
 const OUTAGE: Duration = Duration::from_secs(4);
@@ -231,9 +279,13 @@ const OUTAGE: Duration = Duration::from_secs(4);
 /// private RabbitMQ node's `max_message_size` (1 MiB).
 const OVERSIZED: usize = 1_500_000;
 
-async fn run_scenario<T>(name: &str, mut broker: Box<dyn PrivateBroker + Send>, broker_url: String)
-where
-    T: TestDb,
+async fn run_scenario<T>(
+    name: &str,
+    mut broker: Box<dyn PrivateBroker + Send>,
+    broker_url: String,
+    schedule: &[Fault],
+) where
+    T: ScenarioDb,
     T::Dialect: CheckoutDialect,
 {
     let db = T::create().await;
@@ -265,11 +317,12 @@ where
     let mut faults = Vec::new();
     let mut committed_during_outage = None;
     let mut poisoned = Vec::new();
+    let mut crash = None;
     let mut next = 0;
     // Faults while the producer runs, and at least one round of each.
-    while producer.child.try_wait().unwrap().is_none() || next < FAULTS.len() {
+    while producer.child.try_wait().unwrap().is_none() || next < schedule.len() {
         tokio::time::sleep(Duration::from_millis(rng.random_range(500..1500))).await;
-        let fault = FAULTS[next % FAULTS.len()];
+        let fault = schedule[next % schedule.len()];
         next += 1;
         let victim = rng.random_range(0..2);
         match fault {
@@ -304,6 +357,34 @@ where
                 let during = tally(&store).await.commands - before;
                 broker.resume();
                 committed_during_outage = Some(during);
+            }
+            Fault::DatabaseCrash if crash.is_some() => continue,
+            Fault::DatabaseCrash => {
+                let deadline = Instant::now() + Duration::from_secs(60);
+                let before = loop {
+                    let n = tally(&store).await.commands;
+                    if n >= 300 {
+                        break n;
+                    }
+                    assert!(
+                        Instant::now() < deadline,
+                        "{name}: the producer committed nothing"
+                    );
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                };
+                assert!(
+                    producer.child.try_wait().unwrap().is_none(),
+                    "{name}: the producer finished before the database crash"
+                );
+                let killed = Instant::now();
+                assert!(
+                    db.crash_for(DATABASE_DOWN).await,
+                    "{name}: this database cannot crash"
+                );
+                crash = Some(Crash {
+                    before,
+                    down: killed.elapsed(),
+                });
             }
             Fault::PoisonOutbox if !poisoned.is_empty() => continue,
             Fault::PoisonOutbox => {
@@ -340,7 +421,7 @@ where
     // Counters reported by the consumer processes on their way out.
     let t = tally(&store).await;
 
-    let report = Report::read(
+    let mut report = Report::read(
         name,
         &store,
         &t,
@@ -350,6 +431,7 @@ where
         started.elapsed(),
     )
     .await;
+    report.crash = crash;
     let text = format!("{report}  faults {}\n", faults.join(" "));
     println!("{text}");
     let out = std::path::Path::new(env!("CARGO_TARGET_TMPDIR")).join(format!("fault-suite-{name}.txt"));
@@ -556,6 +638,7 @@ struct Report {
     order_violations: i64,
     duplicated_effects: i64,
     committed_during_outage: Option<i64>,
+    crash: Option<Crash>,
     relay_poison: Held,
     drained_in: Duration,
     elapsed: Duration,
@@ -589,6 +672,7 @@ impl Report {
             )
             .await,
             committed_during_outage,
+            crash: None,
             relay_poison,
             drained_in,
             elapsed,
@@ -603,6 +687,12 @@ impl Report {
             self.committed_during_outage.is_some_and(|n| n > 0),
             "producers must keep committing while the broker is down: {self}"
         );
+        if let Some(crash) = self.crash {
+            assert!(
+                self.commands > crash.before,
+                "the producer must go on committing after the database comes back: {self}"
+            );
+        }
         let lag = store.lag().await.unwrap();
         assert_eq!(lag.outbox_pending, 0, "{self}");
         assert_eq!(
@@ -674,8 +764,14 @@ impl std::fmt::Display for Report {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         writeln!(
             f,
-            "fault suite · {} ({}, private broker, 2 relay + 2 consumer processes)",
-            self.name, self.database
+            "fault suite · {} ({}{}, private broker, 2 relay + 2 consumer processes)",
+            self.name,
+            self.database,
+            if self.crash.is_some() {
+                " on a private server"
+            } else {
+                ""
+            }
         )?;
         writeln!(
             f,
@@ -702,6 +798,15 @@ impl std::fmt::Display for Report {
             "  committed during outage {}",
             self.committed_during_outage.map_or("-".into(), |n| n.to_string())
         )?;
+        if let Some(crash) = self.crash {
+            writeln!(
+                f,
+                "  database crashed        after {} commands (SIGKILL of the postmaster), accepting again {:.1} s later; {} commands committed after",
+                crash.before,
+                crash.down.as_secs_f64(),
+                self.commands - crash.before
+            )?;
+        }
         writeln!(
             f,
             "  set aside by the relay  {} (then redriven), {} records of their keys held behind them",

@@ -168,3 +168,76 @@ impl Drop for PrivatePostgres {
         let _ = std::fs::remove_dir_all(&self.dir);
     }
 }
+
+/// A fresh, migrated store on a [`PrivatePostgres`] of its own: a
+/// [`TestDb`](crate::services::TestDb) whose server a test may crash.
+pub struct PrivatePgTestDb {
+    server: std::sync::Mutex<Option<PrivatePostgres>>,
+    store: tidings_store_postgres::PgStore,
+    url: String,
+}
+
+impl std::fmt::Debug for PrivatePgTestDb {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PrivatePgTestDb").field("url", &self.url).finish()
+    }
+}
+
+impl PrivatePgTestDb {
+    /// Crashes the server ([`PrivatePostgres::crash`]), keeps it down for
+    /// `down`, then starts it again; returns once it accepts connections.
+    pub async fn crash_for(&self, down: Duration) {
+        let mut server = self.server.lock().unwrap().take().expect("the private server");
+        let server = tokio::task::spawn_blocking(move || {
+            server.crash();
+            std::thread::sleep(down);
+            server.resume();
+            server
+        })
+        .await
+        .expect("crashing the private server");
+        *self.server.lock().unwrap() = Some(server);
+    }
+}
+
+#[async_trait::async_trait]
+impl crate::services::TestDb for PrivatePgTestDb {
+    type Dialect = tidings_store_postgres::Pg;
+
+    const LOG_APPEND_RAW: &'static str =
+        <crate::services::PgTestDb as crate::services::TestDb>::LOG_APPEND_RAW;
+
+    const GIVE_UP_ON_LOCKS: &'static str =
+        <crate::services::PgTestDb as crate::services::TestDb>::GIVE_UP_ON_LOCKS;
+
+    async fn create() -> Self {
+        let server = tokio::task::spawn_blocking(PrivatePostgres::start)
+            .await
+            .expect("starting a private PostgreSQL");
+        let url = server.url();
+        let pool = sqlx::postgres::PgPoolOptions::new()
+            .max_connections(20)
+            .connect(&url)
+            .await
+            .unwrap_or_else(|e| panic!("the private PostgreSQL at {url} does not answer: {e}"));
+        let store = tidings_store_postgres::PgStore::new(pool);
+        store.migrate().await.expect("migrating the private database");
+        PrivatePgTestDb {
+            server: std::sync::Mutex::new(Some(server)),
+            store,
+            url,
+        }
+    }
+
+    fn store(&self) -> &tidings_store_postgres::PgStore {
+        &self.store
+    }
+
+    fn url(&self) -> String {
+        self.url.clone()
+    }
+
+    async fn teardown(&self) {
+        self.store.pool().close().await;
+    }
+}
