@@ -2,7 +2,8 @@
 # reachable on loopback, starting or installing it when missing, and exits
 # with a message naming the service when it cannot.
 
-log() { printf '==> %s\n' "$*" >&2; }
+# Each step's line says how long the script has run ([minutes:seconds]).
+log() { printf '==> [%d:%02d] %s\n' $((SECONDS / 60)) $((SECONDS % 60)) "$*" >&2; }
 die() { printf 'error: %s\n' "$*" >&2; exit 1; }
 
 as_root() {
