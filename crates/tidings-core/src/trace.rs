@@ -126,6 +126,12 @@ pub fn set_backend(backend: Backend) {
     let _ = BACKEND.set(backend);
 }
 
+/// Whether a backend is installed: spans that only make sense inside a
+/// trace (one per message, say) are not worth making without one.
+pub fn has_backend() -> bool {
+    BACKEND.get().is_some()
+}
+
 /// The current span's trace context, if a backend is installed and the span is traced.
 pub fn current() -> Option<TraceContext> {
     BACKEND.get().and_then(|b| (b.current)())

@@ -270,10 +270,14 @@ impl RelayStats {
 /// (`tidings.relay.send`): the relay's part of the message's story, from
 /// its claim until its batch ends (confirmed and marked, or given back), so
 /// that one order's trace holds its producer's, relay's and consumers'
-/// spans whatever processes they ran in. Nothing is made when no
-/// subscriber records such spans.
+/// spans whatever processes they ran in. Nothing is made without a trace
+/// backend ([`tidings_core::trace::has_backend`]: a log alone would only
+/// get one line per record), or when no subscriber records such spans.
 fn send_spans(messages: &[OutgoingMessage]) -> Vec<tracing::Span> {
     let mut spans = Vec::new();
+    if !tidings_core::trace::has_backend() {
+        return spans;
+    }
     for m in messages {
         let Some(parent) = m.envelope.trace() else {
             continue;

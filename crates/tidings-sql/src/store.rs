@@ -236,13 +236,14 @@ impl<D: Dialect> SqlStore<D> {
 
     /// Makes `enqueue` refuse, inside the producer's transaction, every
     /// event `publisher` says it would refuse ([`Publisher::refuses`]: larger
-    /// than NATS's `max_payload`, Kafka's `message.max.bytes`, RabbitMQ's
-    /// `max_message_bytes`), with the transport's own reason: the relay
+    /// than NATS's `max_payload`, Kafka's `message.max.bytes`, or the
+    /// `max_message_bytes` the RabbitMQ transport is given for its broker's
+    /// `max_message_size`), with the transport's own reason: the relay
     /// could never publish it, and its caller can act where a dead letter
     /// after the commit would only be seen by an operator. Give it the
-    /// broker's publisher the relay uses (not this store's own database
-    /// log, which refuses nothing). Set once: a later call is refused,
-    /// naming the transport already set.
+    /// broker's publisher the relay uses, never this store's own database
+    /// log: that refuses nothing, and holding it would keep the store (its
+    /// pool and tasks) alive for good. Set once: a later call is refused.
     pub fn refuse_what_it_refuses(&self, publisher: Arc<dyn Publisher>) -> Result<()> {
         self.inner.transport.set(publisher).map_err(|_| Error::Config {
             key: "store".to_owned(),

@@ -130,29 +130,33 @@ pub(crate) async fn claim(store: &MySqlStore, limit: usize, held: &OutboxPartiti
             message_type: r.get(5),
         });
     }
-    if !seqs.is_empty() {
-        // Deleted (or stamped) now, under the locks: the change is only
-        // seen if the relay commits, after the transport confirmed.
-        let seqs = seqs.join(", ");
-        let done = match store.options().retention_period() {
-            Some(_) => format!(
-                concat!(
-                    "UPDATE tidings_outbox SET published_at = ",
-                    now!(),
-                    " WHERE seq IN ({})"
-                ),
-                seqs
-            ),
-            None => format!("DELETE FROM tidings_outbox WHERE seq IN ({seqs})"),
-        };
-        // After the savepoint a batch settled in part goes back to
-        // ([`TxBatch`]), in the same round trip: the lease and row locks
-        // taken, no row changed yet (InnoDB keeps the row locks).
-        let done = format!("{CLAIM_SAVEPOINT}; {done}");
-        (&mut *tx)
-            .execute(sqlx::AssertSqlSafe(done))
-            .await
-            .map_err(db_error::<My>("claiming an outbox batch"))?;
+    if seqs.is_empty() {
+        // Sent meanwhile, by the partitions' previous holder finishing its
+        // batch: nothing to publish, nothing to hold.
+        let _ = tx.rollback().await;
+        return Ok(MySqlBatch::empty());
     }
+    // Deleted (or stamped) now, under the locks: the change is only
+    // seen if the relay commits, after the transport confirmed.
+    let seqs = seqs.join(", ");
+    let done = match store.options().retention_period() {
+        Some(_) => format!(
+            concat!(
+                "UPDATE tidings_outbox SET published_at = ",
+                now!(),
+                " WHERE seq IN ({})"
+            ),
+            seqs
+        ),
+        None => format!("DELETE FROM tidings_outbox WHERE seq IN ({seqs})"),
+    };
+    // After the savepoint a batch settled in part goes back to
+    // ([`TxBatch`]), in the same round trip: the lease and row locks
+    // taken, no row changed yet (InnoDB keeps the row locks).
+    let done = format!("{CLAIM_SAVEPOINT}; {done}");
+    (&mut *tx)
+        .execute(sqlx::AssertSqlSafe(done))
+        .await
+        .map_err(db_error::<My>("claiming an outbox batch"))?;
     Ok(MySqlBatch::new(tx, claimed, store))
 }

@@ -138,8 +138,16 @@ impl PrivatePostgres {
             .args(["-c", "unix_socket_directories=", "-c", "fsync=off"])
             .args(["-c", &format!("max_connections={}", self.max_connections)])
             .process_group(0)
+            // Into a file: a pipe nobody reads fills up with the server's
+            // log (a line per client killed) and stalls it.
             .stdout(Stdio::null())
-            .stderr(Stdio::piped())
+            .stderr(
+                std::fs::OpenOptions::new()
+                    .create(true)
+                    .append(true)
+                    .open(self.dir.join("server.log"))
+                    .expect("the server's log file"),
+            )
             .spawn()
             .expect("starting postgres");
         self.child = Some(child);
@@ -154,8 +162,9 @@ impl PrivatePostgres {
             }
             assert!(
                 Instant::now() < deadline,
-                "the private PostgreSQL on port {} did not start within 60 s",
-                self.port
+                "the private PostgreSQL on port {} did not start within 60 s; its log:\n{}",
+                self.port,
+                std::fs::read_to_string(self.dir.join("server.log")).unwrap_or_default()
             );
             std::thread::sleep(Duration::from_millis(50));
         }
