@@ -504,7 +504,16 @@ where
         } else {
             tokio::time::sleep(Duration::from_millis(100)).await;
         }
-        tally = store.tally().await?;
+        tally = match store.tally().await {
+            Ok(tally) => tally,
+            // The database restarting or failing over: the figures wait for
+            // the next tick, as the producers, relays and consumers wait.
+            Err(e) if transient(&store, &e) && Instant::now() < deadline => {
+                tracing::warn!(error = %e, "reading the figures failed; trying again");
+                continue;
+            }
+            Err(e) => return Err(e),
+        };
         bar.set_position(work_done(&tally).saturating_sub(baseline_work));
         let placed_now = placed.load(Ordering::Relaxed);
         bar.set_message(format!("{placed_now} / {} orders placed", options.orders));
@@ -754,6 +763,16 @@ async fn place_orders<S: CheckoutStore>(
         done??;
     }
     Ok(())
+}
+
+/// Whether `e` is worth another try: a lost connection, a database
+/// restarting ([`Error::class`](tidings_core::Error::class)).
+fn transient<S: CheckoutStore>(store: &S, e: &anyhow::Error) -> bool {
+    if let Some(e) = e.downcast_ref::<tidings_core::Error>() {
+        return e.class().is_retryable();
+    }
+    e.downcast_ref::<sqlx::Error>()
+        .is_some_and(|e| store.error_class(e).is_retryable())
 }
 
 /// Submits one step of an order as a client would: a database restarting
