@@ -215,3 +215,21 @@ ensure_kafka() {
   wait_until 30 "Tansu (Kafka protocol) on 127.0.0.1:9092" tcp_open 127.0.0.1 9092
   log "Kafka protocol ready on 127.0.0.1:9092"
 }
+
+# Other teams' clients, for the interoperability checks: the official
+# CloudEvents SDK for Python with the plain clients of Kafka, RabbitMQ and
+# NATS, pinned, in a virtualenv under target/ (about 10 s to install).
+FOREIGN_PYTHON_PACKAGES="cloudevents==2.2.0 confluent-kafka==2.16.1 pika==1.4.4 nats-py==2.16.0"
+ensure_foreign_clients() {
+  local venv="$PWD/target/foreign-venv"
+  local stamp="$venv/.installed"
+  if [ ! -x "$venv/bin/python" ] || [ "$(cat "$stamp" 2>/dev/null)" != "$FOREIGN_PYTHON_PACKAGES" ]; then
+    log "installing the foreign clients from PyPI ($FOREIGN_PYTHON_PACKAGES)"
+    python3 -m venv "$venv" || die "cannot create a Python virtualenv for the foreign clients (python3 -m venv)"
+    # shellcheck disable=SC2086
+    "$venv/bin/pip" install -q $FOREIGN_PYTHON_PACKAGES \
+      || die "could not install the foreign clients from PyPI ($FOREIGN_PYTHON_PACKAGES)"
+    echo "$FOREIGN_PYTHON_PACKAGES" >"$stamp"
+  fi
+  export TIDINGS_FOREIGN_PYTHON="$venv/bin/python"
+}

@@ -10,7 +10,7 @@
 //! |---|---|
 //! | topic `orders` | topic `orders`, [`KafkaOptions::partitions`] partitions (created when first used) |
 //! | message with key `o-1` | record with key `o-1`, in partition [`Partition::of`]`("o-1")`: a key stays on one partition, in order |
-//! | envelope | CloudEvents binary mode: `ce-*` record headers, the payload as the value |
+//! | envelope | CloudEvents binary mode of the Kafka binding: `ce_*` record headers, `content-type`, the payload as the value, the key as the record key (and `ce_partitionkey`); structured mode with [`KafkaOptions::content_mode`]. Records of Tidings 0.1 (`ce-*`) still read |
 //! | consumer group `email` | consumer group `email`: its committed offsets are the group's position |
 //! | partition `p` of the group | partition `p`, assigned to the member holding the group's lease on it |
 //! | a dead-lettered message | a copy in `orders.dlq` (same key and partition), then settled |

@@ -33,6 +33,7 @@ pub struct KafkaOptions {
     pub(crate) commit_interval: Duration,
     #[cfg_attr(feature = "serde", serde(skip))]
     pub(crate) client: Vec<(String, String)>,
+    pub(crate) content_mode: tidings_core::cloudevents::ContentMode,
 }
 
 impl Default for KafkaOptions {
@@ -48,6 +49,7 @@ impl Default for KafkaOptions {
             max_in_flight: 1000,
             commit_interval: Duration::from_millis(200),
             client: Vec::new(),
+            content_mode: tidings_core::cloudevents::ContentMode::Binary,
         }
     }
 }
@@ -68,13 +70,23 @@ impl KafkaOptions {
         self
     }
 
-    /// The partitions and prefix every publisher and subscriber of the
-    /// system shares ([`Topology`]), set at once.
+    /// The partitions, prefix and content mode every publisher and
+    /// subscriber of the system shares ([`Topology`]), set at once.
     pub fn topology(mut self, topology: &Topology) -> Self {
         self.partitions = topology.partition_count();
+        if let Some(mode) = topology.events_content_mode() {
+            self.content_mode = mode;
+        }
         if let Some(prefix) = topology.resource_prefix() {
             self.prefix = prefix.to_owned();
         }
+        self
+    }
+
+    /// How the publisher writes events: CloudEvents binary mode (the
+    /// default) or structured mode. Subscribers read both.
+    pub fn content_mode(mut self, mode: tidings_core::cloudevents::ContentMode) -> Self {
+        self.content_mode = mode;
         self
     }
 

@@ -21,7 +21,11 @@ impl Publisher for KafkaTransport {
         for m in batch {
             let name = self.kafka_topic(&m.topic);
             self.ensure_topic(&name).await?;
-            let (attributes, payload) = cloudevents::to_binary(&m.envelope);
+            let (attributes, payload) = cloudevents::encode(
+                &m.envelope,
+                cloudevents::Binding::Kafka,
+                self.inner.options.content_mode,
+            );
             let key = &m.envelope.aggregate_key;
             let partition = Partition::of(key, self.inner.options.partitions);
             let mut record = FutureRecord::to(&name)

@@ -7,8 +7,9 @@ use std::sync::{Arc, Mutex};
 
 use async_trait::async_trait;
 use tidings_broker_kafka::{KafkaOptions, KafkaTransport};
+use tidings_core::cloudevents::ContentMode;
 use tidings_core::{Publisher, Subscriber};
-use tidings_testkit::conformance::TransportUnderTest;
+use tidings_testkit::conformance::{ForeignAddress, TransportUnderTest};
 use tidings_testkit::kafka::kafka_url;
 
 #[derive(Default)]
@@ -18,13 +19,18 @@ struct Kafka {
 
 impl Kafka {
     async fn open(&self) -> KafkaTransport {
+        self.open_in(ContentMode::Binary).await
+    }
+
+    async fn open_in(&self, mode: ContentMode) -> KafkaTransport {
         let url = kafka_url();
         // One record per producer batch: Tansu reports a partition's high
         // watermark as the last batch's base offset + 1, which undercounts
         // `pending` when batches hold several records (Kafka counts records).
         let options = KafkaOptions::default()
             .partitions(3)
-            .client_setting("batch.num.messages", "1");
+            .client_setting("batch.num.messages", "1")
+            .content_mode(mode);
         let t = KafkaTransport::connect_with(&url, options)
             .await
             .unwrap_or_else(|e| panic!("Kafka is not reachable at {url} (set KAFKA_URL): {e}"));
@@ -41,6 +47,24 @@ impl TransportUnderTest for Kafka {
 
     async fn subscriber(&self) -> Arc<dyn Subscriber> {
         Arc::new(self.open().await)
+    }
+
+    async fn publisher_in(&self, mode: ContentMode) -> Arc<dyn Publisher> {
+        Arc::new(self.open_in(mode).await)
+    }
+
+    fn foreign_address(&self, topic: &str) -> Option<ForeignAddress> {
+        let opened = self.opened.lock().unwrap();
+        let t = opened.first()?;
+        Some(ForeignAddress {
+            broker: "kafka",
+            url: kafka_url(),
+            address: t.kafka_topic(topic),
+        })
+    }
+
+    fn binding(&self) -> tidings_core::cloudevents::Binding {
+        tidings_core::cloudevents::Binding::Kafka
     }
 
     async fn teardown(&self) {
@@ -63,6 +87,8 @@ tidings_testkit::transport_conformance!(
     async { Kafka::default() },
     features: [
         cloudevents_attributes_travel_as_headers,
+        foreign_readers_recognise_what_tidings_publishes,
+        foreign_producers_are_read_once,
         broker_counts_pending,
         a_corrupt_record_waits_alone_with_its_key,
         an_oversized_record_waits_alone_with_its_key,

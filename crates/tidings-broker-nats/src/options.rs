@@ -32,6 +32,7 @@ pub struct NatsOptions {
         serde(deserialize_with = "tidings_core::clamp::at_least_one")
     )]
     pub(crate) partitions: u32,
+    pub(crate) content_mode: tidings_core::cloudevents::ContentMode,
 }
 
 impl Default for NatsOptions {
@@ -46,6 +47,7 @@ impl Default for NatsOptions {
             duplicate_window: Duration::from_secs(120),
             prefetch: 64,
             partitions: 1,
+            content_mode: tidings_core::cloudevents::ContentMode::Binary,
         }
     }
 }
@@ -84,13 +86,23 @@ impl NatsOptions {
         self
     }
 
-    /// The partitions and prefix every publisher and subscriber of the
-    /// system shares ([`Topology`]), set at once.
+    /// The partitions, prefix and content mode every publisher and
+    /// subscriber of the system shares ([`Topology`]), set at once.
     pub fn topology(mut self, topology: &Topology) -> Self {
         self.partitions = topology.partition_count();
+        if let Some(mode) = topology.events_content_mode() {
+            self.content_mode = mode;
+        }
         if let Some(prefix) = topology.resource_prefix() {
             self.stream_prefix = prefix.to_owned();
         }
+        self
+    }
+
+    /// How the publisher writes events: CloudEvents binary mode (the
+    /// default) or structured mode. Subscribers read both.
+    pub fn content_mode(mut self, mode: tidings_core::cloudevents::ContentMode) -> Self {
+        self.content_mode = mode;
         self
     }
 

@@ -27,7 +27,11 @@ impl NatsTransport {
     /// Hands one message to the client, returning its PubAck to await.
     async fn send(&self, m: &OutgoingMessage) -> Result<PublishAckFuture> {
         self.ensure_stream(&m.topic).await?;
-        let (attributes, payload) = cloudevents::to_binary(&m.envelope);
+        let (attributes, payload) = cloudevents::encode(
+            &m.envelope,
+            cloudevents::Binding::Standard,
+            self.options.content_mode,
+        );
         let mut headers = HeaderMap::new();
         for (k, v) in attributes {
             headers.insert(k.as_str(), v.as_str());

@@ -21,14 +21,17 @@ const PULL_EXPIRES: Duration = Duration::from_secs(5);
 
 /// How Tidings reads a JetStream message taken from `topic`: its headers
 /// (the first value of each, JetStream's own `Nats-` headers left out), its
-/// key from `ce-subject`, and its payload. Every delivery goes through here;
+/// key from `ce-partitionkey` or `ce-subject`, and its payload. Every delivery goes through here;
 /// it is public so that tools (and the fuzz targets) read NATS messages
 /// exactly as the subscriber does.
 pub fn raw_message(topic: &str, headers: Option<&HeaderMap>, payload: &[u8]) -> RawMessage {
     let headers = headers_of(headers);
     RawMessage {
         topic: topic.to_owned(),
-        key: headers.get("ce-subject").cloned(),
+        key: headers
+            .get("ce-partitionkey")
+            .or_else(|| headers.get("ce-subject"))
+            .cloned(),
         headers,
         body: payload.to_vec(),
         refused: None,

@@ -54,8 +54,10 @@ impl NatsTransport {
         )
     }
 
-    /// The subject prefix of `topic`: `<prefix>.<topic>`.
-    pub(crate) fn subject(&self, topic: &str) -> String {
+    /// The subject prefix of `topic`: `<prefix>.<topic>`. Its messages
+    /// are published on `<prefix>.<topic>.<partition>.<type>`, so a plain
+    /// NATS client reads them all on `<prefix>.<topic>.>`.
+    pub fn subject(&self, topic: &str) -> String {
         format!(
             "{}.{}",
             subject_token(&self.options.stream_prefix),

@@ -6,8 +6,9 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use tidings_broker_nats::{NatsOptions, NatsTransport};
+use tidings_core::cloudevents::ContentMode;
 use tidings_core::{Publisher, Subscriber};
-use tidings_testkit::conformance::TransportUnderTest;
+use tidings_testkit::conformance::{ForeignAddress, TransportUnderTest};
 use tidings_testkit::nats::nats_url;
 
 const ACK_WAIT: Duration = Duration::from_secs(2);
@@ -19,10 +20,20 @@ struct Nats {
 
 impl Nats {
     async fn open(&self) -> NatsTransport {
+        self.open_in(ContentMode::Binary).await
+    }
+
+    async fn open_in(&self, mode: ContentMode) -> NatsTransport {
         let url = nats_url();
-        let t = NatsTransport::connect_with(&url, NatsOptions::default().ack_wait(ACK_WAIT).partitions(3))
-            .await
-            .unwrap_or_else(|e| panic!("NATS JetStream is not reachable at {url} (set NATS_URL): {e}"));
+        let t = NatsTransport::connect_with(
+            &url,
+            NatsOptions::default()
+                .ack_wait(ACK_WAIT)
+                .partitions(3)
+                .content_mode(mode),
+        )
+        .await
+        .unwrap_or_else(|e| panic!("NATS JetStream is not reachable at {url} (set NATS_URL): {e}"));
         self.opened.lock().unwrap().push(t.clone());
         t
     }
@@ -36,6 +47,20 @@ impl TransportUnderTest for Nats {
 
     async fn subscriber(&self) -> Arc<dyn Subscriber> {
         Arc::new(self.open().await)
+    }
+
+    async fn publisher_in(&self, mode: ContentMode) -> Arc<dyn Publisher> {
+        Arc::new(self.open_in(mode).await)
+    }
+
+    fn foreign_address(&self, topic: &str) -> Option<ForeignAddress> {
+        let opened = self.opened.lock().unwrap();
+        let t = opened.first()?;
+        Some(ForeignAddress {
+            broker: "nats",
+            url: nats_url(),
+            address: t.subject(topic),
+        })
     }
 
     fn redelivery_wait(&self) -> Duration {
@@ -59,6 +84,8 @@ tidings_testkit::transport_conformance!(
     async { Nats::default() },
     features: [
         cloudevents_attributes_travel_as_headers,
+        foreign_readers_recognise_what_tidings_publishes,
+        foreign_producers_are_read_once,
         broker_counts_pending,
         a_corrupt_record_waits_alone_with_its_key,
         an_oversized_record_waits_alone_with_its_key,

@@ -93,7 +93,7 @@ fn headers_of(properties: &BasicProperties) -> (Headers, Option<String>) {
 
 /// How Tidings reads an AMQP message taken from `topic`'s queue: its
 /// headers as text (the broker's and Tidings' bookkeeping left out), its
-/// key from `ce-subject`, and why it cannot be decoded when a CloudEvents
+/// key from `ce-partitionkey` or `ce-subject`, and why it cannot be decoded when a CloudEvents
 /// attribute has no text form. Every delivery goes through here; it is
 /// public so that tools (and the fuzz targets) read AMQP messages exactly
 /// as the subscriber does.
@@ -101,7 +101,10 @@ pub fn raw_message(topic: &str, properties: &BasicProperties, body: &[u8]) -> Ra
     let (headers, refused) = headers_of(properties);
     RawMessage {
         topic: topic.to_owned(),
-        key: headers.get("ce-subject").cloned(),
+        key: headers
+            .get("ce-partitionkey")
+            .or_else(|| headers.get("ce-subject"))
+            .cloned(),
         headers,
         body: body.to_vec(),
         refused,

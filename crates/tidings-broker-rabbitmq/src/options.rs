@@ -28,6 +28,7 @@ pub struct RabbitOptions {
         serde(deserialize_with = "tidings_core::clamp::at_least_one")
     )]
     pub(crate) max_message_bytes: usize,
+    pub(crate) content_mode: tidings_core::cloudevents::ContentMode,
 }
 
 /// RabbitMQ's `max_message_size` by default, from 3.8 to 3.13 (134 217 728
@@ -44,6 +45,7 @@ impl Default for RabbitOptions {
             connection_name: None,
             partitions: 1,
             max_message_bytes: DEFAULT_MAX_MESSAGE_BYTES,
+            content_mode: tidings_core::cloudevents::ContentMode::Binary,
         }
     }
 }
@@ -68,13 +70,23 @@ impl RabbitOptions {
         self
     }
 
-    /// The partitions and prefix every publisher and subscriber of the
-    /// system shares ([`Topology`]), set at once.
+    /// The partitions, prefix and content mode every publisher and
+    /// subscriber of the system shares ([`Topology`]), set at once.
     pub fn topology(mut self, topology: &Topology) -> Self {
         self.partitions = topology.partition_count();
+        if let Some(mode) = topology.events_content_mode() {
+            self.content_mode = mode;
+        }
         if let Some(prefix) = topology.resource_prefix() {
             self.prefix = prefix.to_owned();
         }
+        self
+    }
+
+    /// How the publisher writes events: CloudEvents binary mode (the
+    /// default) or structured mode. Subscribers read both.
+    pub fn content_mode(mut self, mode: tidings_core::cloudevents::ContentMode) -> Self {
+        self.content_mode = mode;
         self
     }
 

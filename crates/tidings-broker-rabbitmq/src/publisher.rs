@@ -94,7 +94,11 @@ impl RabbitTransport {
     /// Declares `m`'s exchange if need be and publishes `m` on `channel`.
     async fn send_one(&self, channel: &Channel, m: &OutgoingMessage) -> Result<lapin::PublisherConfirm> {
         let exchange = self.declare_exchange(channel, &m.topic).await?;
-        let (attributes, payload) = cloudevents::to_binary(&m.envelope);
+        let (attributes, payload) = cloudevents::encode(
+            &m.envelope,
+            cloudevents::Binding::Standard,
+            self.options.content_mode,
+        );
         let mut headers = FieldTable::default();
         let mut content_type = None;
         for (k, v) in &attributes {

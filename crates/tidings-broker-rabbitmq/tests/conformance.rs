@@ -7,8 +7,9 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use tidings_broker_rabbitmq::{RabbitOptions, RabbitTransport};
+use tidings_core::cloudevents::ContentMode;
 use tidings_core::{Publisher, Subscriber};
-use tidings_testkit::conformance::TransportUnderTest;
+use tidings_testkit::conformance::{ForeignAddress, TransportUnderTest};
 use tidings_testkit::rabbitmq::amqp_url;
 
 #[derive(Default)]
@@ -18,8 +19,15 @@ struct Rabbit {
 
 impl Rabbit {
     async fn open(&self) -> RabbitTransport {
+        self.open_in(ContentMode::Binary).await
+    }
+
+    async fn open_in(&self, mode: ContentMode) -> RabbitTransport {
         let url = amqp_url();
-        let options = RabbitOptions::default().partitions(3).max_message_bytes(1 << 20);
+        let options = RabbitOptions::default()
+            .partitions(3)
+            .max_message_bytes(1 << 20)
+            .content_mode(mode);
         let t = RabbitTransport::connect_with(&url, options)
             .await
             .unwrap_or_else(|e| panic!("RabbitMQ is not reachable (set AMQP_URL): {e}"));
@@ -36,6 +44,20 @@ impl TransportUnderTest for Rabbit {
 
     async fn subscriber(&self) -> Arc<dyn Subscriber> {
         Arc::new(self.open().await)
+    }
+
+    async fn publisher_in(&self, mode: ContentMode) -> Arc<dyn Publisher> {
+        Arc::new(self.open_in(mode).await)
+    }
+
+    fn foreign_address(&self, topic: &str) -> Option<ForeignAddress> {
+        let opened = self.opened.lock().unwrap();
+        let t = opened.first()?;
+        Some(ForeignAddress {
+            broker: "rabbitmq",
+            url: amqp_url(),
+            address: t.exchange(topic),
+        })
     }
 
     fn redelivery_wait(&self) -> Duration {
@@ -65,6 +87,8 @@ tidings_testkit::transport_conformance!(
     async { Rabbit::default() },
     features: [
         cloudevents_attributes_travel_as_headers,
+        foreign_readers_recognise_what_tidings_publishes,
+        foreign_producers_are_read_once,
         broker_counts_pending,
         a_corrupt_record_waits_alone_with_its_key,
         an_oversized_record_waits_alone_with_its_key,

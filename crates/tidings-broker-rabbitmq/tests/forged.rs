@@ -44,7 +44,7 @@ async fn publish_by_hand(
     envelope: &Envelope,
     extra: FieldTable,
 ) {
-    let (attributes, payload) = cloudevents::to_binary(envelope);
+    let (attributes, payload) = cloudevents::to_binary(envelope, cloudevents::Binding::Standard);
     let mut headers = FieldTable::default();
     for (k, v) in &attributes {
         headers.insert(

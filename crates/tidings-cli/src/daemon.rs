@@ -78,7 +78,9 @@ where
         });
     }
     let broker = &loaded.config.broker;
-    let mut topology = Topology::default().partitions(broker.partitions);
+    let mut topology = Topology::default()
+        .partitions(broker.partitions)
+        .content_mode(broker.content_mode);
     if let Some(prefix) = &broker.prefix {
         topology = topology.prefix(prefix);
     }

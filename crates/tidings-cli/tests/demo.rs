@@ -260,7 +260,7 @@ async fn checkout_on_postgres_over_kafka_with_two_relays_two_members_duplicates_
         .await
         .unwrap()
         .into_iter()
-        .map(|r| r.headers["ce-id"].clone())
+        .map(|r| r.headers["ce_id"].clone())
         .collect();
     let listed: std::collections::BTreeSet<String> = tidings_core::FailureStore::dead_letters(
         &pg.store,

@@ -112,6 +112,9 @@ pub struct BrokerConfig {
     pub prefix: Option<String>,
     /// Partitions of every topic on the broker: the consumers must use the same.
     pub partitions: u32,
+    /// How the relay writes events: CloudEvents `binary` mode (attributes
+    /// as headers) or `structured` mode (one JSON document). Consumers read both.
+    pub content_mode: tidings_core::cloudevents::ContentMode,
 }
 
 impl Default for BrokerConfig {
@@ -121,6 +124,7 @@ impl Default for BrokerConfig {
             url_file: None,
             prefix: None,
             partitions: 1,
+            content_mode: tidings_core::cloudevents::ContentMode::Binary,
         }
     }
 }
@@ -671,6 +675,7 @@ mod tests {
             "outbox_retention",
             "prefix",
             "partitions",
+            "content_mode",
             "enabled",
             "batch_size",
             "poll_interval",
@@ -730,6 +735,17 @@ mod tests {
         assert_eq!(path, "metrics.listen");
         let (path, _) = refused(&format!("{db}[broker]\nurl = \"pulsar://p:6650\"\n"), &[]);
         assert_eq!(path, "broker.url");
+        let (path, reason) = refused(&format!("{db}[broker]\ncontent_mode = \"sideways\"\n"), &[]);
+        assert_eq!(path, "broker.content_mode");
+        assert!(
+            reason.contains("binary") && reason.contains("structured"),
+            "{reason}"
+        );
+        let loaded = load(db, &[("TIDINGS_BROKER__CONTENT_MODE", "structured")]).unwrap();
+        assert_eq!(
+            loaded.config.broker.content_mode,
+            tidings_core::cloudevents::ContentMode::Structured
+        );
         let (path, reason) = refused("[relay\n", &[]);
         assert_eq!(path, "");
         assert!(reason.starts_with("line 1, column"), "{reason}");

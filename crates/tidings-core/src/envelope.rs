@@ -170,6 +170,13 @@ impl Envelope {
         self
     }
 
+    /// Its CloudEvents `id` as its producer wrote it: the UUID for Tidings'
+    /// own messages, a foreign event's own id otherwise (`evt_01J8K2...`,
+    /// see [`cloudevents::foreign_id`](crate::cloudevents::foreign_id)).
+    pub fn event_id(&self) -> String {
+        crate::cloudevents::written_id(self).map_or_else(|| self.id.to_string(), str::to_owned)
+    }
+
     /// The URI of this message's schema, its CloudEvents `dataschema`: the
     /// `$id` of the type's schema at this version in the schema registry
     /// (`urn:tidings:schema:OrderPlaced:v1`, the file `OrderPlaced.v1.json`).

@@ -19,7 +19,8 @@
 /// assert_eq!(Topology::default().partition_count(), 1);
 /// ```
 ///
-/// Deserialized from `{ partitions = 8, prefix = "shop" }`, every key
+/// Deserialized from `{ partitions = 8, prefix = "shop", content_mode =
+/// "structured" }`, every key
 /// optional (`partitions = 0` reads as 1, as the setter keeps it).
 #[derive(Debug, Clone, PartialEq, Eq, serde::Deserialize)]
 #[serde(default, deny_unknown_fields)]
@@ -27,6 +28,7 @@ pub struct Topology {
     #[serde(deserialize_with = "crate::clamp::at_least_one")]
     partitions: u32,
     prefix: Option<String>,
+    content_mode: Option<crate::cloudevents::ContentMode>,
 }
 
 impl Default for Topology {
@@ -35,6 +37,7 @@ impl Default for Topology {
         Topology {
             partitions: 1,
             prefix: None,
+            content_mode: None,
         }
     }
 }
@@ -52,6 +55,19 @@ impl Topology {
     pub fn prefix(mut self, prefix: impl Into<String>) -> Self {
         self.prefix = Some(prefix.into());
         self
+    }
+
+    /// How publishers write events: CloudEvents binary mode (the default)
+    /// or structured mode, for readers that only take one JSON document.
+    /// Consumers read both, whatever this says.
+    pub fn content_mode(mut self, mode: crate::cloudevents::ContentMode) -> Self {
+        self.content_mode = Some(mode);
+        self
+    }
+
+    /// The content mode, if one was set (else each transport's own, binary by default).
+    pub fn events_content_mode(&self) -> Option<crate::cloudevents::ContentMode> {
+        self.content_mode
     }
 
     /// The partitions of every topic.

@@ -161,7 +161,9 @@ impl RawMessage {
     }
 
     /// Decodes the message into an envelope, in binary mode when the
-    /// headers carry `ce-specversion`, else as a structured JSON document.
+    /// headers carry `ce-specversion` (or Kafka's `ce_specversion`), else as a
+    /// structured JSON document; the record's key is the event's key when it
+    /// names none (no `partitionkey`, no `subject`).
     pub fn decode(&self) -> Result<Envelope, DecodeError> {
         use crate::cloudevents;
         if let Some(reason) = &self.refused {
@@ -169,13 +171,15 @@ impl RawMessage {
                 reason: reason.clone(),
             });
         }
+        let key = self.key.as_deref();
         if cloudevents::is_binary(self.headers.keys().map(String::as_str)) {
-            cloudevents::from_binary(
+            cloudevents::decode_binary(
                 self.headers.iter().map(|(k, v)| (k.as_str(), v.as_str())),
                 &self.body,
+                key,
             )
         } else {
-            cloudevents::from_json(&self.body)
+            cloudevents::decode_json(&self.body, key)
         }
     }
 }
@@ -414,7 +418,7 @@ impl<S: Subscriber + ?Sized> Subscriber for std::sync::Arc<S> {
 #[cfg(test)]
 mod tests {
     use super::RawMessage;
-    use crate::cloudevents::to_binary;
+    use crate::cloudevents::{Binding, to_binary};
     use crate::{Envelope, Kind};
 
     fn record<'a>(headers: &'a [(&'a str, Option<&'a [u8]>)], body: &[u8]) -> RawMessage {
@@ -438,7 +442,7 @@ mod tests {
             content_type: "application/json".into(),
             payload: br#"{"n":1}"#.to_vec(),
         };
-        let (headers, body) = to_binary(&e);
+        let (headers, body) = to_binary(&e, Binding::Standard);
         let mut pairs: Vec<(&str, Option<&[u8]>)> = headers
             .iter()
             .map(|(k, v)| (k.as_str(), Some(v.as_bytes())))

@@ -116,7 +116,8 @@ fn id_safe(s: &str) -> String {
         .collect()
 }
 
-/// The CloudEvents binary-mode headers every message carries.
+/// The CloudEvents binary-mode headers every message carries, as NATS,
+/// RabbitMQ and HTTP name them (`ce-`; Kafka's binding writes `ce_`).
 fn headers(doc: &SchemaDoc) -> Value {
     let string = |description: &str| json!({"type": "string", "description": description});
     json!({
@@ -128,6 +129,7 @@ fn headers(doc: &SchemaDoc) -> Value {
             "ce-source": string("The producing service."),
             "ce-type": {"type": "string", "const": doc.meta.message_type},
             "ce-subject": string("The aggregate key; order is kept per key."),
+            "ce-partitionkey": string("The aggregate key (the CloudEvents Partitioning extension; the record key on Kafka)."),
             "ce-time": string("When it happened (RFC 3339)."),
             "ce-dataschema": {"type": "string", "const": doc.schema["$id"]},
             "ce-schemaversion": {"type": "string", "const": doc.meta.version.to_string()},

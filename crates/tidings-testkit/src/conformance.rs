@@ -27,8 +27,12 @@
 //!   subscription closes (a crash) or after `Nak(delay)`;
 //! - `Ack` and `Term` settle a delivery for the group for good.
 
+mod foreign;
 mod poison;
 
+pub use foreign::{
+    ForeignAddress, foreign_producers_are_read_once, foreign_readers_recognise_what_tidings_publishes,
+};
 pub use poison::{a_corrupt_record_waits_alone_with_its_key, an_oversized_record_waits_alone_with_its_key};
 
 use std::collections::{BTreeMap, HashSet};
@@ -63,6 +67,30 @@ pub trait TransportUnderTest: Send + Sync + 'static {
 
     /// Releases what the fixture created (called after a passing check).
     async fn teardown(&self) {}
+
+    /// How its binary mode names CloudEvents attribute headers: `ce-` as
+    /// the HTTP binding does (NATS, RabbitMQ), `ce_` on Kafka.
+    fn binding(&self) -> tidings_core::cloudevents::Binding {
+        tidings_core::cloudevents::Binding::Standard
+    }
+
+    /// A publisher writing CloudEvents in `mode`; the default opens only
+    /// binary mode ([`TransportUnderTest::publisher`]).
+    async fn publisher_in(&self, mode: tidings_core::cloudevents::ContentMode) -> Arc<dyn Publisher> {
+        assert_eq!(
+            mode,
+            tidings_core::cloudevents::ContentMode::Binary,
+            "this fixture opens no structured-mode publisher"
+        );
+        self.publisher().await
+    }
+
+    /// Where other teams' clients read what it writes for `topic`, for the
+    /// interoperability checks (`None`: no foreign client reads it).
+    fn foreign_address(&self, topic: &str) -> Option<ForeignAddress> {
+        let _ = topic;
+        None
+    }
 }
 
 /// The event the suite publishes.
@@ -551,13 +579,19 @@ pub async fn cloudevents_attributes_travel_as_headers<T: TransportUnderTest>(t: 
     let d = next(&mut sub, "a message").await;
     let h = &d.message.headers;
     let e = &sent.envelope;
-    assert_eq!(h.get("ce-specversion").map(String::as_str), Some("1.0"), "{h:?}");
-    assert_eq!(h.get("ce-id"), Some(&e.id.to_string()));
-    assert_eq!(h.get("ce-type"), Some(&e.message_type));
-    assert_eq!(h.get("ce-source"), Some(&e.source));
-    assert_eq!(h.get("ce-subject"), Some(&e.aggregate_key));
+    let p = match t.binding() {
+        tidings_core::cloudevents::Binding::Standard => "ce-",
+        tidings_core::cloudevents::Binding::Kafka => "ce_",
+    };
+    let get = |name: &str| h.get(&format!("{p}{name}")).map(String::as_str);
+    assert_eq!(get("specversion"), Some("1.0"), "{h:?}");
+    assert_eq!(get("id"), Some(e.id.to_string().as_str()));
+    assert_eq!(get("type"), Some(e.message_type.as_str()));
+    assert_eq!(get("source"), Some(e.source.as_str()));
+    assert_eq!(get("subject"), Some(e.aggregate_key.as_str()));
+    assert_eq!(get("partitionkey"), Some(e.aggregate_key.as_str()));
     assert_eq!(
-        h.get("ce-traceparent").map(String::as_str),
+        get("traceparent"),
         e.headers.get("traceparent").map(String::as_str)
     );
     assert_eq!(h.get("content-type"), Some(&e.content_type));
@@ -633,6 +667,66 @@ pub async fn parallel_handling_keeps_order_per_key<T: TransportUnderTest>(t: &T)
             "key {key} handled out of order"
         );
     }
+}
+
+/// Waits for its partner at a barrier: both arrive only when two events
+/// are handled at once.
+#[derive(Debug, Clone)]
+struct Meeting {
+    barrier: Arc<tokio::sync::Barrier>,
+    met: Arc<std::sync::atomic::AtomicUsize>,
+}
+
+#[async_trait]
+impl<DB: sqlx::Database> tidings_consumer::Handler<DB> for Meeting {
+    async fn handle(
+        &self,
+        _ctx: &mut tidings_consumer::Context<'_, DB>,
+    ) -> Result<(), tidings_consumer::HandlerError> {
+        if tokio::time::timeout(Duration::from_secs(5), self.barrier.wait())
+            .await
+            .is_ok()
+        {
+            self.met.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        }
+        Ok(())
+    }
+}
+
+/// Events without a key (a foreign producer's, naming no `partitionkey`,
+/// `subject` or record key) have no order to keep: they are handled in
+/// parallel, not one after another behind one empty key.
+pub async fn events_without_a_key_are_handled_in_parallel<T: TransportUnderTest>(t: &T) {
+    // PostgreSQL: two handler transactions can be open at once (SQLite
+    // takes one writer at a time, whatever the lanes do).
+    let db = crate::services::PgTestDb::new().await;
+    let topic = fresh_topic();
+    let handler = Meeting {
+        barrier: Arc::new(tokio::sync::Barrier::new(2)),
+        met: Arc::default(),
+    };
+    let consumer = tidings_consumer::Consumer::new(fresh_group("keyless"), db.store.clone(), handler.clone())
+        .topic(topic.clone())
+        .config(tidings_consumer::ConsumerConfig::default().lanes(4));
+    let stop = tokio_util::sync::CancellationToken::new();
+    let stats = consumer.stats();
+    let subscriber = t.subscriber().await;
+    let task = tokio::spawn({
+        let stop = stop.clone();
+        async move { consumer.run(&*subscriber, stop).await }
+    });
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    // Both on one partition (one key, ""): only the lanes can run them side by side.
+    let sent = vec![probe(&topic, "", 1), probe(&topic, "", 2)];
+    t.publisher().await.publish(&sent).await.unwrap();
+    eventually("both events handled", || stats.handled() == 2).await;
+    stop.cancel();
+    task.await.unwrap().unwrap();
+    assert_eq!(
+        handler.met.load(std::sync::atomic::Ordering::SeqCst),
+        2,
+        "the two events without a key were handled one after the other"
+    );
 }
 
 type Running = (
@@ -803,6 +897,7 @@ macro_rules! transport_conformance {
             settled_messages_stay_settled_across_restart,
             confirmed_publish_survives_the_publisher,
             parallel_handling_keeps_order_per_key,
+            events_without_a_key_are_handled_in_parallel,
             poison_is_dead_lettered_and_never_redelivered,
             dead_letters_redrive_through_the_outbox,
             partitions_split_a_group,

@@ -43,7 +43,8 @@ impl<S: Store> Worker<S> {
     /// Applies the key's hold, if any ([`OnDeadLetter::HoldKey`]), then the stack.
     pub(super) async fn handle(&self, work: Work) -> Settled {
         let key = match &work.envelope {
-            Ok(e) if self.config.on_dead_letter == OnDeadLetter::HoldKey => {
+            // A message without a key holds back nothing when it fails.
+            Ok(e) if self.config.on_dead_letter == OnDeadLetter::HoldKey && !e.aggregate_key.is_empty() => {
                 (work.delivery.message.topic.clone(), e.aggregate_key.clone())
             }
             _ => return self.process(work).await,

@@ -83,6 +83,7 @@ impl<S: Store> Worker<S> {
             });
         }
         let holding = self.config.on_dead_letter == OnDeadLetter::HoldKey;
+        let mut keyless = 0u64;
         let mut refresh = tokio::time::interval(HOLDS_REFRESH);
         refresh.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
@@ -114,7 +115,15 @@ impl<S: Store> Worker<S> {
                 Ok(e) => e.aggregate_key.as_str(),
                 Err(_) => delivery.message.key.as_deref().unwrap_or(""),
             };
-            let key = queue_key(&delivery.message.topic, key);
+            // No key (a foreign event naming none): nothing to keep in
+            // order, so it shares its lane with no other message.
+            let key = match key {
+                "" => {
+                    keyless += 1;
+                    format!("{}\u{1e}{keyless}", delivery.message.topic)
+                }
+                key => queue_key(&delivery.message.topic, key),
+            };
             let work = Work {
                 delivery,
                 envelope,

@@ -172,7 +172,9 @@ impl<S: Store> Worker<S> {
             skipped_at: None,
         };
         let hold = match (&letter.aggregate_key, letter.message_id) {
-            (Some(key), Some(id)) if self.config.on_dead_letter == OnDeadLetter::HoldKey => {
+            (Some(key), Some(id))
+                if self.config.on_dead_letter == OnDeadLetter::HoldKey && !key.is_empty() =>
+            {
                 Some(((letter.topic.clone(), key.clone()), id))
             }
             _ => None,

@@ -1,0 +1,281 @@
+//! Other teams' clients: the official CloudEvents SDK for Python, over the
+//! plain Kafka, RabbitMQ and NATS clients, reading what Tidings publishes.
+
+use std::io::{BufRead, BufReader, Read};
+use std::path::PathBuf;
+use std::process::{Child, ChildStdout, Command, Stdio};
+
+use chrono::{DateTime, Utc};
+use serde_json::Value;
+use tidings_core::OutgoingMessage;
+use tidings_core::cloudevents::ContentMode;
+
+use super::{TransportUnderTest, fresh_topic, probe, subscribe};
+
+/// Where a foreign client finds what a transport writes for one topic.
+#[derive(Debug, Clone)]
+pub struct ForeignAddress {
+    /// `kafka`, `rabbitmq` or `nats`.
+    pub broker: &'static str,
+    /// The broker's URL, as the foreign client takes it.
+    pub url: String,
+    /// The Kafka topic, the RabbitMQ exchange or the NATS subject prefix.
+    pub address: String,
+}
+
+/// The Python the test command installs the foreign clients into.
+fn python() -> PathBuf {
+    let path = std::env::var_os("TIDINGS_FOREIGN_PYTHON")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| {
+            PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../target/foreign-venv/bin/python")
+        });
+    assert!(
+        path.exists(),
+        "the foreign clients' Python is missing at {} (scripts/test installs it; or set TIDINGS_FOREIGN_PYTHON)",
+        path.display()
+    );
+    path
+}
+
+fn script() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("foreign/cloudevents_client.py")
+}
+
+/// A foreign reader, listening.
+struct ForeignReader {
+    child: Child,
+    stdout: BufReader<ChildStdout>,
+    what: String,
+}
+
+impl ForeignReader {
+    /// Starts the reader and waits until it listens.
+    async fn start(at: &ForeignAddress, count: usize) -> ForeignReader {
+        let what = format!("the Python CloudEvents SDK reading {} {}", at.broker, at.address);
+        let mut child = Command::new(python())
+            .arg(script())
+            .args(["read", at.broker, &at.url, &at.address, &count.to_string()])
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap_or_else(|e| panic!("cannot start {what}: {e}"));
+        let stdout = BufReader::new(child.stdout.take().expect("piped"));
+        let mut reader = ForeignReader { child, stdout, what };
+        let (reader, line) = tokio::task::spawn_blocking(move || {
+            let mut line = String::new();
+            let _ = reader.stdout.read_line(&mut line);
+            (reader, line)
+        })
+        .await
+        .expect("reading the foreign reader");
+        if line.trim() != "ready" {
+            let mut reader = reader;
+            let _ = reader.child.kill();
+            let err = reader.stderr();
+            panic!("{} did not start: {err}", reader.what);
+        }
+        reader
+    }
+
+    fn stderr(&mut self) -> String {
+        let mut err = String::new();
+        if let Some(mut e) = self.child.stderr.take() {
+            let _ = e.read_to_string(&mut err);
+        }
+        err
+    }
+
+    /// Every event it read, once it has read its count (or given up).
+    async fn finish(mut self) -> Vec<Value> {
+        tokio::task::spawn_blocking(move || {
+            let lines: Vec<String> = (&mut self.stdout).lines().map_while(Result::ok).collect();
+            let status = self.child.wait().expect("waiting for the foreign reader");
+            let err = self.stderr();
+            assert!(status.success(), "{} failed ({status}): {err}", self.what);
+            lines
+                .iter()
+                .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("{}: {l:?}: {e}", self.what)))
+                .collect()
+        })
+        .await
+        .expect("the foreign reader's output")
+    }
+}
+
+/// What Tidings publishes, in binary and in structured mode, is read by
+/// the official CloudEvents SDK for Python over the broker's plain client:
+/// every event recognised, in the mode it was written, with its
+/// attributes, extensions and data intact.
+pub async fn foreign_readers_recognise_what_tidings_publishes<T: TransportUnderTest>(t: &T) {
+    for mode in [ContentMode::Binary, ContentMode::Structured] {
+        let topic = fresh_topic();
+        let publisher = t.publisher_in(mode).await;
+        // The topic's resources exist before the reader listens: a group
+        // of Tidings' own (RabbitMQ refuses what no queue would take),
+        // and a first message.
+        let own = subscribe(t, "own", &topic).await;
+        let warm_up = probe(&topic, "warm-up", 0);
+        publisher.publish(std::slice::from_ref(&warm_up)).await.unwrap();
+        let at = t
+            .foreign_address(&topic)
+            .expect("the transport names where foreign clients read");
+        let sent: Vec<OutgoingMessage> = (1..=3)
+            .map(|i| {
+                let mut m = probe(&topic, &format!("key-{i}"), i);
+                m.envelope.headers.insert("tenant".into(), "acme".into());
+                m
+            })
+            .collect();
+        // Kafka's reader starts from the beginning: it reads the warm-up too.
+        let count = sent.len() + usize::from(at.broker == "kafka");
+        let reader = ForeignReader::start(&at, count).await;
+        publisher.publish(&sent).await.unwrap();
+        let events = reader.finish().await;
+        own.close().await.unwrap();
+        let mode_name = match mode {
+            ContentMode::Binary => "binary",
+            ContentMode::Structured => "structured",
+        };
+        for m in &sent {
+            let e = &m.envelope;
+            let id = e.id.to_string();
+            let got = events
+                .iter()
+                .find(|ev| ev["attributes"]["id"] == id.as_str())
+                .unwrap_or_else(|| panic!("the SDK did not see event {id} ({mode_name} mode): {events:#?}"));
+            let a = &got["attributes"];
+            assert_eq!(got["mode"], mode_name, "{got}");
+            assert_eq!(a["specversion"], "1.0", "{got}");
+            assert_eq!(a["source"], e.source.as_str(), "{got}");
+            assert_eq!(a["type"], e.message_type.as_str(), "{got}");
+            assert_eq!(a["subject"], e.aggregate_key.as_str(), "{got}");
+            assert_eq!(a["partitionkey"], e.aggregate_key.as_str(), "{got}");
+            assert_eq!(a["datacontenttype"], "application/json", "{got}");
+            assert_eq!(a["dataschema"], e.dataschema().as_str(), "{got}");
+            assert_eq!(a["correlationid"], e.correlation_id.to_string().as_str(), "{got}");
+            assert_eq!(a["aggregatetype"], e.aggregate_type.as_str(), "{got}");
+            assert_eq!(a["tenant"], "acme", "{got}");
+            assert_eq!(
+                a["traceparent"].as_str(),
+                e.headers.get("traceparent").map(String::as_str),
+                "{got}"
+            );
+            // Python keeps microseconds.
+            let time: DateTime<Utc> = a["time"]
+                .as_str()
+                .and_then(|t| DateTime::parse_from_rfc3339(t).ok())
+                .unwrap_or_else(|| panic!("the SDK read no time: {got}"))
+                .into();
+            assert_eq!(time.timestamp_micros(), e.occurred_at.timestamp_micros(), "{got}");
+            let payload: Value = serde_json::from_slice(&e.payload).unwrap();
+            assert_eq!(got["data"], payload, "{got}");
+            if at.broker == "kafka" {
+                assert_eq!(got["key"], e.aggregate_key.as_str(), "the record key: {got}");
+            }
+        }
+    }
+}
+
+/// What a handler saw of each event: its source, its id as written, its
+/// key and its `tenant` extension.
+type Seen = (String, String, String, Option<String>);
+
+/// Records every event it handles.
+#[derive(Debug, Clone, Default)]
+struct Recorder {
+    seen: std::sync::Arc<std::sync::Mutex<Vec<Seen>>>,
+}
+
+#[async_trait::async_trait]
+impl<DB: sqlx::Database> tidings_consumer::Handler<DB> for Recorder {
+    async fn handle(
+        &self,
+        ctx: &mut tidings_consumer::Context<'_, DB>,
+    ) -> Result<(), tidings_consumer::HandlerError> {
+        let e = ctx.envelope();
+        self.seen.lock().expect("lock").push((
+            e.source.clone(),
+            e.event_id(),
+            e.aggregate_key.clone(),
+            e.headers.get("tenant").cloned(),
+        ));
+        Ok(())
+    }
+}
+
+/// Runs the foreign producer against `at`, waiting for the broker's confirmations.
+async fn foreign_write(at: &ForeignAddress) {
+    let what = format!("the Python CloudEvents SDK writing {} {}", at.broker, at.address);
+    let mut command = Command::new(python());
+    command
+        .arg(script())
+        .args(["write", at.broker, &at.url, &at.address]);
+    let output = tokio::task::spawn_blocking(move || command.output())
+        .await
+        .expect("the foreign producer")
+        .unwrap_or_else(|e| panic!("cannot start {what}: {e}"));
+    assert!(
+        output.status.success(),
+        "{what} failed ({}): {}",
+        output.status,
+        String::from_utf8_lossy(&output.stderr)
+    );
+}
+
+/// What another team's producer writes with the official CloudEvents SDK
+/// for Python onto the topic a Tidings group reads (binary and structured
+/// mode, ids that are not UUIDs, no `time`, an extension of its own, an
+/// event without a key) is handled once each; the producer's retry of an
+/// event is recognised as a duplicate, while the same id from another
+/// source is another event; a record that is not an event is dead-lettered
+/// with its raw bytes, and holds nothing back.
+pub async fn foreign_producers_are_read_once<T: TransportUnderTest>(t: &T) {
+    use tidings_core::FailureStore;
+    let db = crate::services::SqliteTestDb::new().await;
+    let topic = fresh_topic();
+    let group = super::fresh_group("foreign");
+    t.subscriber().await.ensure_group(&group, &topic).await.unwrap();
+    let at = t
+        .foreign_address(&topic)
+        .expect("the transport names where foreign clients write");
+    foreign_write(&at).await;
+
+    let handler = Recorder::default();
+    let consumer =
+        tidings_consumer::Consumer::new(group, db.store.clone(), handler.clone()).topic(topic.clone());
+    let stop = tokio_util::sync::CancellationToken::new();
+    let (stats, task) = super::start(t, consumer, stop.clone()).await;
+    super::eventually(
+        "four events handled, the retry suppressed, the garbage dead-lettered",
+        || stats.handled() == 4 && stats.duplicates() == 1 && stats.dead_lettered() == 1,
+    )
+    .await;
+    stop.cancel();
+    task.await.unwrap().unwrap();
+
+    let mut seen = handler.seen.lock().unwrap().clone();
+    seen.sort();
+    let source = "https://pay.example/hooks";
+    let acme = Some("acme".to_owned());
+    let expected: Vec<Seen> = vec![
+        (
+            "https://billing.example".into(),
+            "evt_01J8K2A".into(),
+            "inv-2".into(),
+            acme.clone(),
+        ),
+        (source.into(), "evt_01J8K2A".into(), "inv-1".into(), acme.clone()),
+        (source.into(), "evt_01J8K2B".into(), "inv-1".into(), acme.clone()),
+        (source.into(), "evt_01J8K2C".into(), String::new(), acme.clone()),
+    ];
+    assert_eq!(seen, expected, "each foreign event handled once");
+
+    let letters = db.store.dead_letters(&Default::default()).await.unwrap();
+    assert_eq!(letters.len(), 1, "{letters:?}");
+    assert_eq!(
+        letters[0].body, b"not an event {",
+        "the dead letter keeps the raw bytes"
+    );
+    assert_eq!(letters[0].message_id, None);
+}
