@@ -28,11 +28,15 @@ impl Publisher for KafkaTransport {
             );
             let key = &m.envelope.aggregate_key;
             let partition = Partition::of(key, self.inner.options.partitions);
-            let mut record = FutureRecord::to(&name)
-                .key(key.as_bytes())
+            let mut record = FutureRecord::<[u8], [u8]>::to(&name)
                 .payload(&payload)
                 .partition(partition.index as i32)
                 .headers(record_headers(&attributes));
+            // No key is a null key, not an empty one (the Partitioning
+            // extension's `partitionkey` is never empty).
+            if !key.is_empty() {
+                record = record.key(key.as_bytes());
+            }
             loop {
                 match self.inner.producer.send_result(record) {
                     Ok(report) => {

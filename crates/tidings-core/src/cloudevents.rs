@@ -444,6 +444,9 @@ fn from_attributes(
         serde_json::from_str::<String>(raw.get()).unwrap_or_else(|_| raw.get().to_owned())
     }
 
+    // The JSON format: an attribute whose value is `null` is not set
+    // (`data` is no attribute: `null` is its value).
+    attrs.retain(|name, raw| name == "data" || raw.get() != "null");
     let spec = required(&mut attrs, "specversion")?;
     if spec != "1.0" {
         return Err(malformed(format!(
@@ -781,6 +784,19 @@ mod tests {
         }
         // The same id from another source is another event.
         assert_ne!(foreign_id("https://other.example", "evt_01J8K2"), e.id);
+    }
+
+    #[test]
+    fn an_attribute_set_to_null_is_not_set() {
+        let doc = br#"{"specversion":"1.0","id":"a1","source":"s","type":"T","subject":null,"time":null,"datacontenttype":null,"dataschema":null,"tenant":null,"data":{"a":1}}"#;
+        let e = from_json(doc).unwrap();
+        assert_eq!(e.aggregate_key, "");
+        assert_eq!(e.content_type, "application/json");
+        assert!(
+            !e.headers.contains_key("tenant") && !e.headers.contains_key("dataschema"),
+            "{:?}",
+            e.headers
+        );
     }
 
     #[test]

@@ -78,7 +78,10 @@ pub trait Message: Serialize + DeserializeOwned + Send + Sync + 'static {
     const AGGREGATE: &'static str;
     /// Where the message goes: the topic of an event, the queue of a command.
     const TOPIC: &'static str;
-    /// The aggregate key: messages with the same key are published and handled in order.
+    /// The aggregate key: messages with the same key are published and
+    /// handled in order. The empty key means no order to keep: such
+    /// messages are handled in parallel, and one that is dead-lettered
+    /// holds nothing back.
     fn key(&self) -> String;
 
     /// Brings the payload of an older `version` of this type up to

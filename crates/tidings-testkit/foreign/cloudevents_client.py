@@ -21,6 +21,7 @@ prints one JSON line per record written.
 
 import asyncio
 import json
+import signal
 import sys
 import time
 
@@ -30,6 +31,7 @@ from cloudevents.core.v1.event import CloudEvent
 
 FORMAT = JSONFormat()
 WAIT_SECONDS = 30
+GIVE_UP_SECONDS = 90
 
 
 def as_sent(attributes, data):
@@ -78,7 +80,10 @@ def read_kafka(url, topic, count):
         if time.time() > deadline:
             short(got, count)
         record = consumer.poll(1.0)
-        if record is None or record.error():
+        if record is None:
+            continue
+        if record.error():
+            print(f"Kafka: {record.error()}", file=sys.stderr, flush=True)
             continue
         headers = dict(record.headers() or [])
         message = kafka.KafkaMessage(headers=headers, key=record.key(), value=record.value())
@@ -126,9 +131,10 @@ async def read_nats(url, subject, count):
     subscription = await client.subscribe(subject + ".>")
     await client.flush()
     ready()
+    deadline = time.time() + WAIT_SECONDS
     for got in range(count):
         try:
-            msg = await subscription.next_msg(timeout=WAIT_SECONDS)
+            msg = await subscription.next_msg(timeout=max(deadline - time.time(), 0.01))
         except Exception:
             short(got, count)
         headers = msg.headers or {}
@@ -237,6 +243,9 @@ async def write_nats(url, prefix):
 
 
 def main(argv):
+    # Whatever a broker does (a connection that never opens, a blocked
+    # publish), the client ends: the test waiting on it never hangs.
+    signal.alarm(GIVE_UP_SECONDS)
     if len(argv) == 5 and argv[1] == "write":
         _, _, broker, url, address = argv
         if broker == "kafka":

@@ -42,26 +42,50 @@ fn script() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("foreign/cloudevents_client.py")
 }
 
-/// A foreign reader, listening.
+/// Where a foreign client's stderr goes: a file, read once it is done (a
+/// pipe nobody reads while it runs could fill and stall it).
+fn stderr_file(what: &str) -> (PathBuf, std::fs::File) {
+    let path = std::env::temp_dir().join(format!("tidings-foreign-{}.log", uuid::Uuid::new_v4().simple()));
+    let file = std::fs::File::create(&path).unwrap_or_else(|e| panic!("cannot log {what}: {e}"));
+    (path, file)
+}
+
+/// A foreign reader, listening. Killed when dropped (a failing test
+/// leaves no process behind); the script also ends itself after 90 s.
 struct ForeignReader {
     child: Child,
     stdout: BufReader<ChildStdout>,
+    stderr: PathBuf,
     what: String,
+}
+
+impl Drop for ForeignReader {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        let _ = std::fs::remove_file(&self.stderr);
+    }
 }
 
 impl ForeignReader {
     /// Starts the reader and waits until it listens.
     async fn start(at: &ForeignAddress, count: usize) -> ForeignReader {
         let what = format!("the Python CloudEvents SDK reading {} {}", at.broker, at.address);
+        let (stderr, file) = stderr_file(&what);
         let mut child = Command::new(python())
             .arg(script())
             .args(["read", at.broker, &at.url, &at.address, &count.to_string()])
             .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
+            .stderr(file)
             .spawn()
             .unwrap_or_else(|e| panic!("cannot start {what}: {e}"));
         let stdout = BufReader::new(child.stdout.take().expect("piped"));
-        let mut reader = ForeignReader { child, stdout, what };
+        let mut reader = ForeignReader {
+            child,
+            stdout,
+            stderr,
+            what,
+        };
         let (reader, line) = tokio::task::spawn_blocking(move || {
             let mut line = String::new();
             let _ = reader.stdout.read_line(&mut line);
@@ -70,31 +94,29 @@ impl ForeignReader {
         .await
         .expect("reading the foreign reader");
         if line.trim() != "ready" {
-            let mut reader = reader;
-            let _ = reader.child.kill();
-            let err = reader.stderr();
-            panic!("{} did not start: {err}", reader.what);
+            panic!("{} did not start: {}", reader.what, reader.stderr());
         }
         reader
     }
 
-    fn stderr(&mut self) -> String {
-        let mut err = String::new();
-        if let Some(mut e) = self.child.stderr.take() {
-            let _ = e.read_to_string(&mut err);
-        }
-        err
+    fn stderr(&self) -> String {
+        std::fs::read_to_string(&self.stderr).unwrap_or_default()
     }
 
     /// Every event it read, once it has read its count (or given up).
     async fn finish(mut self) -> Vec<Value> {
         tokio::task::spawn_blocking(move || {
-            let lines: Vec<String> = (&mut self.stdout).lines().map_while(Result::ok).collect();
+            let mut out = Vec::new();
+            let _ = self.stdout.read_to_end(&mut out);
             let status = self.child.wait().expect("waiting for the foreign reader");
-            let err = self.stderr();
-            assert!(status.success(), "{} failed ({status}): {err}", self.what);
-            lines
-                .iter()
+            assert!(
+                status.success(),
+                "{} failed ({status}): {}",
+                self.what,
+                self.stderr()
+            );
+            String::from_utf8_lossy(&out)
+                .lines()
                 .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("{}: {l:?}: {e}", self.what)))
                 .collect()
         })
