@@ -709,12 +709,7 @@ pub async fn events_without_a_key_are_handled_in_parallel<T: TransportUnderTest>
         .topic(topic.clone())
         .config(tidings_consumer::ConsumerConfig::default().lanes(4));
     let stop = tokio_util::sync::CancellationToken::new();
-    let stats = consumer.stats();
-    let subscriber = t.subscriber().await;
-    let task = tokio::spawn({
-        let stop = stop.clone();
-        async move { consumer.run(&*subscriber, stop).await }
-    });
+    let (stats, task) = start(t, consumer, stop.clone()).await;
     tokio::time::sleep(Duration::from_millis(300)).await;
     // Both on one partition (one key, ""): only the lanes can run them side by side.
     let sent = vec![probe(&topic, "", 1), probe(&topic, "", 2)];
@@ -734,9 +729,9 @@ type Running = (
     tokio::task::JoinHandle<tidings_core::Result<()>>,
 );
 
-async fn start<T: TransportUnderTest>(
+async fn start<T: TransportUnderTest, S: tidings_core::Store>(
     t: &T,
-    consumer: tidings_consumer::Consumer<tidings_store_sqlite::SqliteStore>,
+    consumer: tidings_consumer::Consumer<S>,
     stop: tokio_util::sync::CancellationToken,
 ) -> Running {
     let stats = consumer.stats();
