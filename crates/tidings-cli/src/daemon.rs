@@ -3,7 +3,8 @@
 //! One process next to the database: the relay (publishing the outbox to
 //! the configured transport), the housekeeping of the database log and of
 //! the consumers' processed markers (their retentions),
-//! lag sampling into gauges, and the Prometheus endpoint. SIGTERM or Ctrl-C
+//! lag sampling into gauges, the Prometheus endpoint, and the webhook
+//! inbox when it is configured. SIGTERM or Ctrl-C
 //! stops it gracefully: the batch being published is finished or released,
 //! the partition leases are handed back.
 
@@ -11,12 +12,13 @@ use std::time::Duration;
 
 use anyhow::Context as _;
 use futures::FutureExt as _;
+use tidings::inbox::{Inbox, Provider};
 use tidings::sql::StoreOptions;
 use tidings::{Topology, with_store};
 use tidings_core::lease::sleep_unless;
 use tidings_core::log::LogBackend;
 use tidings_core::secret::redact_url;
-use tidings_core::{ConsumerStore, Inspect, LagSource, LeaseStore, RelayStore};
+use tidings_core::{ConsumerStore, InboxStore, Inspect, LagSource, LeaseStore, RelayStore};
 use tidings_relay::Relay;
 use tokio::net::TcpListener;
 use tokio::task::JoinSet;
@@ -41,6 +43,23 @@ pub(crate) async fn run(loaded: Loaded, shutdown: CancellationToken) -> anyhow::
         }
         None => None,
     };
+    let inbox = match loaded.inbox_listen {
+        Some(addr) => {
+            let listener = TcpListener::bind(addr)
+                .await
+                .with_context(|| format!("inbox.listen: cannot listen on {addr}"))?;
+            let providers = loaded
+                .config
+                .inbox
+                .providers
+                .iter()
+                .map(|p| p.provider())
+                .collect::<Result<Vec<_>, _>>()
+                .context("reading the inbox's providers")?;
+            Some((listener, providers))
+        }
+        None => None,
+    };
     let url = loaded.database_url.expose();
     let config = &loaded.config;
     let mut options = StoreOptions::default().max_connections(config.database.max_connections);
@@ -53,17 +72,18 @@ pub(crate) async fn run(loaded: Loaded, shutdown: CancellationToken) -> anyhow::
     if config.database.migrate {
         store.migrate().await.context("migrating Tidings' tables")?;
     }
-    with_store!(store, |s| run_on(s, &loaded, metrics, shutdown).await)
+    with_store!(store, |s| run_on(s, &loaded, metrics, inbox, shutdown).await)
 }
 
 async fn run_on<S>(
     store: S,
     loaded: &Loaded,
     metrics: Option<(TcpListener, tidings_prometheus::PrometheusHandle)>,
+    inbox: Option<(TcpListener, Vec<Provider>)>,
     shutdown: CancellationToken,
 ) -> anyhow::Result<()>
 where
-    S: RelayStore + ConsumerStore + LeaseStore + LagSource + LogBackend + Inspect + Clone,
+    S: RelayStore + ConsumerStore + InboxStore + LeaseStore + LagSource + LogBackend + Inspect + Clone,
 {
     let config = &loaded.config;
     let mut tasks: JoinSet<anyhow::Result<()>> = JoinSet::new();
@@ -75,6 +95,27 @@ where
             tidings_prometheus::serve(listener, handle, stop)
                 .await
                 .context("serving metrics")
+        });
+    }
+    if let Some((listener, providers)) = inbox {
+        let section = &config.inbox;
+        let names: Vec<&str> = providers.iter().map(|p| p.name()).collect();
+        let at = format!("http://{}{}", listener.local_addr()?, section.path);
+        parts.push(format!("webhook inbox at {at}/{{{}}}", names.join(",")));
+        let router = providers
+            .into_iter()
+            .fold(Inbox::new(store.clone()), Inbox::provider)
+            .body_limit(section.body_limit)
+            .timeout(section.timeout.0)
+            .retention(Some(section.retention.0).filter(|d| !d.is_zero()))
+            .router()?;
+        let app = axum::Router::new().nest(&section.path, router);
+        let stop = shutdown.clone();
+        tasks.spawn(async move {
+            axum::serve(listener, app)
+                .with_graceful_shutdown(async move { stop.cancelled().await })
+                .await
+                .context("serving the webhook inbox")
         });
     }
     let broker = &loaded.config.broker;

@@ -304,13 +304,18 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             let loaded = Loaded::from_file(config.as_deref(), std::env::vars(), SCHEMES)?;
             if check {
                 say!(
-                    "configuration ok: database {}, broker {}, relay {}, metrics {}",
+                    "configuration ok: database {}, broker {}, relay {}, metrics {}, inbox {}",
                     redact_url(loaded.database_url.expose()),
                     redact_url(loaded.broker_url.expose()),
                     if loaded.config.relay_enabled { "on" } else { "off" },
                     loaded
                         .metrics_listen
                         .map_or("off".to_owned(), |a| format!("on {a}")),
+                    loaded.inbox_listen.map_or("off".to_owned(), |a| format!(
+                        "on {a}{} ({} providers)",
+                        loaded.config.inbox.path,
+                        loaded.config.inbox.providers.len()
+                    )),
                 );
                 return Ok(ExitCode::SUCCESS);
             }

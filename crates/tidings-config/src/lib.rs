@@ -68,6 +68,8 @@ pub struct Config {
     pub consumer: ConsumerSection,
     /// The metrics endpoint and lag sampling.
     pub metrics: MetricsConfig,
+    /// The webhook inbox.
+    pub inbox: InboxConfig,
 }
 
 /// `[database]`
@@ -139,6 +141,7 @@ impl Default for Config {
             log: LogConfig::default(),
             consumer: ConsumerSection::default(),
             metrics: MetricsConfig::default(),
+            inbox: InboxConfig::default(),
         }
     }
 }
@@ -202,6 +205,37 @@ impl Default for MetricsConfig {
     }
 }
 
+/// `[inbox]`: the webhook inbox `tidings run` serves, off unless it listens.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct InboxConfig {
+    /// Serve the inbox here (empty: no inbox).
+    pub listen: String,
+    /// Where the routes are: each provider at `POST <path>/<name>`.
+    pub path: String,
+    /// The largest body accepted, in bytes.
+    pub body_limit: usize,
+    /// How long a delivery may take, from its body to the commit.
+    pub timeout: Dur,
+    /// How long accepted deliveries are remembered (0: forever).
+    pub retention: Dur,
+    /// The providers, each `[[inbox.providers]]`.
+    pub providers: Vec<tidings_inbox::ProviderConfig>,
+}
+
+impl Default for InboxConfig {
+    fn default() -> Self {
+        InboxConfig {
+            listen: String::new(),
+            path: "/webhooks".into(),
+            body_limit: 1024 * 1024,
+            timeout: Dur(Duration::from_secs(10)),
+            retention: Dur(Duration::from_secs(30 * 86_400)),
+            providers: Vec::new(),
+        }
+    }
+}
+
 /// A duration written `500ms`, `30s`, `5m`, `2h` or `7d` (`0` for none).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Dur(pub Duration);
@@ -239,6 +273,8 @@ pub struct Loaded {
     pub broker_url: Secret,
     /// Where the metrics endpoint listens, if anywhere.
     pub metrics_listen: Option<SocketAddr>,
+    /// Where the webhook inbox listens, if anywhere.
+    pub inbox_listen: Option<SocketAddr>,
 }
 
 impl Loaded {
@@ -355,16 +391,81 @@ impl Loaded {
                 )
             })?),
         };
+        let inbox_listen = match config.inbox.listen.trim() {
+            "" => None,
+            addr => Some(addr.parse().map_err(|_| {
+                refuse(
+                    "inbox.listen",
+                    format!("{addr:?} is not an address (write 0.0.0.0:9480, or \"\" for no inbox)"),
+                )
+            })?),
+        };
         let loaded = Loaded {
             config,
             database_url,
             broker_url,
             metrics_listen,
+            inbox_listen,
         };
         loaded
             .check(schemes)
             .map_err(|(path, reason)| refuse(&path, reason))?;
         Ok(loaded)
+    }
+
+    /// The inbox: served with providers, or not at all. Each provider's
+    /// secret is read when the daemon starts, not here.
+    fn check_inbox(&self) -> Result<(), (String, String)> {
+        let inbox = &self.config.inbox;
+        match (self.inbox_listen, inbox.providers.is_empty()) {
+            (Some(_), true) => {
+                return Err((
+                    "inbox.providers".into(),
+                    "the inbox listens but accepts no provider: add an [[inbox.providers]] entry".into(),
+                ));
+            }
+            (None, false) => {
+                return Err((
+                    "inbox.listen".into(),
+                    "providers are configured but the inbox does not listen: set inbox.listen".into(),
+                ));
+            }
+            _ => {}
+        }
+        if !inbox.path.starts_with('/') || inbox.path.len() < 2 || inbox.path.ends_with('/') {
+            return Err((
+                "inbox.path".into(),
+                format!(
+                    "{:?} is not a path to mount the inbox on (write /webhooks)",
+                    inbox.path
+                ),
+            ));
+        }
+        if !(1024..=64 * 1024 * 1024).contains(&inbox.body_limit) {
+            return Err((
+                "inbox.body_limit".into(),
+                format!("{} is out of range (1024 to 67108864 bytes)", inbox.body_limit),
+            ));
+        }
+        if inbox.timeout.0.is_zero() {
+            return Err(("inbox.timeout".into(), "must be more than 0".into()));
+        }
+        let mut names = std::collections::HashSet::new();
+        for p in &inbox.providers {
+            if !names.insert(p.name.as_str()) {
+                return Err((
+                    "inbox.providers".into(),
+                    format!("two providers are named {:?}", p.name),
+                ));
+            }
+            if p.secret_env.is_some() == p.secret_file.is_some() {
+                return Err((
+                    format!("inbox.providers.{}", p.name),
+                    "give the secret as exactly one of secret_env and secret_file; never in this file".into(),
+                ));
+            }
+        }
+        Ok(())
     }
 
     /// Ranges and the URLs' schemes.
@@ -421,6 +522,7 @@ impl Loaded {
             }
         }
         positive("metrics.lag_interval", c.metrics.lag_interval)?;
+        self.check_inbox()?;
         let db = self.database_url.expose();
         if !(schemes.database)(db) {
             return Err((
@@ -687,12 +789,59 @@ mod tests {
             "dedupe_retention",
             "listen",
             "lag_interval",
+            "path",
+            "body_limit",
+            "timeout",
         ] {
             assert!(
                 reference.contains(&format!("\n{key} =")) || reference.contains(&format!("\n# {key} =")),
                 "{key}"
             );
         }
+    }
+
+    #[test]
+    fn the_inbox_listens_with_providers_or_not_at_all() {
+        let db = "[database]\nurl = \"sqlite://x.db\"\n";
+        let stripe = "[[inbox.providers]]\nname = \"stripe\"\nscheme = \"stripe\"\nsecret_env = \"STRIPE_WEBHOOK_SECRET\"\n";
+        let loaded = load(
+            &format!("{db}[inbox]\nlisten = \"127.0.0.1:9480\"\n{stripe}"),
+            &[],
+        )
+        .unwrap();
+        assert_eq!(loaded.inbox_listen, Some("127.0.0.1:9480".parse().unwrap()));
+        assert_eq!(loaded.config.inbox.providers[0].name, "stripe");
+        assert_eq!(load(db, &[]).unwrap().inbox_listen, None);
+
+        let (path, reason) = refused(&format!("{db}[inbox]\nlisten = \"127.0.0.1:9480\"\n"), &[]);
+        assert_eq!(path, "inbox.providers");
+        assert!(reason.contains("no provider"), "{reason}");
+        let (path, _) = refused(&format!("{db}{stripe}"), &[]);
+        assert_eq!(path, "inbox.listen");
+        let (path, _) = refused(
+            &format!("{db}[inbox]\nlisten = \"127.0.0.1:9480\"\n{stripe}{stripe}"),
+            &[],
+        );
+        assert_eq!(path, "inbox.providers");
+        let (path, reason) = refused(
+            &format!(
+                "{db}[inbox]\nlisten = \"127.0.0.1:9480\"\n[[inbox.providers]]\nname = \"s\"\nscheme = \"stripe\"\n"
+            ),
+            &[],
+        );
+        assert_eq!(path, "inbox.providers.s");
+        assert!(
+            reason.contains("exactly one of secret_env and secret_file"),
+            "{reason}"
+        );
+        let (path, reason) = refused(
+            &format!(
+                "{db}[inbox]\nlisten = \"127.0.0.1:9480\"\n[[inbox.providers]]\nname = \"s\"\nscheme = \"stripe\"\nsecret = \"whsec_x\"\n"
+            ),
+            &[],
+        );
+        assert!(path.starts_with("inbox.providers"), "{path}");
+        assert!(reason.contains("unknown field `secret`"), "{reason}");
     }
 
     #[test]

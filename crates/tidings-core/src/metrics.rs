@@ -8,8 +8,9 @@
 //! building relays and consumers: they take their metric handles when built.
 //!
 //! Names follow Prometheus conventions (`_total` counters, base units in the
-//! name). Labels are bounded: `consumer` and `topic` come from the
-//! configuration, never from messages, so no event id or key becomes a label.
+//! name). Labels are bounded: `consumer`, `topic` and `provider` come from the
+//! configuration and `outcome` from a fixed list, never from messages, so no
+//! event id or key becomes a label.
 //! [`CATALOG`] lists every metric; the shipped alert rules are tested to name
 //! only metrics from it.
 
@@ -104,6 +105,8 @@ catalog! {
         "Messages parked behind held keys.";
     HELD_KEYS = "tidings_held_keys", Gauge, ["consumer", "topic"],
         "Keys held behind a dead letter.";
+    INBOX_DELIVERIES = "tidings_inbox_deliveries_total", Counter, ["provider", "outcome"],
+        "Webhook deliveries the inbox answered, by outcome: accepted, duplicate, unsigned, malformed, too_large, timeout, refused, failed.";
     LAG_SAMPLE_ERRORS = "tidings_lag_sample_errors_total", Counter, [],
         "Lag measurements that failed (the gauges keep their last value).";
 }
@@ -316,7 +319,9 @@ mod tests {
                 m.name
             );
             assert!(
-                !m.labels.iter().any(|l| l.contains("id") || *l == "key"),
+                !m.labels
+                    .iter()
+                    .any(|l| l.split('_').any(|word| word == "id" || word == "key")),
                 "{}",
                 m.name
             );

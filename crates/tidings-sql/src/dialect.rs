@@ -191,6 +191,14 @@ pub struct Statements {
     /// ($1 name) -> (horizon µs), a row if set.
     pub horizon: &'static str,
 
+    // The webhook inbox.
+    /// ($1 provider, $2 the provider's event id, $3 message id): records a
+    /// delivery unless it is recorded already, changing one row if it was not.
+    pub record_delivery: &'static str,
+    /// ($1 retention ms, $2 limit): deletes up to `limit` deliveries
+    /// recorded longer ago than the retention.
+    pub forget_deliveries: &'static str,
+
     // Dead letters.
     /// ($1 id, $2 consumer, $3 topic, $4 message id, $5 type, $6 key,
     /// $7 headers JSON, $8 body, $9 attempts i32, $10 errors JSON, $11 created µs):

@@ -30,6 +30,7 @@ pub mod db;
 mod dialect;
 pub mod errors;
 mod failures;
+mod inbox;
 mod inspect;
 pub mod json_lists;
 mod lag;

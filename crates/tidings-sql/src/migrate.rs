@@ -75,6 +75,11 @@ macro_rules! migrations {
                 name: "relay holds",
                 sql: include_str!("../migrations/0009_relay_holds.sql"),
             },
+            $crate::migrate::Migration {
+                version: 10,
+                name: "inbox",
+                sql: include_str!("../migrations/0010_inbox.sql"),
+            },
         ]
     };
 }

@@ -5,6 +5,11 @@
 pub const MARK_PROCESSED: &str = "INSERT INTO tidings_processed (consumer, message_id) VALUES ($1, $2)
     ON CONFLICT DO NOTHING";
 
+/// Records a webhook delivery in the inbox.
+pub const RECORD_DELIVERY: &str =
+    "INSERT INTO tidings_inbox (provider, event_id, message_id) VALUES ($1, $2, $3)
+    ON CONFLICT DO NOTHING";
+
 /// Whether an effect is recorded.
 pub const EFFECT_RECORDED: &str =
     "SELECT 1 FROM tidings_effects WHERE consumer = $1 AND message_id = $2 AND effect = $3";

@@ -122,6 +122,14 @@ pub(crate) const SQL: Statements = Statements {
     ),
     handlings_begun: shared::HANDLINGS_BEGUN,
     handling_ended: shared::HANDLING_ENDED,
+    // The inbox refuses event ids longer than the column before it gets
+    // here: `IGNORE` would otherwise truncate them into a false duplicate.
+    record_delivery: "INSERT IGNORE INTO tidings_inbox (provider, event_id, message_id) VALUES ($1, $2, $3)",
+    forget_deliveries: concat!(
+        "DELETE FROM tidings_inbox WHERE received_at < ",
+        now!(),
+        " - $1 * 1000 ORDER BY received_at LIMIT $2"
+    ),
     forget_processed: concat!(
         "DELETE FROM tidings_processed WHERE processed_at < ",
         now!(),

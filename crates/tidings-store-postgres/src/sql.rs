@@ -64,6 +64,10 @@ pub(crate) const SQL: Statements = Statements {
          ON CONFLICT (consumer, message_id) DO UPDATE SET begun = tidings_handlings.begun + 1, begun_at = now()",
     handlings_begun: shared::HANDLINGS_BEGUN,
     handling_ended: shared::HANDLING_ENDED,
+    record_delivery: shared::RECORD_DELIVERY,
+    forget_deliveries: "DELETE FROM tidings_inbox WHERE (provider, event_id) IN (
+          SELECT provider, event_id FROM tidings_inbox
+          WHERE received_at < now() - $1 * INTERVAL '1 millisecond' LIMIT $2)",
     forget_processed: "DELETE FROM tidings_processed WHERE (consumer, message_id) IN (
           SELECT consumer, message_id FROM tidings_processed
           WHERE processed_at < now() - $1 * INTERVAL '1 millisecond' LIMIT $2)",

@@ -75,6 +75,13 @@ pub(crate) const SQL: Statements = Statements {
     ),
     handlings_begun: shared::HANDLINGS_BEGUN,
     handling_ended: shared::HANDLING_ENDED,
+    record_delivery: shared::RECORD_DELIVERY,
+    forget_deliveries: concat!(
+        "DELETE FROM tidings_inbox WHERE (provider, event_id) IN (
+           SELECT provider, event_id FROM tidings_inbox WHERE received_at < ",
+        now!(),
+        " - $1 LIMIT $2)"
+    ),
     forget_processed: concat!(
         "DELETE FROM tidings_processed WHERE (consumer, message_id) IN (
            SELECT consumer, message_id FROM tidings_processed WHERE processed_at < ",

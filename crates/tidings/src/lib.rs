@@ -3,7 +3,7 @@
 //! Add this one crate to a service and pick the backends with features:
 //! `sqlite` (the default, embedded, no server), `postgres` and `mysql`
 //! (MySQL and MariaDB) for the store; `nats`, `rabbitmq` and `kafka` for brokers; `prometheus`, `otel`
-//! and `schema` (on by default) for operations. Then:
+//! and `schema` (on by default) for operations; `inbox` for the webhook inbox. Then:
 //!
 //! 1. write events to the outbox in the same transaction as the business
 //!    write ([`Outbox::enqueue`]), and wake the relay after commit;
@@ -45,8 +45,8 @@ pub use tidings_core::{
 // What a store does, one small trait per ability, and all of them at once.
 pub use tidings_core::{
     ConsumerLag, ConsumerStore, DeadLetter, DeadLetterFilter, DeadLetterLag, Failure, FailureStore, HeldKey,
-    Inspect, LagReport, LagSource, Lease, LeaseStore, Outbox, ParkedLag, ParkedMessage, ParkingStore,
-    Redrive, RelayStore, ReplayStore, Skip, Store,
+    InboxStore, Inspect, LagReport, LagSource, Lease, LeaseStore, Outbox, ParkedLag, ParkedMessage,
+    ParkingStore, Redrive, RelayStore, ReplayStore, Skip, Store,
 };
 // What a transport does.
 pub use tidings_core::{
@@ -100,6 +100,14 @@ pub mod relay {
 /// each database supplies.
 pub mod sql {
     pub use tidings_sql::*;
+}
+
+/// The webhook inbox (feature `inbox`): signed deliveries from a provider
+/// (Stripe, GitHub, any HMAC signer), each recorded once and enqueued as an
+/// event in one transaction, answered after the commit.
+#[cfg(feature = "inbox")]
+pub mod inbox {
+    pub use tidings_inbox::*;
 }
 
 /// PostgreSQL store (feature `postgres`).

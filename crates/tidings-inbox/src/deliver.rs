@@ -1,0 +1,331 @@
+//! One delivery, from the request to the answer: the body read within its
+//! limit, the signature verified, the delivery recorded and enqueued in one
+//! transaction, and the answer given only after the commit.
+
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+
+use axum::body::Body;
+use axum::extract::{Path, State};
+use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use chrono::Utc;
+use serde_json::{Value, json};
+use tidings_core::envelope::{Envelope, Headers, JSON};
+use tidings_core::{Error, ErrorClass, InboxStore, Kind, OutgoingMessage, cloudevents};
+use tokio::time::{Instant, timeout_at};
+use uuid::Uuid;
+
+use crate::provider::Provider;
+use crate::{FORGET_BATCH, FORGET_EVERY, MAX_ID_CHARS, Shared};
+
+/// How one delivery ended: the answer, and the outcome counted in metrics.
+#[derive(Debug)]
+pub(crate) enum Outcome {
+    /// Recorded and enqueued, committed.
+    Accepted(Uuid),
+    /// Recorded before: acknowledged, nothing changed.
+    Duplicate(Uuid),
+    /// Refused for what the delivery is: the provider should not retry it
+    /// as it is (4xx).
+    Refused {
+        status: StatusCode,
+        outcome: &'static str,
+        reason: String,
+    },
+    /// Not taken for now: the provider should retry (5xx).
+    Failed { status: StatusCode, reason: String },
+}
+
+impl Outcome {
+    fn refused(status: StatusCode, outcome: &'static str, reason: impl Into<String>) -> Outcome {
+        Outcome::Refused {
+            status,
+            outcome,
+            reason: reason.into(),
+        }
+    }
+
+    /// The label of `tidings_inbox_deliveries_total`.
+    fn label(&self) -> &'static str {
+        match self {
+            Outcome::Accepted(_) => "accepted",
+            Outcome::Duplicate(_) => "duplicate",
+            Outcome::Refused { outcome, .. } => outcome,
+            Outcome::Failed { .. } => "failed",
+        }
+    }
+}
+
+impl IntoResponse for Outcome {
+    fn into_response(self) -> Response {
+        match self {
+            Outcome::Accepted(id) => (
+                StatusCode::OK,
+                axum_json(json!({"status": "accepted", "message_id": id})),
+            )
+                .into_response(),
+            Outcome::Duplicate(id) => (
+                StatusCode::OK,
+                axum_json(json!({"status": "duplicate", "message_id": id})),
+            )
+                .into_response(),
+            Outcome::Refused { status, reason, .. } => {
+                (status, axum_json(json!({"error": reason}))).into_response()
+            }
+            Outcome::Failed { status, reason } => {
+                let mut response = (status, axum_json(json!({"error": reason}))).into_response();
+                response
+                    .headers_mut()
+                    .insert(header::RETRY_AFTER, HeaderValue::from_static("5"));
+                response
+            }
+        }
+    }
+}
+
+/// A JSON body with its content type.
+fn axum_json(value: Value) -> ([(header::HeaderName, &'static str); 1], String) {
+    ([(header::CONTENT_TYPE, "application/json")], value.to_string())
+}
+
+/// `POST /{provider}`.
+pub(crate) async fn handle<S: InboxStore + Clone>(
+    State(shared): State<Arc<Shared<S>>>,
+    Path(name): Path<String>,
+    headers: HeaderMap,
+    body: Body,
+) -> Response {
+    let Some(provider) = shared.providers.get(&name) else {
+        // The name comes from the request: not a metrics label.
+        return Outcome::refused(
+            StatusCode::NOT_FOUND,
+            "unknown",
+            "no webhook provider of this name is configured here",
+        )
+        .into_response();
+    };
+    let outcome = deliver(&shared, provider, &headers, body).await;
+    metrics::counter!(
+        tidings_core::metrics::INBOX_DELIVERIES,
+        "provider" => provider.name.clone(),
+        "outcome" => outcome.label(),
+    )
+    .increment(1);
+    match &outcome {
+        Outcome::Accepted(id) => {
+            tracing::info!(provider = %provider.name, message_id = %id, "webhook delivery accepted")
+        }
+        Outcome::Duplicate(id) => {
+            tracing::debug!(provider = %provider.name, message_id = %id, "webhook delivery seen before, acknowledged")
+        }
+        Outcome::Refused { status, reason, .. } => {
+            tracing::warn!(provider = %provider.name, status = status.as_u16(), %reason, "webhook delivery refused")
+        }
+        Outcome::Failed { status, reason } => {
+            tracing::error!(provider = %provider.name, status = status.as_u16(), %reason, "webhook delivery not taken, the provider will retry")
+        }
+    }
+    outcome.into_response()
+}
+
+/// The delivery's whole flow, within the request timeout.
+async fn deliver<S: InboxStore + Clone>(
+    shared: &Shared<S>,
+    provider: &Provider,
+    headers: &HeaderMap,
+    body: Body,
+) -> Outcome {
+    let deadline = Instant::now() + shared.timeout;
+    let limit = shared.body_limit;
+    let declared = headers
+        .get(header::CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.parse::<u64>().ok());
+    if declared.is_some_and(|n| n > limit as u64) {
+        return too_large(limit);
+    }
+    let body = match timeout_at(deadline, axum::body::to_bytes(body, limit)).await {
+        Err(_) => {
+            return Outcome::refused(
+                StatusCode::REQUEST_TIMEOUT,
+                "timeout",
+                format!("the body did not arrive within {:?}", shared.timeout),
+            );
+        }
+        Ok(Err(e)) if is_length_limit(&e) => return too_large(limit),
+        Ok(Err(_)) => {
+            return Outcome::refused(StatusCode::BAD_REQUEST, "malformed", "the body could not be read");
+        }
+        Ok(Ok(body)) => body,
+    };
+    if let Err(e) = crate::signature::verify(
+        &provider.scheme,
+        &provider.secrets,
+        headers,
+        &body,
+        Utc::now().timestamp(),
+    ) {
+        return Outcome::refused(StatusCode::UNAUTHORIZED, "unsigned", e.to_string());
+    }
+    let message = match build(provider, headers, &body) {
+        Ok(message) => message,
+        Err(refused) => return refused,
+    };
+    match timeout_at(deadline, record(shared, provider, &message)).await {
+        Err(_) => Outcome::Failed {
+            status: StatusCode::SERVICE_UNAVAILABLE,
+            reason: format!("the database did not answer within {:?}", shared.timeout),
+        },
+        Ok(outcome) => outcome,
+    }
+}
+
+fn too_large(limit: usize) -> Outcome {
+    Outcome::refused(
+        StatusCode::PAYLOAD_TOO_LARGE,
+        "too_large",
+        format!("the body is larger than this inbox's {limit} bytes"),
+    )
+}
+
+/// Whether reading the body stopped at its length limit.
+fn is_length_limit(error: &axum::Error) -> bool {
+    let mut cause: Option<&(dyn std::error::Error + 'static)> = Some(error);
+    while let Some(e) = cause {
+        if e.is::<http_body_util::LengthLimitError>() {
+            return true;
+        }
+        cause = e.source();
+    }
+    false
+}
+
+/// The event a verified delivery becomes, or why it cannot be one.
+fn build(provider: &Provider, headers: &HeaderMap, body: &[u8]) -> Result<OutgoingMessage, Outcome> {
+    let malformed = |reason: String| Outcome::refused(StatusCode::BAD_REQUEST, "malformed", reason);
+    let json: Value = serde_json::from_slice(body).map_err(|e| {
+        let form = headers
+            .get(header::CONTENT_TYPE)
+            .and_then(|v| v.to_str().ok())
+            .is_some_and(|v| v.starts_with("application/x-www-form-urlencoded"));
+        malformed(if form {
+            "the body is form-encoded: set the webhook's content type to application/json at the provider"
+                .into()
+        } else {
+            format!("the body is not JSON: {e}")
+        })
+    })?;
+    let read = |field: &crate::Field, what: &str| -> Result<String, Outcome> {
+        let value = field
+            .read(headers, &json)
+            .ok_or_else(|| malformed(format!("the delivery has no {what} ({field})")))?;
+        if value.chars().count() > MAX_ID_CHARS {
+            return Err(malformed(format!(
+                "its {what} is longer than {MAX_ID_CHARS} characters"
+            )));
+        }
+        Ok(value)
+    };
+    let event_id = read(&provider.event_id, "event id")?;
+    let message_type = read(&provider.message_type, "message type")?;
+    let key = match &provider.key {
+        Some(field) => field.read(headers, &json).unwrap_or_default(),
+        None => String::new(),
+    };
+    let source = provider.source();
+    let id = cloudevents::foreign_id(&source, &event_id);
+    let envelope = Envelope {
+        id,
+        message_type,
+        version: 1,
+        kind: Kind::Event,
+        source,
+        aggregate_type: provider.name.clone(),
+        aggregate_key: key,
+        occurred_at: Utc::now(),
+        correlation_id: id,
+        causation_id: None,
+        headers: Headers::from([
+            (cloudevents::FOREIGN_ID_HEADER.to_owned(), event_id),
+            (
+                tidings_core::trace::TRACEPARENT.to_owned(),
+                tidings_core::trace::current_or_new().to_header(),
+            ),
+        ]),
+        content_type: JSON.to_owned(),
+        payload: body.to_vec(),
+    };
+    Ok(OutgoingMessage {
+        topic: provider.topic.clone(),
+        envelope,
+    })
+}
+
+/// Records the delivery and enqueues its event in one transaction.
+async fn record<S: InboxStore + Clone>(
+    shared: &Shared<S>,
+    provider: &Provider,
+    message: &OutgoingMessage,
+) -> Outcome {
+    let store = &shared.store;
+    let id = message.envelope.id;
+    let event_id = &message.envelope.headers[cloudevents::FOREIGN_ID_HEADER];
+    let attempt = async {
+        let mut tx = store.begin().await?;
+        if !store
+            .record_delivery(&mut *tx, &provider.name, event_id, id)
+            .await?
+        {
+            return Ok(Outcome::Duplicate(id));
+        }
+        store.enqueue_outgoing(&mut *tx, message).await?;
+        store.commit(tx).await?;
+        Ok::<_, Error>(Outcome::Accepted(id))
+    };
+    let outcome = match attempt.await {
+        Ok(outcome) => outcome,
+        Err(Error::Refused { reason, .. }) => Outcome::refused(
+            StatusCode::UNPROCESSABLE_ENTITY,
+            "refused",
+            format!("the outbox refused the event: {reason}"),
+        ),
+        Err(e) => Outcome::Failed {
+            status: match e.class() {
+                ErrorClass::Transient => StatusCode::SERVICE_UNAVAILABLE,
+                _ => StatusCode::INTERNAL_SERVER_ERROR,
+            },
+            reason: e.report().to_string(),
+        },
+    };
+    if matches!(outcome, Outcome::Accepted(_)) {
+        forget_now_and_then(shared);
+    }
+    outcome
+}
+
+/// Deletes deliveries past the retention, at most once per
+/// [`FORGET_EVERY`], in the background.
+fn forget_now_and_then<S: InboxStore + Clone>(shared: &Shared<S>) {
+    let Some(retention) = shared.retention else { return };
+    let now = Utc::now().timestamp();
+    let last = shared.last_forget.load(Ordering::Relaxed);
+    if now - last < FORGET_EVERY.as_secs() as i64
+        || shared
+            .last_forget
+            .compare_exchange(last, now, Ordering::Relaxed, Ordering::Relaxed)
+            .is_err()
+    {
+        return;
+    }
+    let store = shared.store.clone();
+    tokio::spawn(async move {
+        match store.forget_deliveries(retention, FORGET_BATCH).await {
+            Ok(n) if n > 0 => tracing::debug!(deleted = n, "inbox deliveries past the retention deleted"),
+            Ok(_) => {}
+            Err(e) => {
+                tracing::warn!(error = %e.report(), "deleting inbox deliveries past the retention failed")
+            }
+        }
+    });
+}
