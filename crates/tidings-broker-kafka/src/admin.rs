@@ -7,6 +7,7 @@ use std::time::Duration;
 use rdkafka::admin::{AdminOptions, NewTopic, TopicReplication};
 use rdkafka::consumer::{BaseConsumer, Consumer};
 use rdkafka::error::RDKafkaErrorCode;
+use rdkafka::producer::Producer as _;
 use rdkafka::{Message as _, Offset, TopicPartitionList};
 use tidings_core::{Error, RawMessage, Result};
 
@@ -56,6 +57,27 @@ impl KafkaTransport {
             .expect("topics lock")
             .insert(topic.to_owned());
         Ok(())
+    }
+
+    /// How many partitions the Kafka topic `topic` has on the broker, or
+    /// `None` if it does not exist. Reads the cluster's metadata without
+    /// naming the topic, which a broker could take as a request to create it.
+    pub async fn broker_partitions(&self, topic: &str) -> Result<Option<u32>> {
+        let producer = self.inner.producer.clone();
+        let topic = topic.to_owned();
+        tokio::task::spawn_blocking(move || {
+            let metadata = producer
+                .client()
+                .fetch_metadata(None, ADMIN_TIMEOUT)
+                .map_err(|e| Error::transport(TRANSPORT, "reading the cluster's metadata", e, true))?;
+            Ok(metadata
+                .topics()
+                .iter()
+                .find(|t| t.name() == topic && t.error().is_none() && !t.partitions().is_empty())
+                .map(|t| t.partitions().len() as u32))
+        })
+        .await
+        .map_err(|e| Error::transport(TRANSPORT, "reading the cluster's metadata", e, true))?
     }
 
     /// The Kafka topics this transport created or found, dead-letter topics included.

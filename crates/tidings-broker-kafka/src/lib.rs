@@ -25,6 +25,14 @@
 //! one starts from the committed offset. Offsets are still committed to the
 //! Kafka group, so Kafka's tools show its position and lag.
 //!
+//! A topic that exists already (another team's, or one created with other
+//! settings) must have the partitions the transport is configured for: a
+//! consumer checks it before reading ([`Subscriber::check_partitions`]) and
+//! refuses to start, naming both counts, rather than read some partitions
+//! and never the others. Records another team's client placed by its own
+//! partitioner are read all the same; per-key order then holds as that
+//! partitioner keeps it.
+//!
 //! # Offsets
 //!
 //! Within a partition the runtime handles different keys at once (its

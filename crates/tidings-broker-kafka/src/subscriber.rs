@@ -36,6 +36,30 @@ impl Subscriber for KafkaTransport {
         self.inner.options.partitions
     }
 
+    /// A topic that exists with another partition count than configured
+    /// (created by another team, or by Tidings with other settings) is
+    /// refused: reading the configured count would leave partitions unread.
+    async fn check_partitions(&self, topic: &str) -> Result<()> {
+        let kafka_topic = self.kafka_topic(topic);
+        let configured = self.inner.options.partitions;
+        match self.broker_partitions(&kafka_topic).await? {
+            Some(found) if found != configured => Err(Error::Config {
+                key: format!("Kafka topic {kafka_topic}"),
+                reason: format!(
+                    "it has {found} partitions on the broker and this transport is configured for \
+                     {configured}: its consumers would never read {}. Configure {found} partitions \
+                     (KafkaOptions::partitions, or [broker] partitions in tidings.toml)",
+                    if found > configured {
+                        "the rest"
+                    } else {
+                        "what is published"
+                    }
+                ),
+            }),
+            _ => Ok(()),
+        }
+    }
+
     /// Creates the topic, and commits the earliest retained offset of each
     /// partition the group has no offset for: the group then exists for
     /// Kafka's tools and [`Subscriber::pending`], and keeps everything

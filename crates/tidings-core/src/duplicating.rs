@@ -58,6 +58,10 @@ impl<S: Subscriber> Subscriber for Duplicating<S> {
         self.inner.partitions(topic)
     }
 
+    async fn check_partitions(&self, topic: &str) -> Result<()> {
+        self.inner.check_partitions(topic).await
+    }
+
     async fn ensure_group(&self, group: &str, topic: &str) -> Result<()> {
         self.inner.ensure_group(group, topic).await
     }

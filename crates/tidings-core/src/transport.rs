@@ -349,6 +349,15 @@ pub trait Subscriber: Send + Sync + 'static {
         1
     }
 
+    /// Checks that `topic`, where it exists on the broker already, has the
+    /// [`partitions`](Subscriber::partitions) this transport reads: a topic
+    /// with more would have partitions no member ever reads. The consumer
+    /// runtime calls it before reading; the error names both counts. The
+    /// default has nothing to check.
+    async fn check_partitions(&self, _topic: &str) -> Result<()> {
+        Ok(())
+    }
+
     /// Subscribes `group` to one partition of `topic`.
     async fn subscribe_partition(
         &self,
@@ -391,6 +400,10 @@ pub trait Subscriber: Send + Sync + 'static {
 impl<S: Subscriber + ?Sized> Subscriber for std::sync::Arc<S> {
     fn partitions(&self, topic: &str) -> u32 {
         (**self).partitions(topic)
+    }
+
+    async fn check_partitions(&self, topic: &str) -> Result<()> {
+        (**self).check_partitions(topic).await
     }
 
     async fn subscribe_partition(

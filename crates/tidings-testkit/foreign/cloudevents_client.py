@@ -17,6 +17,13 @@ writes what a foreign producer would (see `foreign_events`) to a Kafka
 topic, a RabbitMQ exchange (routing key `0.<type>`) or a NATS subject
 prefix (subject `<prefix>.0.<type>`), each confirmed by the broker, and
 prints one JSON line per record written.
+
+    cloudevents_client.py fill kafka URL TOPIC COUNT PARTITIONS
+
+creates the Kafka topic TOPIC with PARTITIONS partitions, as another team
+would, and writes COUNT binary-mode events to it (ids `evt_fill_<n>`, 40
+keys), placed by the client's own partitioner; prints how many records
+each partition got as one JSON object.
 """
 
 import asyncio
@@ -209,6 +216,40 @@ def write_kafka(url, topic):
         sys.exit(f"Kafka did not confirm every record: {failures}")
 
 
+def fill_kafka(url, topic, count, partitions):
+    from confluent_kafka import Producer
+    from confluent_kafka.admin import AdminClient, NewTopic
+
+    servers = url.split("://", 1)[-1]
+    admin = AdminClient({"bootstrap.servers": servers})
+    created = admin.create_topics([NewTopic(topic, num_partitions=partitions, replication_factor=1)])
+    created[topic].result(30)
+    producer = Producer({"bootstrap.servers": servers, "enable.idempotence": True})
+    failures, placed = [], {}
+
+    def report(error, record):
+        if error is not None:
+            failures.append(str(error))
+        else:
+            placed[record.partition()] = placed.get(record.partition(), 0) + 1
+
+    for n in range(count):
+        attributes = {
+            "id": f"evt_fill_{n}",
+            "source": SOURCE,
+            "type": "payment.succeeded",
+            "datacontenttype": "application/json",
+        }
+        event = CloudEvent(attributes, {"payment": n})
+        message = kafka.to_binary(event, FORMAT)
+        key = f"acct-{n % 40}".encode()
+        producer.produce(topic, key=key, value=message.value, headers=list(message.headers.items()), on_delivery=report)
+        producer.poll(0)
+    if producer.flush(30) != 0 or failures:
+        sys.exit(f"Kafka did not confirm every record: {failures}")
+    print(json.dumps({str(p): n for p, n in sorted(placed.items())}), flush=True)
+
+
 def write_rabbitmq(url, exchange):
     import pika
 
@@ -256,6 +297,10 @@ def main(argv):
             asyncio.run(write_nats(url, address))
         else:
             sys.exit(f"unknown broker {broker!r} (kafka, rabbitmq or nats)")
+        return
+    if len(argv) == 7 and argv[1] == "fill" and argv[2] == "kafka":
+        _, _, _, url, topic, count, partitions = argv
+        fill_kafka(url, topic, int(count), int(partitions))
         return
     if len(argv) != 6 or argv[1] != "read":
         sys.exit(__doc__)

@@ -148,6 +148,9 @@ impl<S: Store> Consumer<S> {
                 reason: "no topic to read".into(),
             });
         }
+        for topic in &self.topics {
+            subscriber.check_partitions(topic).await?;
+        }
         let member = self
             .config
             .member

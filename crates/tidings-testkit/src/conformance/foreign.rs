@@ -301,3 +301,46 @@ pub async fn foreign_producers_are_read_once<T: TransportUnderTest>(t: &T) {
     );
     assert_eq!(letters[0].message_id, None);
 }
+
+/// Another team's Kafka topic: created with `partitions` partitions and
+/// filled with `count` CloudEvents (ids `evt_fill_<n>`, 40 keys) by the
+/// Python client, placed by its own partitioner. Returns how many records
+/// each partition got.
+pub async fn foreign_kafka_topic(
+    url: &str,
+    topic: &str,
+    count: usize,
+    partitions: u32,
+) -> std::collections::BTreeMap<u32, usize> {
+    let what = format!("the Python Kafka client creating and filling {topic}");
+    let mut command = Command::new(python());
+    command.arg(script()).args([
+        "fill",
+        "kafka",
+        url,
+        topic,
+        &count.to_string(),
+        &partitions.to_string(),
+    ]);
+    let output = tokio::task::spawn_blocking(move || command.output())
+        .await
+        .expect("the foreign producer")
+        .unwrap_or_else(|e| panic!("cannot start {what}: {e}"));
+    assert!(
+        output.status.success(),
+        "{what} failed ({}): {}",
+        output.status,
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let placed: std::collections::BTreeMap<String, usize> = serde_json::from_slice(&output.stdout)
+        .unwrap_or_else(|e| {
+            panic!(
+                "{what} printed {:?}: {e}",
+                String::from_utf8_lossy(&output.stdout)
+            )
+        });
+    placed
+        .into_iter()
+        .map(|(p, n)| (p.parse().expect("a partition number"), n))
+        .collect()
+}
