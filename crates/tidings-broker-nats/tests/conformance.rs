@@ -86,6 +86,7 @@ tidings_testkit::transport_conformance!(
         cloudevents_attributes_travel_as_headers,
         foreign_readers_recognise_what_tidings_publishes,
         foreign_producers_are_read_once,
+        foreign_plain_json_is_read_once,
         broker_counts_pending,
         a_corrupt_record_waits_alone_with_its_key,
         an_oversized_record_waits_alone_with_its_key,

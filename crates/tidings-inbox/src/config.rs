@@ -3,14 +3,14 @@
 //! file, never written in the file.
 
 use std::path::PathBuf;
-use std::str::FromStr;
 use std::time::Duration;
 
 use serde::{Deserialize, Deserializer};
 use tidings_core::{Error, Result};
 
-use crate::provider::{Field, Provider, secret_from_env, secret_from_file};
+use crate::provider::{Provider, secret_from_env, secret_from_file};
 use crate::signature::Encoding;
+use tidings_core::field::Field;
 
 /// How a configured provider signs.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
@@ -147,29 +147,6 @@ impl ProviderConfig {
         }
         provider.check()?;
         Ok(provider)
-    }
-}
-
-impl FromStr for Field {
-    type Err = String;
-
-    /// `header:<name>`, `json:<pointer>` (`json:/data/object/id`) or
-    /// `fixed:<value>`.
-    fn from_str(s: &str) -> std::result::Result<Field, String> {
-        match s.split_once(':') {
-            Some(("header", name)) if !name.trim().is_empty() => Ok(Field::header(name.trim())),
-            Some(("json", pointer)) if pointer.starts_with('/') => Ok(Field::json(pointer)),
-            Some(("fixed", value)) if !value.is_empty() => Ok(Field::Fixed(value.to_owned())),
-            _ => Err(format!(
-                "{s:?} is not a field: write header:<name>, json:<pointer> (json:/data/object/id) or fixed:<value>"
-            )),
-        }
-    }
-}
-
-impl<'de> Deserialize<'de> for Field {
-    fn deserialize<D: Deserializer<'de>>(d: D) -> std::result::Result<Field, D::Error> {
-        String::deserialize(d)?.parse().map_err(serde::de::Error::custom)
     }
 }
 

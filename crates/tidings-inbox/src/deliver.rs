@@ -216,9 +216,10 @@ fn build(provider: &Provider, headers: &HeaderMap, body: &[u8]) -> Result<Outgoi
             format!("the body is not JSON: {e}")
         })
     })?;
+    let header = |name: &str| headers.get(name)?.to_str().ok();
     let read = |field: &crate::Field, what: &str| -> Result<String, Outcome> {
         let value = field
-            .read(headers, &json)
+            .read(header, &json)
             .ok_or_else(|| malformed(format!("the delivery has no {what} ({field})")))?;
         if value.chars().count() > MAX_ID_CHARS {
             return Err(malformed(format!(
@@ -230,7 +231,7 @@ fn build(provider: &Provider, headers: &HeaderMap, body: &[u8]) -> Result<Outgoi
     let event_id = read(&provider.event_id, "event id")?;
     let message_type = read(&provider.message_type, "message type")?;
     let key = match &provider.key {
-        Some(field) => field.read(headers, &json).unwrap_or_default(),
+        Some(field) => field.read(header, &json).unwrap_or_default(),
         None => String::new(),
     };
     let source = provider.source();

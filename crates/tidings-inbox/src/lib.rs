@@ -59,8 +59,9 @@ use axum::routing::post;
 use tidings_core::{Error, InboxStore, Result};
 
 pub use config::{KeySetting, ProviderConfig, SchemeName};
-pub use provider::{Field, Provider, secret_from_env, secret_from_file};
+pub use provider::{Provider, secret_from_env, secret_from_file};
 pub use signature::{Encoding, Scheme, SignatureError};
+pub use tidings_core::field::Field;
 
 /// The longest event id, message type or key read from a delivery, in
 /// characters.

@@ -4,60 +4,11 @@
 use std::path::Path;
 use std::time::Duration;
 
-use axum::http::HeaderMap;
-use serde_json::Value;
+use tidings_core::field::Field;
 use tidings_core::secret::Secret;
 use tidings_core::{Error, Result};
 
 use crate::signature::{Encoding, Scheme};
-
-/// Where a value of a delivery is read.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Field {
-    /// A header, by name in any case (`X-GitHub-Delivery`).
-    Header(String),
-    /// A member of the JSON body, by JSON pointer (`/data/object/id`).
-    Json(String),
-    /// The same value for every delivery (a message type).
-    Fixed(String),
-}
-
-impl Field {
-    /// A member of the JSON body at `pointer` (`/id`).
-    pub fn json(pointer: impl Into<String>) -> Field {
-        Field::Json(pointer.into())
-    }
-
-    /// The header `name`.
-    pub fn header(name: impl Into<String>) -> Field {
-        Field::Header(name.into())
-    }
-
-    /// The value of this field in a delivery, if present: text as it is,
-    /// numbers written out; anything else (an object, `null`) is absent.
-    pub(crate) fn read(&self, headers: &HeaderMap, body: &Value) -> Option<String> {
-        let value = match self {
-            Field::Header(name) => headers.get(name)?.to_str().ok()?.trim().to_owned(),
-            Field::Json(pointer) => match body.pointer(pointer)? {
-                Value::String(s) => s.clone(),
-                Value::Number(n) => n.to_string(),
-                _ => return None,
-            },
-            Field::Fixed(value) => value.clone(),
-        };
-        (!value.is_empty()).then_some(value)
-    }
-}
-
-impl std::fmt::Display for Field {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self {
-            Field::Header(name) => write!(f, "the header {name}"),
-            Field::Json(pointer) => write!(f, "the body's {pointer}"),
-            Field::Fixed(value) => write!(f, "{value:?}"),
-        }
-    }
-}
 
 /// A webhook provider the inbox accepts deliveries from, at
 /// `POST <mount>/<name>`.

@@ -18,6 +18,11 @@ topic, a RabbitMQ exchange (routing key `0.<type>`) or a NATS subject
 prefix (subject `<prefix>.0.<type>`), each confirmed by the broker, and
 prints one JSON line per record written.
 
+    cloudevents_client.py write-plain kafka|rabbitmq|nats URL ADDRESS
+
+writes plain JSON records, no CloudEvents (see `plain_records`), where
+`write` writes, and prints one JSON line per record written.
+
     cloudevents_client.py fill kafka URL TOPIC COUNT PARTITIONS
 
 creates the Kafka topic TOPIC with PARTITIONS partitions, as another team
@@ -194,6 +199,67 @@ def written(mode, event=None):
     print(json.dumps(what), flush=True)
 
 
+def plain_records():
+    """(key, headers, body) of plain JSON records as a producer that knows
+    nothing of CloudEvents writes them: the id in a header, the second
+    record sent twice (a retry), one without its id, one that is not JSON."""
+    def payment(n):
+        return json.dumps({"payment_id": f"pay-{n}", "amount": 100 * n}).encode()
+
+    return [
+        ("acct-1", {"x-event-id": "pay-1"}, payment(1)),
+        ("acct-1", {"x-event-id": "pay-2"}, payment(2)),
+        ("acct-1", {"x-event-id": "pay-2"}, payment(2)),
+        ("acct-2", {}, payment(3)),
+        ("acct-2", {"x-event-id": "pay-4"}, GARBAGE),
+    ]
+
+
+def write_plain(broker, url, address):
+    records = plain_records()
+    if broker == "kafka":
+        from confluent_kafka import Producer
+
+        producer = Producer({"bootstrap.servers": url.split("://", 1)[-1], "enable.idempotence": True})
+        failures = []
+        for key, headers, body in records:
+            producer.produce(
+                address,
+                key=key.encode(),
+                value=body,
+                headers=list(headers.items()),
+                on_delivery=lambda error, _: error is not None and failures.append(str(error)),
+            )
+        if producer.flush(30) != 0 or failures:
+            sys.exit(f"Kafka did not confirm every record: {failures}")
+    elif broker == "rabbitmq":
+        import pika
+
+        connection = pika.BlockingConnection(pika.URLParameters(url))
+        channel = connection.channel()
+        channel.confirm_delivery()
+        for _key, headers, body in records:
+            properties = pika.BasicProperties(headers=headers, content_type="application/json", delivery_mode=2)
+            channel.basic_publish(address, "0.plain", body, properties, mandatory=True)
+        connection.close()
+    elif broker == "nats":
+
+        async def publish():
+            import nats
+
+            client = await nats.connect(url)
+            stream = client.jetstream()
+            for _key, headers, body in records:
+                await stream.publish(f"{address}.0.plain", body, headers=headers or None)
+            await client.close()
+
+        asyncio.run(publish())
+    else:
+        sys.exit(f"unknown broker {broker!r} (kafka, rabbitmq or nats)")
+    for key, headers, _body in records:
+        print(json.dumps({"key": key, "id": headers.get("x-event-id")}), flush=True)
+
+
 def write_kafka(url, topic):
     from confluent_kafka import Producer
 
@@ -297,6 +363,9 @@ def main(argv):
             asyncio.run(write_nats(url, address))
         else:
             sys.exit(f"unknown broker {broker!r} (kafka, rabbitmq or nats)")
+        return
+    if len(argv) == 5 and argv[1] == "write-plain":
+        write_plain(argv[2], argv[3], argv[4])
         return
     if len(argv) == 7 and argv[1] == "fill" and argv[2] == "kafka":
         _, _, _, url, topic, count, partitions = argv

@@ -31,7 +31,7 @@ mod foreign;
 mod poison;
 
 pub use foreign::{
-    ForeignAddress, foreign_kafka_topic, foreign_producers_are_read_once,
+    ForeignAddress, foreign_kafka_topic, foreign_plain_json_is_read_once, foreign_producers_are_read_once,
     foreign_readers_recognise_what_tidings_publishes,
 };
 pub use poison::{a_corrupt_record_waits_alone_with_its_key, an_oversized_record_waits_alone_with_its_key};

@@ -54,8 +54,8 @@ pub use tidings_core::{
 };
 // The contracts and helpers by area.
 pub use tidings_core::{
-    backoff, clamp, cloudevents, duration, envelope, guard, inspect, metrics, partition, replay, secret,
-    store, topology, trace, transition, transport,
+    backoff, clamp, cloudevents, duration, envelope, field, guard, inspect, metrics, partition, plain,
+    replay, secret, store, topology, trace, transition, transport,
 };
 
 /// What `#[derive(Message)]` expands to refers to; not an API.

@@ -1,11 +1,13 @@
 //! The public [`Consumer`]: building one, running it, and feeding it a
 //! message by hand ([`Consumer::deliver`]).
 
+use std::collections::HashMap;
 use std::fmt;
 use std::sync::Arc;
 
 use tidings_core::Store;
 use tidings_core::lease;
+use tidings_core::plain::PlainJson;
 use tidings_core::{ConsumerStore, Delivery, Envelope, RawMessage, Subscriber};
 use tidings_lease::{Membership, Scope};
 use tokio_util::sync::CancellationToken;
@@ -24,6 +26,8 @@ use super::OnDeadLetter;
 pub struct Consumer<S: ConsumerStore> {
     pub(super) name: String,
     pub(super) topics: Vec<String>,
+    /// The topics read as plain JSON, and how.
+    pub(super) plain: Arc<HashMap<String, PlainJson>>,
     pub(super) store: S,
     pub(super) handler: Arc<dyn Handler<S::Database>>,
     pub(super) config: ConsumerConfig,
@@ -49,6 +53,7 @@ impl<S: Store> Consumer<S> {
             stats: Arc::new(ConsumerStats::new(&name)),
             name,
             topics: Vec::new(),
+            plain: Arc::default(),
             store,
             handler: Arc::new(handler),
             config: ConsumerConfig::default(),
@@ -58,6 +63,19 @@ impl<S: Store> Consumer<S> {
     /// Adds a topic to read.
     pub fn topic(mut self, topic: impl Into<String>) -> Self {
         self.topics.push(topic.into());
+        self
+    }
+
+    /// Adds a topic whose records another producer writes as plain JSON,
+    /// not as CloudEvents: each is read as an event of the type `plain`
+    /// declares, deduplicated on the id it locates
+    /// ([`tidings_core::plain`]). Binary-mode CloudEvents on it are read as
+    /// such; a record that is not JSON, or has no id, is dead-lettered
+    /// with the reason and its bytes.
+    pub fn json_topic(mut self, topic: impl Into<String>, plain: PlainJson) -> Self {
+        let topic = topic.into();
+        Arc::make_mut(&mut self.plain).insert(topic.clone(), plain);
+        self.topics.push(topic);
         self
     }
 
@@ -115,6 +133,7 @@ impl<S: Store> Consumer<S> {
             source: self.config.source.clone().unwrap_or_else(|| self.name.clone()),
             store: self.store.clone(),
             handler: self.handler.clone(),
+            plain: self.plain.clone(),
             config: self.config.clone(),
             stats: self.stats.clone(),
             holds: Holds::default(),

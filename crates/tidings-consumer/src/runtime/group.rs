@@ -77,6 +77,7 @@ impl<S: ConsumerStore + Clone> Worker<S> {
             source: self.source.clone(),
             store: self.store.clone(),
             handler: self.handler.clone(),
+            plain: self.plain.clone(),
             config: self.config.clone(),
             stats: self.stats.clone(),
             holds: Holds::default(),

@@ -105,7 +105,7 @@ impl<S: Store> Worker<S> {
             };
             let raw = parked.raw();
             let work = Work {
-                envelope: raw.decode(),
+                envelope: self.decode(&raw),
                 delivery: Delivery::new(raw, 1, Unsettled),
                 claim: claim.cloned(),
             };

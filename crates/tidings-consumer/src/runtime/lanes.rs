@@ -110,7 +110,7 @@ impl<S: Store> Worker<S> {
                 }
             };
             bump(&self.stats.received);
-            let envelope = delivery.message.decode();
+            let envelope = self.decode(&delivery.message);
             let key = match &envelope {
                 Ok(e) => e.aggregate_key.as_str(),
                 Err(_) => delivery.message.key.as_deref().unwrap_or(""),

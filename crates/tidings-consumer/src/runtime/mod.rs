@@ -22,9 +22,11 @@
 //!   keys not held; a batch that fails goes through holds and the stack
 //!   one message at a time.
 
+use std::collections::HashMap;
 use std::sync::Arc;
 
-use tidings_core::ConsumerStore;
+use tidings_core::plain::PlainJson;
+use tidings_core::{ConsumerStore, DecodeError, Envelope, RawMessage};
 use tokio_util::sync::CancellationToken;
 
 use crate::handler::Handler;
@@ -49,6 +51,17 @@ pub use work::Settled;
 
 use holds::Holds;
 
+impl<S: ConsumerStore> Worker<S> {
+    /// The envelope of `raw`: as its topic's records are written (plain
+    /// JSON or CloudEvents).
+    fn decode(&self, raw: &RawMessage) -> Result<Envelope, DecodeError> {
+        match self.plain.get(&raw.topic) {
+            Some(plain) => plain.decode(raw),
+            None => raw.decode(),
+        }
+    }
+}
+
 /// Handles deliveries for one session: the time between two hand-overs.
 struct Worker<S: ConsumerStore> {
     name: String,
@@ -56,6 +69,8 @@ struct Worker<S: ConsumerStore> {
     source: String,
     store: S,
     handler: Arc<dyn Handler<S::Database>>,
+    /// The topics read as plain JSON ([`Consumer::json_topic`]).
+    plain: Arc<HashMap<String, PlainJson>>,
     config: ConsumerConfig,
     stats: Arc<ConsumerStats>,
     /// The keys held after a dead letter ([`OnDeadLetter::HoldKey`]).

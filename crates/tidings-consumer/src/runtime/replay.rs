@@ -130,7 +130,7 @@ impl<S: Store> Consumer<S> {
                 }
                 next = next.max(tokio::time::Instant::now() - interval) + interval;
                 let topic = retained.message.topic.clone();
-                let settled = match retained.message.decode() {
+                let settled = match worker.decode(&retained.message) {
                     Ok(envelope) => Some(
                         worker
                             .handle(Work {

@@ -8,6 +8,7 @@ use std::time::Duration;
 
 use chrono::Utc;
 use tidings_core::Store;
+use tidings_core::cloudevents::{self, Binding};
 use tidings_core::{AckKind, DeadLetter, Delivery, Envelope, ErrorClass, Failure};
 use tracing::Instrument;
 use uuid::Uuid;
@@ -155,6 +156,15 @@ impl<S: Store> Worker<S> {
         envelope: Option<&Envelope>,
         errors: Vec<Failure>,
     ) -> Settled {
+        // A plain JSON record is kept as the CloudEvent it was read as (its
+        // body unchanged), so that a redrive decodes it.
+        let (headers, body) = match envelope {
+            Some(e) if self.plain.contains_key(&delivery.message.topic) => {
+                let (headers, body) = cloudevents::to_binary(e, Binding::Standard);
+                (headers.into_iter().collect(), body)
+            }
+            _ => (delivery.message.headers.clone(), delivery.message.body.clone()),
+        };
         let letter = DeadLetter {
             id: Uuid::now_v7(),
             consumer: self.name.clone(),
@@ -162,8 +172,8 @@ impl<S: Store> Worker<S> {
             message_id: envelope.map(|e| e.id),
             message_type: envelope.map(|e| e.message_type.clone()),
             aggregate_key: envelope.map(|e| e.aggregate_key.clone()),
-            headers: delivery.message.headers.clone(),
-            body: delivery.message.body.clone(),
+            headers,
+            body,
             attempts: errors.len() as u32,
             errors,
             created_at: Utc::now(),

@@ -207,6 +207,7 @@ type Seen = (String, String, String, Option<String>);
 #[derive(Debug, Clone, Default)]
 struct Recorder {
     seen: std::sync::Arc<std::sync::Mutex<Vec<Seen>>>,
+    types: std::sync::Arc<std::sync::Mutex<Vec<String>>>,
 }
 
 #[async_trait::async_trait]
@@ -222,17 +223,19 @@ impl<DB: sqlx::Database> tidings_consumer::Handler<DB> for Recorder {
             e.aggregate_key.clone(),
             e.headers.get("tenant").cloned(),
         ));
+        self.types.lock().expect("lock").push(e.message_type.clone());
         Ok(())
     }
 }
 
-/// Runs the foreign producer against `at`, waiting for the broker's confirmations.
-async fn foreign_write(at: &ForeignAddress) {
+/// Runs the foreign producer's `command` (`write`, `write-plain`) against
+/// `at`, waiting for the broker's confirmations.
+async fn foreign_write(at: &ForeignAddress, command_name: &str) {
     let what = format!("the Python CloudEvents SDK writing {} {}", at.broker, at.address);
     let mut command = Command::new(python());
     command
         .arg(script())
-        .args(["write", at.broker, &at.url, &at.address]);
+        .args([command_name, at.broker, &at.url, &at.address]);
     let output = tokio::task::spawn_blocking(move || command.output())
         .await
         .expect("the foreign producer")
@@ -261,7 +264,7 @@ pub async fn foreign_producers_are_read_once<T: TransportUnderTest>(t: &T) {
     let at = t
         .foreign_address(&topic)
         .expect("the transport names where foreign clients write");
-    foreign_write(&at).await;
+    foreign_write(&at, "write").await;
 
     let handler = Recorder::default();
     let consumer =
@@ -300,6 +303,79 @@ pub async fn foreign_producers_are_read_once<T: TransportUnderTest>(t: &T) {
         "the dead letter keeps the raw bytes"
     );
     assert_eq!(letters[0].message_id, None);
+}
+
+/// What a producer that knows nothing of CloudEvents writes (plain JSON,
+/// its id in the header `x-event-id`) onto a topic a Tidings group reads
+/// as plain JSON of a declared type: each record handled once as that
+/// type, the producer's retry recognised as a duplicate, a record without
+/// its id and one that is not JSON each dead-lettered with the reason and
+/// its raw bytes, holding nothing back.
+pub async fn foreign_plain_json_is_read_once<T: TransportUnderTest>(t: &T) {
+    use tidings_core::FailureStore;
+    use tidings_core::field::Field;
+    use tidings_core::plain::PlainJson;
+    let db = crate::services::SqliteTestDb::new().await;
+    let topic = fresh_topic();
+    let group = super::fresh_group("plain");
+    t.subscriber().await.ensure_group(&group, &topic).await.unwrap();
+    let at = t
+        .foreign_address(&topic)
+        .expect("the transport names where foreign clients write");
+    foreign_write(&at, "write-plain").await;
+
+    let handler = Recorder::default();
+    let plain = PlainJson::new("PaymentSettled")
+        .id(Field::header("X-Event-Id"))
+        .source("payments-service");
+    let consumer = tidings_consumer::Consumer::new(group, db.store.clone(), handler.clone())
+        .json_topic(topic.clone(), plain);
+    let stop = tokio_util::sync::CancellationToken::new();
+    let (stats, task) = super::start(t, consumer, stop.clone()).await;
+    super::eventually(
+        "two records handled, the retry suppressed, two dead-lettered",
+        || stats.handled() == 2 && stats.duplicates() == 1 && stats.dead_lettered() == 2,
+    )
+    .await;
+    stop.cancel();
+    task.await.unwrap().unwrap();
+
+    let mut seen = handler.seen.lock().unwrap().clone();
+    seen.sort();
+    let ids: Vec<(String, String)> = seen.into_iter().map(|(source, id, _, _)| (source, id)).collect();
+    assert_eq!(
+        ids,
+        [
+            ("payments-service".to_owned(), "pay-1".to_owned()),
+            ("payments-service".to_owned(), "pay-2".to_owned())
+        ],
+        "each record handled once, as the declared type"
+    );
+    assert!(
+        handler
+            .types
+            .lock()
+            .unwrap()
+            .iter()
+            .all(|t| t == "PaymentSettled")
+    );
+    let mut letters = db.store.dead_letters(&Default::default()).await.unwrap();
+    letters.sort_by_key(|l| l.body.clone());
+    assert_eq!(letters.len(), 2, "{letters:?}");
+    assert_eq!(letters[0].body, b"not an event {", "the raw bytes are kept");
+    assert!(
+        letters[0].errors[0].error.contains("not JSON"),
+        "{:?}",
+        letters[0].errors
+    );
+    assert_eq!(letters[1].body, br#"{"payment_id": "pay-3", "amount": 300}"#);
+    assert!(
+        letters[1].errors[0]
+            .error
+            .contains("no id (the header X-Event-Id)"),
+        "{:?}",
+        letters[1].errors
+    );
 }
 
 /// Another team's Kafka topic: created with `partitions` partitions and
