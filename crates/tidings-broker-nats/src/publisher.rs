@@ -43,11 +43,10 @@ impl NatsTransport {
         };
         headers.insert("Nats-Msg-Id", msg_id.as_str());
         let partition = Partition::of(&m.envelope.aggregate_key, self.options.partitions);
-        let subject = format!(
-            "{}.{}.{}",
-            self.subject(&m.topic),
-            partition.index,
-            subject_token(&m.envelope.message_type)
+        let subject = self.options.message_subject(
+            &m.topic,
+            &partition.index.to_string(),
+            &subject_token(&m.envelope.message_type),
         );
         self.js
             .publish_with_headers(subject, headers, payload.into())

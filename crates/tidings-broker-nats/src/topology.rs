@@ -2,8 +2,9 @@
 //! crate documentation), made safe for JetStream.
 
 use tidings_core::Partition;
+use tidings_core::addresses::{Address, Addresses};
 
-use crate::NatsTransport;
+use crate::{NatsOptions, NatsTransport};
 
 /// `orders.v2` -> `ORDERS_V2`.
 pub(crate) fn stream_token(s: &str) -> String {
@@ -44,6 +45,39 @@ pub(crate) fn subject_token(s: &str) -> String {
         .collect()
 }
 
+impl NatsOptions {
+    /// The subject prefix of `topic`: `<prefix>.<topic>`.
+    pub fn subject(&self, topic: &str) -> String {
+        format!(
+            "{}.{}",
+            subject_token(&self.stream_prefix),
+            subject_token_keep_dots(topic)
+        )
+    }
+
+    /// The subject a message of `topic` is published on:
+    /// `<prefix>.<topic>.<partition>.<type>`, the type a subject token.
+    pub(crate) fn message_subject(&self, topic: &str, partition: &str, type_token: &str) -> String {
+        format!("{}.{partition}.{type_token}", self.subject(topic))
+    }
+}
+
+impl Addresses for NatsOptions {
+    fn protocol(&self) -> &'static str {
+        "nats"
+    }
+
+    fn address(&self, topic: &str) -> Address {
+        Address {
+            address: self.message_subject(topic, "{partition}", "{type}"),
+            partitions: self.partitions,
+            type_token: subject_token,
+            channel_binding: None,
+            message_binding: None,
+        }
+    }
+}
+
 impl NatsTransport {
     /// The stream that holds `topic`.
     pub fn stream_name(&self, topic: &str) -> String {
@@ -58,11 +92,7 @@ impl NatsTransport {
     /// are published on `<prefix>.<topic>.<partition>.<type>`, so a plain
     /// NATS client reads them all on `<prefix>.<topic>.>`.
     pub fn subject(&self, topic: &str) -> String {
-        format!(
-            "{}.{}",
-            subject_token(&self.options.stream_prefix),
-            subject_token_keep_dots(topic)
-        )
+        self.options.subject(topic)
     }
 }
 

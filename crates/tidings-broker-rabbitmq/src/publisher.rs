@@ -116,7 +116,8 @@ impl RabbitTransport {
             properties = properties.with_content_type(ct.as_str().into());
         }
         let partition = Partition::of(&m.envelope.aggregate_key, self.options.partitions);
-        let routing_key = format!("{}.{}", partition.index, m.envelope.message_type);
+        let routing_key =
+            crate::topology::routing_key(&partition.index.to_string(), &m.envelope.message_type);
         send(channel, &exchange, &routing_key, &payload, properties).await
     }
 }

@@ -5,7 +5,16 @@
 use std::path::PathBuf;
 use std::process::ExitCode;
 
+use tidings_schema::asyncapi::Server;
 use tidings_schema::command;
+
+/// The host and port of a broker URL, without its scheme, credentials,
+/// path or query (`kafka://a:9092,b:9092` -> `a:9092,b:9092`).
+fn host(url: &str) -> String {
+    let rest = url.split_once("://").map_or(url, |(_, rest)| rest);
+    let authority = rest.split(['/', '?', '#']).next().unwrap_or_default();
+    authority.rsplit('@').next().unwrap_or_default().to_owned()
+}
 
 /// What `tidings schema` does.
 #[derive(Debug, clap::Subcommand)]
@@ -26,10 +35,21 @@ pub(crate) enum SchemaCommand {
     },
     /// Print the AsyncAPI 3.0 document of the registry and the system's
     /// topology (channels, messages, payload schemas, who sends and who
-    /// receives each).
+    /// receives each); with `--broker`, the broker as its server and each
+    /// channel's real address and bindings on it.
     Asyncapi {
         #[command(flatten)]
         dir: DirArg,
+        /// The broker (`kafka://host:9092`, `nats://host:4222`,
+        /// `amqp://host:5672/%2f`), named without connecting to it.
+        #[arg(long)]
+        broker: Option<String>,
+        /// Partitions of every topic on the broker, as the relay is configured.
+        #[arg(long, default_value_t = 1)]
+        partitions: u32,
+        /// The server's name in the document.
+        #[arg(long, default_value = "production")]
+        server: String,
         /// Write it to this file instead of standard output.
         #[arg(long)]
         out: Option<PathBuf>,
@@ -48,8 +68,23 @@ pub(crate) fn run(schema: SchemaCommand) -> anyhow::Result<ExitCode> {
     Ok(match schema {
         SchemaCommand::Generate { dir } => command::generate(&current, &dir.dir)?,
         SchemaCommand::Check { dir } => command::check(&current, &dir.dir)?,
-        SchemaCommand::Asyncapi { dir, out } => {
-            command::asyncapi(&dir.dir, &tidings_example_checkout::topology(), out.as_deref())?
+        SchemaCommand::Asyncapi {
+            dir,
+            out,
+            broker,
+            partitions,
+            server,
+        } => {
+            let mut topology = tidings_example_checkout::topology();
+            if let Some(url) = broker {
+                let options =
+                    tidings::TransportOptions::new(tidings::Topology::default().partitions(partitions));
+                let addresses = tidings::transport_addresses(&url, &options)?.ok_or_else(|| {
+                    anyhow::anyhow!("--broker log: the database log is a table, not a server to describe")
+                })?;
+                topology = topology.server(Server::new(server, host(&url), addresses));
+            }
+            command::asyncapi(&dir.dir, &topology, out.as_deref())?
         }
     })
 }

@@ -37,6 +37,7 @@
 //! ```
 #![warn(missing_docs, missing_debug_implementations, unreachable_pub)]
 
+pub mod addresses;
 pub mod backoff;
 pub mod clamp;
 pub mod cloudevents;

@@ -2,7 +2,11 @@
 //! a channel per topic with every registered version of the messages it
 //! carries, a message per type and version (its CloudEvents headers and its
 //! payload schema), and an operation per service and message it sends or
-//! receives.
+//! receives. With a [`Server`] (the broker and its transport's naming,
+//! [`Addresses`]), the document names it in `servers`, and each channel's
+//! address is where the transport puts the topic (the Kafka topic, the
+//! NATS subject, the RabbitMQ routing key on its exchange), with its
+//! parameters (`{partition}`, `{type}`) and the protocol's bindings.
 //!
 //! ```
 //! # use schemars::JsonSchema;
@@ -31,8 +35,11 @@
 //! # Ok::<(), tidings_schema::SchemaError>(())
 //! ```
 
+use std::sync::Arc;
+
 use serde_json::{Map, Value, json};
 use tidings_core::Message;
+use tidings_core::addresses::{Address, Addresses};
 
 use crate::registry::{Registry, SchemaDoc, SchemaError};
 
@@ -43,6 +50,29 @@ pub struct Topology {
     version: String,
     description: Option<String>,
     services: Vec<Service>,
+    server: Option<Server>,
+}
+
+/// The broker the system's messages travel through, as the document's one
+/// server: its name, its host (`broker.internal:9092`, no credentials) and
+/// the naming of its transport (a broker's options:
+/// `tidings::transport_addresses(url, &options)` gives it from a URL).
+#[derive(Debug, Clone)]
+pub struct Server {
+    name: String,
+    host: String,
+    addresses: Arc<dyn Addresses>,
+}
+
+impl Server {
+    /// The server `name` at `host`, naming topics as `addresses` does.
+    pub fn new(name: impl Into<String>, host: impl Into<String>, addresses: Arc<dyn Addresses>) -> Server {
+        Server {
+            name: name.into(),
+            host: host.into(),
+            addresses,
+        }
+    }
 }
 
 impl Topology {
@@ -58,6 +88,12 @@ impl Topology {
     /// What the system is, for the document's `info`.
     pub fn description(mut self, description: impl Into<String>) -> Topology {
         self.description = Some(description.into());
+        self
+    }
+
+    /// The broker the messages travel through (the document describes one).
+    pub fn server(mut self, server: Server) -> Topology {
+        self.server = Some(server);
         self
     }
 
@@ -116,30 +152,99 @@ fn id_safe(s: &str) -> String {
         .collect()
 }
 
-/// The CloudEvents binary-mode headers every message carries, as NATS,
-/// RabbitMQ and HTTP name them (`ce-`; Kafka's binding writes `ce_`).
-fn headers(doc: &SchemaDoc) -> Value {
+/// The CloudEvents binary-mode headers every message carries, their names
+/// starting with `prefix`: `ce-` as NATS, RabbitMQ and HTTP name them,
+/// `ce_` as Kafka's binding does.
+fn headers(doc: &SchemaDoc, prefix: &str) -> Value {
     let string = |description: &str| json!({"type": "string", "description": description});
-    json!({
-        "type": "object",
-        "required": ["ce-specversion", "ce-id", "ce-source", "ce-type", "ce-time", "ce-correlationid"],
-        "properties": {
-            "ce-specversion": {"type": "string", "const": "1.0"},
-            "ce-id": string("The message id (UUIDv7); consumers deduplicate on it."),
-            "ce-source": string("The producing service."),
-            "ce-type": {"type": "string", "const": doc.meta.message_type},
-            "ce-subject": string("The aggregate key; order is kept per key."),
-            "ce-partitionkey": string("The aggregate key (the CloudEvents Partitioning extension; the record key on Kafka)."),
-            "ce-time": string("When it happened (RFC 3339)."),
-            "ce-dataschema": {"type": "string", "const": doc.schema["$id"]},
-            "ce-schemaversion": {"type": "string", "const": doc.meta.version.to_string()},
-            "ce-kind": {"type": "string", "const": doc.meta.kind.as_str()},
-            "ce-aggregatetype": {"type": "string", "const": doc.meta.aggregate},
-            "ce-correlationid": string("The id shared by every message of one business flow."),
-            "ce-causationid": string("The id of the message that caused this one."),
-            "ce-traceparent": string("W3C trace context."),
-        }
-    })
+    let attributes = [
+        ("specversion", json!({"type": "string", "const": "1.0"})),
+        (
+            "id",
+            string("The message id (UUIDv7); consumers deduplicate on it."),
+        ),
+        ("source", string("The producing service.")),
+        ("type", json!({"type": "string", "const": doc.meta.message_type})),
+        ("subject", string("The aggregate key; order is kept per key.")),
+        (
+            "partitionkey",
+            string("The aggregate key (the CloudEvents Partitioning extension; the record key on Kafka)."),
+        ),
+        ("time", string("When it happened (RFC 3339).")),
+        (
+            "dataschema",
+            json!({"type": "string", "const": doc.schema["$id"]}),
+        ),
+        (
+            "schemaversion",
+            json!({"type": "string", "const": doc.meta.version.to_string()}),
+        ),
+        ("kind", json!({"type": "string", "const": doc.meta.kind.as_str()})),
+        (
+            "aggregatetype",
+            json!({"type": "string", "const": doc.meta.aggregate}),
+        ),
+        (
+            "correlationid",
+            string("The id shared by every message of one business flow."),
+        ),
+        (
+            "causationid",
+            string("The id of the message that caused this one."),
+        ),
+        ("traceparent", string("W3C trace context.")),
+    ];
+    let required: Vec<String> = ["specversion", "id", "source", "type", "time", "correlationid"]
+        .iter()
+        .map(|a| format!("{prefix}{a}"))
+        .collect();
+    let properties: Map<String, Value> = attributes
+        .into_iter()
+        .map(|(name, schema)| (format!("{prefix}{name}"), schema))
+        .collect();
+    json!({"type": "object", "required": required, "properties": properties})
+}
+
+/// The header prefix of CloudEvents attributes on `protocol`.
+fn header_prefix(protocol: Option<&str>) -> &'static str {
+    match protocol {
+        Some("kafka") => "ce_",
+        _ => "ce-",
+    }
+}
+
+/// A channel of `topic` on `server`: its address, its parameters and its
+/// binding. `tokens` are its message types as the address writes them.
+fn channel(topic: &str, address: &Address, server: &str, tokens: &[String]) -> Value {
+    let mut channel = json!({
+        "address": address.address,
+        "servers": [{"$ref": format!("#/servers/{server}")}],
+        "messages": {},
+    });
+    let mut parameters = Map::new();
+    if address.address.contains("{partition}") {
+        let partitions: Vec<String> = (0..address.partitions).map(|p| p.to_string()).collect();
+        parameters.insert(
+            "partition".into(),
+            json!({
+                "enum": partitions,
+                "description": format!("The partition of {topic} a message's key falls in (its key hash modulo {}).", address.partitions),
+            }),
+        );
+    }
+    if address.address.contains("{type}") {
+        parameters.insert(
+            "type".into(),
+            json!({"enum": tokens, "description": "The message type."}),
+        );
+    }
+    if !parameters.is_empty() {
+        channel["parameters"] = Value::Object(parameters);
+    }
+    if let Some(binding) = &address.channel_binding {
+        channel["bindings"] = binding.clone();
+    }
+    channel
 }
 
 /// The payload schema as AsyncAPI's Schema Object (a JSON Schema draft 07
@@ -155,19 +260,26 @@ fn payload(doc: &SchemaDoc) -> Value {
 /// The AsyncAPI 3.0 document of `topology` over `registry`. Every message
 /// a service sends or receives must be registered at that version.
 pub fn document(registry: &Registry, topology: &Topology) -> Result<Value, SchemaError> {
+    let server = topology.server.as_ref();
+    let prefix = header_prefix(server.map(|s| s.addresses.protocol()));
+    let message_binding = server.and_then(|s| s.addresses.address("").message_binding);
     let mut messages = Map::new();
     let mut channels = Map::new();
+    let mut tokens: Map<String, Value> = Map::new();
     for doc in registry.docs() {
         let id = message_id(doc);
         let mut message = json!({
             "name": doc.meta.message_type,
             "title": format!("{} v{}", doc.meta.message_type, doc.meta.version),
             "contentType": "application/json",
-            "headers": headers(doc),
+            "headers": headers(doc, prefix),
             "payload": payload(doc),
-            "correlationId": {"location": "$message.header#/ce-correlationid"},
+            "correlationId": {"location": format!("$message.header#/{prefix}correlationid")},
             "tags": [{"name": doc.meta.kind.as_str()}],
         });
+        if let Some(binding) = &message_binding {
+            message["bindings"] = binding.clone();
+        }
         if let Some(summary) = doc.schema.get("description").and_then(Value::as_str) {
             message["summary"] = json!(summary);
         }
@@ -183,6 +295,28 @@ pub fn document(registry: &Registry, topology: &Topology) -> Result<Value, Schem
             .entry(id_safe(&doc.meta.topic))
             .or_insert_with(|| json!({"address": doc.meta.topic, "messages": {}}));
         channel["messages"][&id] = json!({"$ref": format!("#/components/messages/{id}")});
+        if let Some(server) = server {
+            let token = (server.addresses.address(&doc.meta.topic).type_token)(&doc.meta.message_type);
+            let list = tokens
+                .entry(doc.meta.topic.clone())
+                .or_insert_with(|| json!([]))
+                .as_array_mut()
+                .expect("a list");
+            if !list.contains(&json!(token)) {
+                list.push(json!(token));
+            }
+        }
+    }
+    if let Some(server) = server {
+        for (topic, types) in &tokens {
+            let types: Vec<String> = serde_json::from_value(types.clone()).expect("strings");
+            let address = server.addresses.address(topic);
+            let id = id_safe(topic);
+            let messages = channels[&id]["messages"].clone();
+            let mut described = channel(topic, &address, &server.name, &types);
+            described["messages"] = messages;
+            channels.insert(id, described);
+        }
     }
     let mut operations = Map::new();
     for service in &topology.services {
@@ -219,12 +353,19 @@ pub fn document(registry: &Registry, topology: &Topology) -> Result<Value, Schem
     if let Some(description) = &topology.description {
         info["description"] = json!(description);
     }
-    Ok(json!({
+    let mut document = json!({
         "asyncapi": "3.0.0",
         "info": info,
         "defaultContentType": "application/json",
         "channels": channels,
         "operations": operations,
         "components": {"messages": messages},
-    }))
+    });
+    if let Some(server) = server {
+        document["servers"] = json!({server.name.clone(): {
+            "host": server.host,
+            "protocol": server.addresses.protocol(),
+        }});
+    }
+    Ok(document)
 }

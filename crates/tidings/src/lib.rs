@@ -34,7 +34,7 @@ mod signal;
 pub use open_store::{AnyStore, database_named, open_store, open_store_with, store_schemes};
 pub use open_transport::{
     AnyBroker, Transport, TransportOptions, open_transport, open_transport_with, opens_transport,
-    transport_schemes,
+    transport_addresses, transport_schemes,
 };
 pub use signal::shutdown_on_signal;
 
@@ -54,8 +54,8 @@ pub use tidings_core::{
 };
 // The contracts and helpers by area.
 pub use tidings_core::{
-    backoff, clamp, cloudevents, duration, envelope, field, guard, inspect, metrics, partition, plain,
-    replay, secret, store, topology, trace, transition, transport,
+    addresses, backoff, clamp, cloudevents, duration, envelope, field, guard, inspect, metrics, partition,
+    plain, replay, secret, store, topology, trace, transition, transport,
 };
 
 /// What `#[derive(Message)]` expands to refers to; not an API.

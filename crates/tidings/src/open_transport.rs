@@ -202,6 +202,41 @@ pub async fn open_transport_with<S: LogBackend + Clone>(
     })
 }
 
+/// Where the transport at `url` would put each topic, with `options`,
+/// without connecting: what an AsyncAPI document names (its protocol,
+/// addresses and bindings). `None` for the database log, which is a table,
+/// not a broker.
+pub fn transport_addresses(
+    url: &str,
+    options: &TransportOptions,
+) -> Result<Option<Arc<dyn tidings_core::addresses::Addresses>>> {
+    let topology = &options.topology;
+    if url == "log" {
+        return Ok(None);
+    }
+    #[cfg(feature = "nats")]
+    if opens(crate::nats::SCHEMES, url) {
+        return Ok(Some(Arc::new(options.nats.clone().topology(topology))));
+    }
+    #[cfg(feature = "rabbitmq")]
+    if opens(crate::rabbitmq::SCHEMES, url) {
+        return Ok(Some(Arc::new(options.rabbitmq.clone().topology(topology))));
+    }
+    #[cfg(feature = "kafka")]
+    if opens(crate::kafka::SCHEMES, url) {
+        return Ok(Some(Arc::new(options.kafka.clone().topology(topology))));
+    }
+    let _ = topology;
+    Err(Error::Config {
+        key: "transport URL".into(),
+        reason: format!(
+            "no transport of this build opens {:?}; it opens {}",
+            redact_url(url),
+            transport_schemes().join(", ")
+        ),
+    })
+}
+
 /// The URLs [`open_transport`] opens in this build: `log`, then each
 /// broker's schemes.
 pub fn transport_schemes() -> Vec<&'static str> {

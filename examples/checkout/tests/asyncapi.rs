@@ -83,3 +83,70 @@ fn the_asyncapi_document_is_valid_asyncapi_3() {
         "an invalid document must fail"
     );
 }
+
+/// With a server, each channel's address is where the broker's transport
+/// puts the topic, with its parameters and the protocol's bindings, and
+/// the document stays valid AsyncAPI 3.0 on every broker.
+#[test]
+fn with_a_server_the_channels_are_the_brokers_real_addresses() {
+    use std::sync::Arc;
+    use tidings_schema::asyncapi::Server;
+
+    let registry = Registry::load(concat!(env!("CARGO_MANIFEST_DIR"), "/schemas")).unwrap();
+    let validator = asyncapi_3_validator();
+    let described = |server: Server| {
+        let topology = tidings_example_checkout::topology().server(server);
+        let doc = tidings_schema::asyncapi::document(&registry, &topology).unwrap();
+        let found = errors(&validator, &doc);
+        assert!(found.is_empty(), "{found:#?}");
+        doc
+    };
+
+    let kafka = tidings_broker_kafka::KafkaOptions::default()
+        .partitions(4)
+        .prefix("shop.");
+    let doc = described(Server::new("production", "kafka.internal:9092", Arc::new(kafka)));
+    assert_eq!(doc["servers"]["production"]["protocol"], "kafka");
+    assert_eq!(doc["servers"]["production"]["host"], "kafka.internal:9092");
+    let orders = &doc["channels"]["orders"];
+    assert_eq!(orders["address"], "shop.orders");
+    assert_eq!(orders["servers"][0]["$ref"], "#/servers/production");
+    assert_eq!(orders["bindings"]["kafka"]["partitions"], 4);
+    let placed = &doc["components"]["messages"]["OrderPlaced.v1"];
+    assert_eq!(placed["bindings"]["kafka"]["key"]["type"], "string");
+    assert_eq!(
+        placed["correlationId"]["location"],
+        "$message.header#/ce_correlationid"
+    );
+    assert!(
+        placed["headers"]["properties"]["ce_partitionkey"].is_object(),
+        "Kafka's binding writes ce_"
+    );
+
+    let nats = tidings_broker_nats::NatsOptions::default().partitions(4);
+    let doc = described(Server::new("production", "nats.internal:4222", Arc::new(nats)));
+    let orders = &doc["channels"]["orders"];
+    assert_eq!(orders["address"], "TIDINGS.orders.{partition}.{type}");
+    assert_eq!(
+        orders["parameters"]["partition"]["enum"],
+        serde_json::json!(["0", "1", "2", "3"])
+    );
+    let types = orders["parameters"]["type"]["enum"].as_array().unwrap();
+    assert!(types.contains(&"OrderPlaced".into()), "{types:?}");
+    assert!(doc["components"]["messages"]["OrderPlaced.v1"]["headers"]["properties"]["ce-id"].is_object());
+
+    let rabbit = tidings_broker_rabbitmq::RabbitOptions::default().partitions(2);
+    let doc = described(Server::new(
+        "production",
+        "rabbit.internal:5672",
+        Arc::new(rabbit),
+    ));
+    let commands = &doc["channels"]["checkout.commands"];
+    assert_eq!(doc["servers"]["production"]["protocol"], "amqp");
+    assert_eq!(commands["address"], "{partition}.{type}");
+    assert_eq!(
+        commands["bindings"]["amqp"]["exchange"]["name"],
+        "tidings.checkout.commands"
+    );
+    assert_eq!(commands["bindings"]["amqp"]["is"], "routingKey");
+}
