@@ -112,10 +112,8 @@ where
         let app = axum::Router::new().nest(&section.path, router);
         let stop = shutdown.clone();
         tasks.spawn(async move {
-            axum::serve(listener, app)
-                .with_graceful_shutdown(async move { stop.cancelled().await })
-                .await
-                .context("serving the webhook inbox")
+            tidings::inbox::serve(listener, app, stop.cancelled_owned()).await;
+            Ok(())
         });
     }
     let broker = &loaded.config.broker;

@@ -458,12 +458,10 @@ impl Loaded {
                     format!("two providers are named {:?}", p.name),
                 ));
             }
-            if p.secret_env.is_some() == p.secret_file.is_some() {
-                return Err((
-                    format!("inbox.providers.{}", p.name),
-                    "give the secret as exactly one of secret_env and secret_file; never in this file".into(),
-                ));
-            }
+            p.validate().map_err(|e| match e {
+                tidings_core::Error::Config { key, reason } => (key, reason),
+                other => (format!("inbox.providers.{}", p.name), other.to_string()),
+            })?;
         }
         Ok(())
     }
@@ -830,10 +828,23 @@ mod tests {
             &[],
         );
         assert_eq!(path, "inbox.providers.s");
-        assert!(
-            reason.contains("exactly one of secret_env and secret_file"),
-            "{reason}"
+        assert!(reason.contains("exactly one of secret_env"), "{reason}");
+        // What the daemon would refuse at start, --check refuses too.
+        let (path, reason) = refused(
+            &format!(
+                "{db}[inbox]\nlisten = \"127.0.0.1:9480\"\n[[inbox.providers]]\nname = \"acme\"\nscheme = \"hmac\"\nsecret_env = \"ACME\"\n"
+            ),
+            &[],
         );
+        assert_eq!(path, "inbox.providers.acme");
+        assert!(reason.contains("names the header"), "{reason}");
+        let (_, reason) = refused(
+            &format!(
+                "{db}[inbox]\nlisten = \"127.0.0.1:9480\"\n[[inbox.providers]]\nname = \"Stripe EU\"\nscheme = \"stripe\"\nsecret_env = \"S\"\n"
+            ),
+            &[],
+        );
+        assert!(reason.contains("path segment"), "{reason}");
         let (path, reason) = refused(
             &format!(
                 "{db}[inbox]\nlisten = \"127.0.0.1:9480\"\n[[inbox.providers]]\nname = \"s\"\nscheme = \"stripe\"\nsecret = \"whsec_x\"\n"

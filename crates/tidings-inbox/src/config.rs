@@ -84,19 +84,36 @@ pub enum KeySetting {
 impl ProviderConfig {
     /// The provider, its secret read now from the environment or its file.
     pub fn provider(&self) -> Result<Provider> {
-        let key = format!("inbox.providers.{}", self.name);
         let secret = match (&self.secret_env, &self.secret_file) {
             (Some(var), None) => secret_from_env(var)?,
             (None, Some(path)) => secret_from_file(path)?,
-            _ => {
-                return Err(Error::Config {
-                    key,
-                    reason: "give the secret as exactly one of secret_env (an environment variable) \
-                             and secret_file (a file); never in this file"
-                        .into(),
-                });
-            }
+            _ => return Err(self.secret_missing()),
         };
+        self.build(secret)
+    }
+
+    /// Checks everything but the secret itself (which is read when the
+    /// daemon starts): what `tidings run --check` can tell from the file.
+    pub fn validate(&self) -> Result<()> {
+        if self.secret_env.is_some() == self.secret_file.is_some() {
+            return Err(self.secret_missing());
+        }
+        self.build(tidings_core::secret::Secret::new("checked later"))
+            .map(drop)
+    }
+
+    fn secret_missing(&self) -> Error {
+        Error::Config {
+            key: format!("inbox.providers.{}", self.name),
+            reason: "give the secret as exactly one of secret_env (an environment variable) \
+                     and secret_file (a file); never in this file"
+                .into(),
+        }
+    }
+
+    /// The provider with `secret`.
+    fn build(&self, secret: tidings_core::secret::Secret) -> Result<Provider> {
+        let key = format!("inbox.providers.{}", self.name);
         let mut provider = match self.scheme {
             SchemeName::Stripe => Provider::stripe(secret),
             SchemeName::GitHub => Provider::github(secret),

@@ -19,6 +19,9 @@ use uuid::Uuid;
 use crate::provider::Provider;
 use crate::{FORGET_BATCH, FORGET_EVERY, MAX_ID_CHARS, Shared};
 
+/// What a provider is told when the delivery could not be recorded now.
+const NOT_NOW: &str = "the delivery could not be recorded now; deliver it again later";
+
 /// How one delivery ended: the answer, and the outcome counted in metrics.
 #[derive(Debug)]
 pub(crate) enum Outcome {
@@ -119,11 +122,14 @@ pub(crate) async fn handle<S: InboxStore + Clone>(
         Outcome::Duplicate(id) => {
             tracing::debug!(provider = %provider.name, message_id = %id, "webhook delivery seen before, acknowledged")
         }
+        // Anyone can send a refused delivery: a warning for each would let
+        // them flood the log (the counter shows them all).
         Outcome::Refused { status, reason, .. } => {
-            tracing::warn!(provider = %provider.name, status = status.as_u16(), %reason, "webhook delivery refused")
+            tracing::debug!(provider = %provider.name, status = status.as_u16(), %reason, "webhook delivery refused")
         }
-        Outcome::Failed { status, reason } => {
-            tracing::error!(provider = %provider.name, status = status.as_u16(), %reason, "webhook delivery not taken, the provider will retry")
+        // Logged with its cause where it failed.
+        Outcome::Failed { status, .. } => {
+            tracing::debug!(provider = %provider.name, status = status.as_u16(), "webhook delivery not taken")
         }
     }
     outcome.into_response()
@@ -173,10 +179,13 @@ async fn deliver<S: InboxStore + Clone>(
         Err(refused) => return refused,
     };
     match timeout_at(deadline, record(shared, provider, &message)).await {
-        Err(_) => Outcome::Failed {
-            status: StatusCode::SERVICE_UNAVAILABLE,
-            reason: format!("the database did not answer within {:?}", shared.timeout),
-        },
+        Err(_) => {
+            tracing::error!(provider = %provider.name, timeout = ?shared.timeout, "the database did not record a webhook delivery in time");
+            Outcome::Failed {
+                status: StatusCode::SERVICE_UNAVAILABLE,
+                reason: NOT_NOW.into(),
+            }
+        }
         Ok(outcome) => outcome,
     }
 }
@@ -217,21 +226,27 @@ fn build(provider: &Provider, headers: &HeaderMap, body: &[u8]) -> Result<Outgoi
         })
     })?;
     let header = |name: &str| headers.get(name)?.to_str().ok();
-    let read = |field: &crate::Field, what: &str| -> Result<String, Outcome> {
-        let value = field
-            .read(header, &json)
-            .ok_or_else(|| malformed(format!("the delivery has no {what} ({field})")))?;
+    let checked = |value: String, what: &str| -> Result<String, Outcome> {
         if value.chars().count() > MAX_ID_CHARS {
             return Err(malformed(format!(
                 "its {what} is longer than {MAX_ID_CHARS} characters"
             )));
         }
+        if value.chars().any(char::is_control) {
+            return Err(malformed(format!("its {what} holds control characters")));
+        }
         Ok(value)
+    };
+    let read = |field: &crate::Field, what: &str| -> Result<String, Outcome> {
+        let value = field
+            .read(header, &json)
+            .ok_or_else(|| malformed(format!("the delivery has no {what} ({field})")))?;
+        checked(value, what)
     };
     let event_id = read(&provider.event_id, "event id")?;
     let message_type = read(&provider.message_type, "message type")?;
     let key = match &provider.key {
-        Some(field) => field.read(header, &json).unwrap_or_default(),
+        Some(field) => checked(field.read(header, &json).unwrap_or_default(), "key")?,
         None => String::new(),
     };
     let source = provider.source();
@@ -280,6 +295,22 @@ async fn record<S: InboxStore + Clone>(
         {
             return Ok(Outcome::Duplicate(id));
         }
+        // An id the signature does not cover (a header) could be changed to
+        // replay a signed body as a new event: the body is recorded too, and
+        // dropping the transaction forgets the id just recorded.
+        if provider.id_unsigned() {
+            let body = format!(
+                "sha256:{}",
+                crate::signature::sha256_hex(&message.envelope.payload)
+            );
+            if !store.record_delivery(&mut *tx, &provider.name, &body, id).await? {
+                return Ok(Outcome::refused(
+                    StatusCode::CONFLICT,
+                    "replayed",
+                    "this body was delivered before under another id",
+                ));
+            }
+        }
         store.enqueue_outgoing(&mut *tx, message).await?;
         store.commit(tx).await?;
         Ok::<_, Error>(Outcome::Accepted(id))
@@ -291,13 +322,17 @@ async fn record<S: InboxStore + Clone>(
             "refused",
             format!("the outbox refused the event: {reason}"),
         ),
-        Err(e) => Outcome::Failed {
-            status: match e.class() {
-                ErrorClass::Transient => StatusCode::SERVICE_UNAVAILABLE,
-                _ => StatusCode::INTERNAL_SERVER_ERROR,
-            },
-            reason: e.report().to_string(),
-        },
+        Err(e) => {
+            // The detail is for the operator: the provider gets a fixed reason.
+            tracing::error!(provider = %provider.name, error = %e.report(), "recording a webhook delivery failed");
+            Outcome::Failed {
+                status: match e.class() {
+                    ErrorClass::Transient => StatusCode::SERVICE_UNAVAILABLE,
+                    _ => StatusCode::INTERNAL_SERVER_ERROR,
+                },
+                reason: NOT_NOW.into(),
+            }
+        }
     };
     if matches!(outcome, Outcome::Accepted(_)) {
         forget_now_and_then(shared);
@@ -321,12 +356,24 @@ fn forget_now_and_then<S: InboxStore + Clone>(shared: &Shared<S>) {
     }
     let store = shared.store.clone();
     tokio::spawn(async move {
-        match store.forget_deliveries(retention, FORGET_BATCH).await {
-            Ok(n) if n > 0 => tracing::debug!(deleted = n, "inbox deliveries past the retention deleted"),
-            Ok(_) => {}
-            Err(e) => {
-                tracing::warn!(error = %e.report(), "deleting inbox deliveries past the retention failed")
+        // Batch after batch, until one is short: the table never falls behind.
+        let mut deleted = 0;
+        loop {
+            match store.forget_deliveries(retention, FORGET_BATCH).await {
+                Ok(n) => {
+                    deleted += n;
+                    if n < FORGET_BATCH as u64 {
+                        break;
+                    }
+                }
+                Err(e) => {
+                    tracing::warn!(error = %e.report(), "deleting inbox deliveries past the retention failed");
+                    break;
+                }
             }
+        }
+        if deleted > 0 {
+            tracing::debug!(deleted, "inbox deliveries past the retention deleted");
         }
     });
 }

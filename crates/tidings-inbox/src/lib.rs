@@ -14,9 +14,15 @@
 //! 4. in one transaction, records (provider, event id) in `tidings_inbox`
 //!    and enqueues the event to the outbox, then commits;
 //! 5. answers `200` only after that commit. A delivery seen before is
-//!    answered `200` too, and changes nothing. A database that fails or
+//!    answered `200` too, and changes nothing. Where the event id is a
+//!    header the signature does not cover, the body is recorded too, and
+//!    the same signed body under another id is refused (`409`): a replay. A database that fails or
 //!    does not answer within the timeout gets `503` (`500` for an error
 //!    trying again cannot fix), so the provider retries later.
+//!
+//! [`serve`] serves the router on a socket open to the internet: clients
+//! slow to send their headers are cut off, connections are capped, and a
+//! shutdown waits a bounded time for deliveries in flight.
 //!
 //! The event's id is derived from (provider, event id) as
 //! [`cloudevents::foreign_id`](tidings_core::cloudevents::foreign_id)
@@ -47,6 +53,7 @@
 mod config;
 mod deliver;
 mod provider;
+mod serve;
 pub mod signature;
 
 use std::collections::HashMap;
@@ -60,6 +67,7 @@ use tidings_core::{Error, InboxStore, Result};
 
 pub use config::{KeySetting, ProviderConfig, SchemeName};
 pub use provider::{Provider, secret_from_env, secret_from_file};
+pub use serve::{ServeLimits, serve, serve_with};
 pub use signature::{Encoding, Scheme, SignatureError};
 pub use tidings_core::field::Field;
 
@@ -121,8 +129,9 @@ impl<S: InboxStore + Clone> Inbox<S> {
         self
     }
 
-    /// How long a delivery may take, from the first byte of its body to the
-    /// commit. Providers give up after about ten seconds and retry.
+    /// How long a delivery may take, from the moment its handler starts
+    /// (the headers read) to the commit. Providers give up after about ten
+    /// seconds.
     pub fn timeout(mut self, timeout: Duration) -> Inbox<S> {
         self.timeout = timeout;
         self

@@ -153,6 +153,12 @@ impl Provider {
         format!("inbox/{}", self.name)
     }
 
+    /// Whether the event id is outside what the signature covers (a
+    /// header): then a signed body could be replayed under a new id.
+    pub(crate) fn id_unsigned(&self) -> bool {
+        matches!(self.event_id, Field::Header(_))
+    }
+
     /// Why this provider cannot serve, if it cannot.
     pub(crate) fn check(&self) -> Result<()> {
         let refuse = |reason: String| {
@@ -193,6 +199,17 @@ impl Provider {
 /// Secrets are read from the environment or a file, never written in a
 /// configuration file.
 pub fn secret_from_env(name: &str) -> Result<Secret> {
+    let is_name = name.starts_with(|c: char| c.is_ascii_alphabetic() || c == '_')
+        && name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_');
+    if !is_name {
+        // Never echoed: it may be the secret itself, written by mistake.
+        return Err(Error::Config {
+            key: "secret_env".into(),
+            reason: "this is not the name of an environment variable (letters, digits and _): \
+                     give the variable's name, and the secret in that variable"
+                .into(),
+        });
+    }
     match std::env::var(name) {
         Ok(value) if !value.trim().is_empty() => Ok(Secret::new(value.trim())),
         Ok(_) => Err(Error::Config {

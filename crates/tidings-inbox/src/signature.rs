@@ -116,14 +116,14 @@ pub fn verify(
     match scheme {
         Scheme::Stripe { tolerance } => {
             let value = header(headers, STRIPE_HEADER)?;
-            let (timestamp, signatures) = stripe_parts(value)?;
+            let (timestamp, written, signatures) = stripe_parts(value)?;
             let tolerance = tolerance.as_secs();
             let off_by = now.abs_diff(timestamp);
             if off_by > tolerance {
                 return Err(SignatureError::Stale { off_by, tolerance });
             }
-            let prefix = format!("{timestamp}.");
-            matches_any(secrets, &[prefix.as_bytes(), body], &signatures)
+            // Signed as written (`t=0123` too), as Stripe's libraries do.
+            matches_any(secrets, &[written.as_bytes(), b".", body], &signatures)
         }
         Scheme::GitHub => {
             let value = header(headers, GITHUB_HEADER)?;
@@ -162,7 +162,7 @@ fn header<'h>(headers: &'h HeaderMap, name: &str) -> Result<&'h str, SignatureEr
 
 /// Stripe's timestamp and its `v1` signatures. Other schemes (`v0`) are
 /// ignored, as Stripe's libraries ignore them.
-fn stripe_parts(value: &str) -> Result<(i64, Vec<Vec<u8>>), SignatureError> {
+fn stripe_parts(value: &str) -> Result<(i64, &str, Vec<Vec<u8>>), SignatureError> {
     let malformed = |reason| SignatureError::Malformed {
         header: STRIPE_HEADER.into(),
         reason,
@@ -178,7 +178,7 @@ fn stripe_parts(value: &str) -> Result<(i64, Vec<Vec<u8>>), SignatureError> {
                 let t = value
                     .parse::<i64>()
                     .map_err(|_| malformed("t is not a Unix time"))?;
-                if timestamp.replace(t).is_some() {
+                if timestamp.replace((t, value)).is_some() {
                     return Err(malformed("t is given twice"));
                 }
             }
@@ -187,11 +187,11 @@ fn stripe_parts(value: &str) -> Result<(i64, Vec<Vec<u8>>), SignatureError> {
             _ => {}
         }
     }
-    let timestamp = timestamp.ok_or_else(|| malformed("it has no timestamp (t=)"))?;
+    let (timestamp, written) = timestamp.ok_or_else(|| malformed("it has no timestamp (t=)"))?;
     if signatures.is_empty() {
         return Err(malformed("it has no v1 signature"));
     }
-    Ok((timestamp, signatures))
+    Ok((timestamp, written, signatures))
 }
 
 /// `value` decoded as `encoding`.
@@ -236,6 +236,12 @@ pub fn sign_hex(secret: &Secret, parts: &[&[u8]]) -> String {
         mac.update(part);
     }
     hex::encode(mac.finalize().into_bytes())
+}
+
+/// The SHA-256 of `bytes`, in hex.
+pub(crate) fn sha256_hex(bytes: &[u8]) -> String {
+    use sha2::Digest;
+    hex::encode(Sha256::digest(bytes))
 }
 
 /// A `Stripe-Signature` value for `body` at `timestamp`, as Stripe writes it.

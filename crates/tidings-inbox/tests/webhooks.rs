@@ -138,6 +138,24 @@ async fn a_stripe_delivery_posted_three_times_is_enqueued_once<T: TestDb>() {
     assert_eq!((accepted, duplicates), (1, 4), "{answers:?}");
     assert_eq!(counts(&store).await, (2, 2));
 
+    // Ids that differ by a trailing space are two events, on every database.
+    for id in ["evt_space", "evt_space "] {
+        let (status, answer) = post_stripe(
+            &http,
+            &base,
+            &stripe_event(id, "pi_s"),
+            Utc::now().timestamp(),
+            STRIPE_SECRET,
+        )
+        .await;
+        assert_eq!(
+            (status, answer["status"].as_str()),
+            (StatusCode::OK, Some("accepted")),
+            "{id:?}: {answer}"
+        );
+    }
+    assert_eq!(counts(&store).await, (4, 4));
+
     server.abort();
     db.teardown().await;
 }
@@ -214,10 +232,16 @@ async fn refused_deliveries_store_nothing<T: TestDb>() {
             .contains("no event id (the body's /id)"),
         "{answer}"
     );
-    // An id longer than the inbox keeps.
-    let long = stripe_event(&"e".repeat(300), "pi_1");
-    let (status, _) = post_stripe(&http, &base, &long, now, STRIPE_SECRET).await;
-    assert_eq!(status, StatusCode::BAD_REQUEST);
+    // An id or a key longer than the inbox keeps; control characters.
+    for (id, key) in [
+        ("e".repeat(300), "pi_1".to_owned()),
+        ("evt_ok".to_owned(), "k".repeat(300)),
+        ("evt\u{0}nul".to_owned(), "pi_1".to_owned()),
+        ("evt_ok".to_owned(), "pi\n1".to_owned()),
+    ] {
+        let (status, answer) = post_stripe(&http, &base, &stripe_event(&id, &key), now, STRIPE_SECRET).await;
+        assert_eq!(status, StatusCode::BAD_REQUEST, "{answer}");
+    }
 
     // Larger than the body limit: with its length declared, and streamed
     // without one.
@@ -291,26 +315,34 @@ async fn github_and_generic_deliveries_are_taken_once<T: TestDb>() {
         1
     );
 
-    let body = serde_json::to_vec(&json!({"kind": "invoice.paid", "account": "acct_9"})).unwrap();
-    let mac = hex::decode(sign_hex(&Secret::new(ACME_SECRET), &[&body])).unwrap();
-    let signature = base64::engine::general_purpose::STANDARD.encode(mac);
-    for (delivery, expected) in [("d-1", "accepted"), ("d-1", "duplicate"), ("d-2", "accepted")] {
+    let first = serde_json::to_vec(&json!({"kind": "invoice.paid", "account": "acct_9", "n": 1})).unwrap();
+    let second = serde_json::to_vec(&json!({"kind": "invoice.paid", "account": "acct_9", "n": 2})).unwrap();
+    let signed = |body: &[u8]| {
+        let mac = hex::decode(sign_hex(&Secret::new(ACME_SECRET), &[body])).unwrap();
+        base64::engine::general_purpose::STANDARD.encode(mac)
+    };
+    // The id is a header the signature does not cover: the same signed
+    // body under a new id is a replay, refused; another body is taken.
+    for (delivery, body, expected) in [
+        ("d-1", &first, StatusCode::OK),
+        ("d-1", &first, StatusCode::OK),
+        ("d-2", &first, StatusCode::CONFLICT),
+        ("d-2", &second, StatusCode::OK),
+    ] {
         let (status, answer) = read(
             http.post(format!("{base}/acme"))
                 .header("x-acme-delivery", delivery)
-                .header("x-acme-signature", &signature)
+                .header("x-acme-signature", signed(body))
                 .body(body.clone())
                 .send()
                 .await
                 .unwrap(),
         )
         .await;
-        assert_eq!(
-            (status, answer["status"].as_str()),
-            (StatusCode::OK, Some(expected)),
-            "{answer}"
-        );
+        assert_eq!(status, expected, "{delivery}: {answer}");
     }
+    let signature = signed(&first);
+    let body = first;
     let (status, answer) = read(
         http.post(format!("{base}/acme"))
             .header("x-acme-signature", &signature)
@@ -335,7 +367,21 @@ async fn github_and_generic_deliveries_are_taken_once<T: TestDb>() {
             .await,
         2
     );
-    assert_eq!(counts(&store).await, (3, 3));
+    // GitHub's delivery id is a header too: its body and its id are both
+    // recorded, as are each acme delivery's.
+    assert_eq!(counts(&store).await, (6, 3));
+
+    // The retention deletes in batches of its limit.
+    assert_eq!(
+        store
+            .forget_deliveries(Duration::from_secs(3600), 10)
+            .await
+            .unwrap(),
+        0
+    );
+    assert_eq!(store.forget_deliveries(Duration::ZERO, 4).await.unwrap(), 4);
+    assert_eq!(store.forget_deliveries(Duration::ZERO, 4).await.unwrap(), 2);
+    assert_eq!(counts(&store).await, (0, 3), "the events stay in the outbox");
     server.abort();
     db.teardown().await;
 }
@@ -441,6 +487,10 @@ async fn an_unreachable_database_gets_503_then_the_retry_is_taken<T: TestDb>(def
     proxy.cut();
     let (status, answer) = post_stripe(&http, &base, &body, Utc::now().timestamp(), STRIPE_SECRET).await;
     assert!(status.is_server_error(), "{status} {answer}");
+    assert_eq!(
+        answer["error"], "the delivery could not be recorded now; deliver it again later",
+        "the provider learns nothing of the database"
+    );
     assert_eq!(
         counts(db.store()).await,
         (1, 1),
@@ -582,4 +632,56 @@ async fn a_body_slower_than_the_timeout_gets_408() {
     assert!(response.starts_with("HTTP/1.1 408"), "{response}");
     assert_eq!(counts(&db.store).await, (0, 0));
     server.abort();
+}
+
+/// Served with `tidings_inbox::serve_with`: a client that never finishes
+/// its headers is cut off after the header timeout, and a shutdown with
+/// such a client connected still ends within the grace.
+#[tokio::test]
+async fn a_client_slow_to_send_its_headers_is_cut_off_and_cannot_hold_a_shutdown() {
+    use tidings_inbox::{ServeLimits, serve_with};
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+    let db = SqliteTestDb::new().await;
+    let router = Inbox::new(db.store.clone())
+        .provider(Provider::stripe(Secret::new(STRIPE_SECRET)))
+        .router()
+        .unwrap();
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    let limits = ServeLimits {
+        header_timeout: Duration::from_millis(500),
+        max_connections: 8,
+        shutdown_grace: Duration::from_secs(1),
+    };
+    let server = tokio::spawn(serve_with(
+        listener,
+        axum::Router::new().nest("/webhooks", router),
+        async move {
+            let _ = stopped.await;
+        },
+        limits,
+    ));
+
+    let mut slow = TcpStream::connect(addr).await.unwrap();
+    slow.write_all(b"POST /webhooks/stripe HTTP/1.1\r\nHost: inbox\r\n")
+        .await
+        .unwrap();
+    let mut rest = Vec::new();
+    let cut = tokio::time::timeout(Duration::from_secs(5), slow.read_to_end(&mut rest)).await;
+    assert!(
+        cut.is_ok(),
+        "the connection is still open 5 s after the 500 ms header timeout"
+    );
+
+    // Another one, then a shutdown: the server ends within its grace.
+    let mut held = TcpStream::connect(addr).await.unwrap();
+    held.write_all(b"POST /webhooks/stripe HTTP/1.1\r\n")
+        .await
+        .unwrap();
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    let _ = stop.send(());
+    let ended = tokio::time::timeout(Duration::from_secs(3), server).await;
+    assert!(ended.is_ok(), "the server did not end within its 1 s grace");
 }

@@ -5,7 +5,9 @@
 -- Times are Unix microseconds.
 CREATE TABLE tidings_inbox (
     provider    VARCHAR(64)  NOT NULL,
-    event_id    VARCHAR(255) NOT NULL,
+    -- Bytes, compared exactly: a PAD SPACE collation would take "a" and
+    -- "a " for one id. 255 characters of UTF-8 at most.
+    event_id    VARBINARY(1020) NOT NULL,
     message_id  BINARY(16)   NOT NULL,
     received_at BIGINT       NOT NULL DEFAULT (UNIX_TIMESTAMP() * 1000000 + MICROSECOND(NOW(6))),
     PRIMARY KEY (provider, event_id),

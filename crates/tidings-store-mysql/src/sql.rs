@@ -122,8 +122,9 @@ pub(crate) const SQL: Statements = Statements {
     ),
     handlings_begun: shared::HANDLINGS_BEGUN,
     handling_ended: shared::HANDLING_ENDED,
-    // The inbox refuses event ids longer than the column before it gets
-    // here: `IGNORE` would otherwise truncate them into a false duplicate.
+    // The inbox refuses event ids longer than the column, and control
+    // characters, before it gets here: `IGNORE` would otherwise truncate
+    // them into a false duplicate. The column compares bytes exactly.
     record_delivery: "INSERT IGNORE INTO tidings_inbox (provider, event_id, message_id) VALUES ($1, $2, $3)",
     forget_deliveries: concat!(
         "DELETE FROM tidings_inbox WHERE received_at < ",
