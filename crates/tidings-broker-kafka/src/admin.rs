@@ -7,7 +7,6 @@ use std::time::Duration;
 use rdkafka::admin::{AdminOptions, NewTopic, TopicReplication};
 use rdkafka::consumer::{BaseConsumer, Consumer};
 use rdkafka::error::RDKafkaErrorCode;
-use rdkafka::producer::Producer as _;
 use rdkafka::{Message as _, Offset, TopicPartitionList};
 use tidings_core::{Error, RawMessage, Result};
 
@@ -60,24 +59,40 @@ impl KafkaTransport {
     }
 
     /// How many partitions the Kafka topic `topic` has on the broker, or
-    /// `None` if it does not exist. Reads the cluster's metadata without
-    /// naming the topic, which a broker could take as a request to create it.
+    /// `None` if it does not exist. Asks for that topic's metadata alone,
+    /// from a client that never has a topic created by asking.
     pub async fn broker_partitions(&self, topic: &str) -> Result<Option<u32>> {
-        let producer = self.inner.producer.clone();
+        let mut config = client_config(&self.inner.brokers, &self.inner.options);
+        config.set("allow.auto.create.topics", "false");
+        let client: BaseConsumer = config
+            .create()
+            .map_err(|e| Error::transport(TRANSPORT, "creating a metadata client", e, false))?;
         let topic = topic.to_owned();
         tokio::task::spawn_blocking(move || {
-            let metadata = producer
-                .client()
-                .fetch_metadata(None, ADMIN_TIMEOUT)
-                .map_err(|e| Error::transport(TRANSPORT, "reading the cluster's metadata", e, true))?;
-            Ok(metadata
-                .topics()
-                .iter()
-                .find(|t| t.name() == topic && t.error().is_none() && !t.partitions().is_empty())
-                .map(|t| t.partitions().len() as u32))
+            let what = format!("reading the metadata of topic {topic}");
+            let metadata = client
+                .fetch_metadata(Some(&topic), ADMIN_TIMEOUT)
+                .map_err(|e| Error::transport(TRANSPORT, what.clone(), e, true))?;
+            let Some(found) = metadata.topics().iter().find(|t| t.name() == topic) else {
+                return Ok(None);
+            };
+            match found.error() {
+                None if !found.partitions().is_empty() => Ok(Some(found.partitions().len() as u32)),
+                None => Ok(None),
+                Some(code) if RDKafkaErrorCode::from(code) == RDKafkaErrorCode::UnknownTopicOrPartition => {
+                    Ok(None)
+                }
+                // Leader not available yet, say: ask again.
+                Some(code) => Err(Error::transport(
+                    TRANSPORT,
+                    what,
+                    RDKafkaErrorCode::from(code),
+                    true,
+                )),
+            }
         })
         .await
-        .map_err(|e| Error::transport(TRANSPORT, "reading the cluster's metadata", e, true))?
+        .map_err(|e| Error::transport(TRANSPORT, "reading a topic's metadata", e, true))?
     }
 
     /// The Kafka topics this transport created or found, dead-letter topics included.

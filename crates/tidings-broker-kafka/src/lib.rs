@@ -29,9 +29,12 @@
 //! settings) must have the partitions the transport is configured for: a
 //! consumer checks it before reading ([`Subscriber::check_partitions`]) and
 //! refuses to start, naming both counts, rather than read some partitions
-//! and never the others. Records another team's client placed by its own
-//! partitioner are read all the same; per-key order then holds as that
-//! partitioner keeps it.
+//! and never the others (checked when a consumer starts: partitions added
+//! to a topic while it runs are seen at its next start). Records another
+//! team's client placed by its own partitioner are read all the same, in
+//! order per partition. But a key held after a dead letter is found by
+//! Tidings' own partitioning: on such a topic, run one member, or
+//! `OnDeadLetter::Continue`.
 //!
 //! # Offsets
 //!

@@ -47,12 +47,12 @@ impl Subscriber for KafkaTransport {
                 key: format!("Kafka topic {kafka_topic}"),
                 reason: format!(
                     "it has {found} partitions on the broker and this transport is configured for \
-                     {configured}: its consumers would never read {}. Configure {found} partitions \
-                     (KafkaOptions::partitions, or [broker] partitions in tidings.toml)",
+                     {configured}: {}. Configure {found} partitions (KafkaOptions::partitions, or \
+                     [broker] partitions in tidings.toml)",
                     if found > configured {
-                        "the rest"
+                        "its consumers would never read the partitions past those"
                     } else {
-                        "what is published"
+                        "the relay would write to partitions that do not exist"
                     }
                 ),
             }),

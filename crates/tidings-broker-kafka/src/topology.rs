@@ -30,7 +30,7 @@ impl Addresses for KafkaOptions {
             partitions: self.partitions,
             type_token: type_as_is,
             message_binding: Some(json!({"kafka": {
-                "key": {"type": "string", "description": "The aggregate key: a key's records are in one partition, in order."},
+                "key": {"type": ["string", "null"], "description": "The aggregate key: a key's records are in one partition, in order (null for events without one)."},
                 "bindingVersion": "0.5.0",
             }})),
         }

@@ -47,6 +47,9 @@ pub(crate) enum SchemaCommand {
         /// Partitions of every topic on the broker, as the relay is configured.
         #[arg(long, default_value_t = 1)]
         partitions: u32,
+        /// The prefix of the broker's names, as `[broker] prefix` sets it.
+        #[arg(long)]
+        prefix: Option<String>,
         /// The server's name in the document.
         #[arg(long, default_value = "production")]
         server: String,
@@ -73,12 +76,16 @@ pub(crate) fn run(schema: SchemaCommand) -> anyhow::Result<ExitCode> {
             out,
             broker,
             partitions,
+            prefix,
             server,
         } => {
             let mut topology = tidings_example_checkout::topology();
             if let Some(url) = broker {
-                let options =
-                    tidings::TransportOptions::new(tidings::Topology::default().partitions(partitions));
+                let mut layout = tidings::Topology::default().partitions(partitions);
+                if let Some(prefix) = prefix {
+                    layout = layout.prefix(prefix);
+                }
+                let options = tidings::TransportOptions::new(layout);
                 let addresses = tidings::transport_addresses(&url, &options)?.ok_or_else(|| {
                     anyhow::anyhow!("--broker log: the database log is a table, not a server to describe")
                 })?;

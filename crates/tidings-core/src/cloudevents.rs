@@ -73,7 +73,7 @@ pub(crate) fn written_id(e: &Envelope) -> Option<&str> {
 }
 
 /// Whether `s` is a UUID written as Tidings writes them (lower-case, hyphenated).
-fn is_canonical_uuid(s: &str) -> bool {
+pub(crate) fn is_canonical_uuid(s: &str) -> bool {
     Uuid::try_parse(s).is_ok_and(|u| u.hyphenated().to_string() == s)
 }
 

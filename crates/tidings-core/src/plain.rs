@@ -69,15 +69,27 @@ impl PlainJson {
         self
     }
 
-    /// The envelope of `raw`: a binary-mode CloudEvent as such, anything
-    /// else as plain JSON of the declared type.
+    /// The envelope of `raw`: a CloudEvent (binary mode, or a structured
+    /// document: its content type says so, or it is an object with a
+    /// string `specversion`) as such, anything else as plain JSON of the
+    /// declared type.
     pub fn decode(&self, raw: &RawMessage) -> Result<Envelope, DecodeError> {
-        if raw.refused.is_some() || cloudevents::is_binary(raw.headers.keys().map(String::as_str)) {
+        let structured = raw.headers.iter().any(|(k, v)| {
+            k.eq_ignore_ascii_case(cloudevents::CONTENT_TYPE_HEADER)
+                && v.starts_with(cloudevents::CONTENT_TYPE)
+        });
+        if raw.refused.is_some()
+            || structured
+            || cloudevents::is_binary(raw.headers.keys().map(String::as_str))
+        {
             return raw.decode();
         }
         let malformed = |reason: String| DecodeError::Malformed { reason };
         let body: Value = serde_json::from_slice(&raw.body)
             .map_err(|e| malformed(format!("the record is not JSON ({e}) and not a CloudEvent")))?;
+        if body.get("specversion").is_some_and(Value::is_string) {
+            return raw.decode();
+        }
         let header = |name: &str| {
             raw.headers
                 .iter()
@@ -88,12 +100,21 @@ impl PlainJson {
             .id
             .read(header, &body)
             .ok_or_else(|| malformed(format!("the record has no id ({})", self.id)))?;
-        let key = match &self.key {
-            Some(field) => field.read(header, &body).unwrap_or_default(),
-            None => raw.key.clone().unwrap_or_default(),
-        };
+        // The record's own key where the field names none.
+        let key = self
+            .key
+            .as_ref()
+            .and_then(|field| field.read(header, &body))
+            .or_else(|| raw.key.clone())
+            .unwrap_or_default();
         let source = self.source.clone().unwrap_or_else(|| raw.topic.clone());
-        let envelope_id = cloudevents::foreign_id(&source, &id);
+        // A UUID id is the envelope's, as a CloudEvent's would be.
+        let envelope_id = match cloudevents::is_canonical_uuid(&id) {
+            true => id
+                .parse()
+                .map_err(|_| malformed(format!("the id {id:?} is not a UUID")))?,
+            false => cloudevents::foreign_id(&source, &id),
+        };
         let mut headers = raw.headers.clone();
         headers.insert(FOREIGN_ID_HEADER.to_owned(), id);
         Ok(Envelope {
@@ -168,6 +189,38 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(err.contains("no id (the body's /id)"), "{err}");
+    }
+
+    #[test]
+    fn a_structured_cloudevent_on_a_plain_topic_is_read_as_one() {
+        let e = PlainJson::new("Other")
+            .decode(&record(&[], None, r#"{"id":"x"}"#))
+            .unwrap();
+        let document = cloudevents::to_json(&e);
+        let plain = PlainJson::new("T").id(Field::header("x-event-id"));
+        let bare = String::from_utf8(document.clone()).unwrap();
+        assert_eq!(
+            plain.decode(&record(&[], None, &bare)).unwrap().id,
+            e.id,
+            "by its specversion"
+        );
+        let typed = record(&[("content-type", cloudevents::CONTENT_TYPE)], None, &bare);
+        assert_eq!(
+            plain.decode(&typed).unwrap().message_type,
+            "Other",
+            "by its content type"
+        );
+    }
+
+    #[test]
+    fn a_uuid_id_is_the_envelope_id_and_a_missing_key_field_falls_back_to_the_record_key() {
+        let id = uuid::Uuid::now_v7();
+        let plain = PlainJson::new("T").key(Field::json("/account"));
+        let e = plain
+            .decode(&record(&[], Some("rk"), &format!(r#"{{"id":"{id}"}}"#)))
+            .unwrap();
+        assert_eq!(e.id, id);
+        assert_eq!(e.aggregate_key, "rk");
     }
 
     #[test]

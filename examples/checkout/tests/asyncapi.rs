@@ -113,7 +113,10 @@ fn with_a_server_the_channels_are_the_brokers_real_addresses() {
     assert_eq!(orders["servers"][0]["$ref"], "#/servers/production");
     assert_eq!(orders["bindings"]["kafka"]["partitions"], 4);
     let placed = &doc["components"]["messages"]["OrderPlaced.v1"];
-    assert_eq!(placed["bindings"]["kafka"]["key"]["type"], "string");
+    assert_eq!(
+        placed["bindings"]["kafka"]["key"]["type"],
+        serde_json::json!(["string", "null"])
+    );
     assert_eq!(
         placed["correlationId"]["location"],
         "$message.header#/ce_correlationid"

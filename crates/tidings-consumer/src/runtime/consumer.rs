@@ -71,11 +71,15 @@ impl<S: Store> Consumer<S> {
     /// declares, deduplicated on the id it locates
     /// ([`tidings_core::plain`]). Binary-mode CloudEvents on it are read as
     /// such; a record that is not JSON, or has no id, is dead-lettered
-    /// with the reason and its bytes.
+    /// with the reason and its bytes. A record the handler gave up on is
+    /// dead-lettered as the CloudEvent it was read as, so that a redrive
+    /// (which publishes to the topic) reads it back.
     pub fn json_topic(mut self, topic: impl Into<String>, plain: PlainJson) -> Self {
         let topic = topic.into();
         Arc::make_mut(&mut self.plain).insert(topic.clone(), plain);
-        self.topics.push(topic);
+        if !self.topics.contains(&topic) {
+            self.topics.push(topic);
+        }
         self
     }
 
@@ -167,8 +171,24 @@ impl<S: Store> Consumer<S> {
                 reason: "no topic to read".into(),
             });
         }
+        // A broker away at start is waited for; a wrong partition count is
+        // an error to fix, not to wait out.
         for topic in &self.topics {
-            subscriber.check_partitions(topic).await?;
+            let mut wait = std::time::Duration::from_millis(200);
+            loop {
+                match subscriber.check_partitions(topic).await {
+                    Ok(()) => break,
+                    Err(e) if e.class() == tidings_core::ErrorClass::Transient => {
+                        tracing::warn!(consumer = %self.name, topic, error = %e.report(), "checking the topic's partitions failed; trying again");
+                        tokio::select! {
+                            _ = shutdown.cancelled() => return Ok(()),
+                            _ = tokio::time::sleep(wait) => {}
+                        }
+                        wait = (wait * 2).min(std::time::Duration::from_secs(5));
+                    }
+                    Err(e) => return Err(e),
+                }
+            }
         }
         let member = self
             .config

@@ -130,7 +130,9 @@ impl<S: Store> Consumer<S> {
                 }
                 next = next.max(tokio::time::Instant::now() - interval) + interval;
                 let topic = retained.message.topic.clone();
-                let settled = match worker.decode(&retained.message) {
+                // Replayed from the outbox or the log: Tidings' own CloudEvents, on
+                // any topic.
+                let settled = match retained.message.decode() {
                     Ok(envelope) => Some(
                         worker
                             .handle(Work {
