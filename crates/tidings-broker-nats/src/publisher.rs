@@ -23,6 +23,11 @@ fn too_large_for_the_stream(e: &PublishError) -> bool {
         })
 }
 
+/// Whether `name` is a header JetStream acts on (`Nats-` in any case).
+fn is_jetstream_header(name: &str) -> bool {
+    name.get(..5).is_some_and(|p| p.eq_ignore_ascii_case("nats-"))
+}
+
 impl NatsTransport {
     /// Hands one message to the client, returning its PubAck to await.
     async fn send(&self, m: &OutgoingMessage) -> Result<PublishAckFuture> {
@@ -33,7 +38,10 @@ impl NatsTransport {
             self.options.content_mode,
         );
         let mut headers = HeaderMap::new();
-        for (k, v) in attributes {
+        // `Nats-*` headers are JetStream's instructions (`Nats-Rollup`,
+        // `Nats-Expected-*`): one kept from a message read elsewhere must
+        // not steer this publish. Only the id below is Tidings' own.
+        for (k, v) in attributes.iter().filter(|(k, _)| !is_jetstream_header(k)) {
             headers.insert(k.as_str(), v.as_str());
         }
         // A redrive must not be dropped as a duplicate of the first publish.
