@@ -265,7 +265,8 @@ pub fn document(registry: &Registry, topology: &Topology) -> Result<Value, Schem
     let message_binding = server.and_then(|s| s.addresses.address("").message_binding);
     let mut messages = Map::new();
     let mut channels = Map::new();
-    let mut tokens: Map<String, Value> = Map::new();
+    // Each topic's message types, as its address writes them.
+    let mut tokens: std::collections::BTreeMap<String, Vec<String>> = Default::default();
     for doc in registry.docs() {
         let id = message_id(doc);
         let mut message = json!({
@@ -295,25 +296,23 @@ pub fn document(registry: &Registry, topology: &Topology) -> Result<Value, Schem
             .entry(id_safe(&doc.meta.topic))
             .or_insert_with(|| json!({"address": doc.meta.topic, "messages": {}}));
         channel["messages"][&id] = json!({"$ref": format!("#/components/messages/{id}")});
-        if let Some(server) = server {
-            let token = (server.addresses.address(&doc.meta.topic).type_token)(&doc.meta.message_type);
-            let list = tokens
-                .entry(doc.meta.topic.clone())
-                .or_insert_with(|| json!([]))
-                .as_array_mut()
-                .expect("a list");
-            if !list.contains(&json!(token)) {
-                list.push(json!(token));
-            }
+        let types = tokens.entry(doc.meta.topic.clone()).or_default();
+        if !types.contains(&doc.meta.message_type) {
+            types.push(doc.meta.message_type.clone());
         }
     }
     if let Some(server) = server {
         for (topic, types) in &tokens {
-            let types: Vec<String> = serde_json::from_value(types.clone()).expect("strings");
             let address = server.addresses.address(topic);
+            let mut written: Vec<String> = Vec::with_capacity(types.len());
+            for token in types.iter().map(|t| (address.type_token)(t)) {
+                if !written.contains(&token) {
+                    written.push(token);
+                }
+            }
             let id = id_safe(topic);
             let messages = channels[&id]["messages"].clone();
-            let mut described = channel(topic, &address, &server.name, &types);
+            let mut described = channel(topic, &address, &server.name, &written);
             described["messages"] = messages;
             channels.insert(id, described);
         }

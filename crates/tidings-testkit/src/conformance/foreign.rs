@@ -232,13 +232,17 @@ impl<DB: sqlx::Database> tidings_consumer::Handler<DB> for Recorder {
 /// `at`, waiting for the broker's confirmations.
 async fn foreign_write(at: &ForeignAddress, command_name: &str) {
     let what = format!("the Python CloudEvents SDK writing {} {}", at.broker, at.address);
+    run_client(&what, &[command_name, at.broker, &at.url, &at.address]).await;
+}
+
+/// Runs the foreign client with `args` to its end, failing with `what`
+/// and its stderr unless it succeeds; returns what it printed.
+async fn run_client(what: &str, args: &[&str]) -> Vec<u8> {
     let mut command = Command::new(python());
-    command
-        .arg(script())
-        .args([command_name, at.broker, &at.url, &at.address]);
+    command.arg(script()).args(args);
     let output = tokio::task::spawn_blocking(move || command.output())
         .await
-        .expect("the foreign producer")
+        .expect("the foreign client")
         .unwrap_or_else(|e| panic!("cannot start {what}: {e}"));
     assert!(
         output.status.success(),
@@ -246,6 +250,7 @@ async fn foreign_write(at: &ForeignAddress, command_name: &str) {
         output.status,
         String::from_utf8_lossy(&output.stderr)
     );
+    output.stdout
 }
 
 /// What another team's producer writes with the official CloudEvents SDK
@@ -389,32 +394,10 @@ pub async fn foreign_kafka_topic(
     partitions: u32,
 ) -> std::collections::BTreeMap<u32, usize> {
     let what = format!("the Python Kafka client creating and filling {topic}");
-    let mut command = Command::new(python());
-    command.arg(script()).args([
-        "fill",
-        "kafka",
-        url,
-        topic,
-        &count.to_string(),
-        &partitions.to_string(),
-    ]);
-    let output = tokio::task::spawn_blocking(move || command.output())
-        .await
-        .expect("the foreign producer")
-        .unwrap_or_else(|e| panic!("cannot start {what}: {e}"));
-    assert!(
-        output.status.success(),
-        "{what} failed ({}): {}",
-        output.status,
-        String::from_utf8_lossy(&output.stderr)
-    );
-    let placed: std::collections::BTreeMap<String, usize> = serde_json::from_slice(&output.stdout)
-        .unwrap_or_else(|e| {
-            panic!(
-                "{what} printed {:?}: {e}",
-                String::from_utf8_lossy(&output.stdout)
-            )
-        });
+    let (count, partitions) = (count.to_string(), partitions.to_string());
+    let stdout = run_client(&what, &["fill", "kafka", url, topic, &count, &partitions]).await;
+    let placed: std::collections::BTreeMap<String, usize> = serde_json::from_slice(&stdout)
+        .unwrap_or_else(|e| panic!("{what} printed {:?}: {e}", String::from_utf8_lossy(&stdout)));
     placed
         .into_iter()
         .map(|(p, n)| (p.parse().expect("a partition number"), n))
