@@ -2,7 +2,8 @@
 //! UTF-8), any key and any body, read as the Kafka subscriber reads it.
 //! Reading and decoding never panic; a CloudEvents attribute is never
 //! patched into other text: it arrives byte for byte, or the message is
-//! refused naming it.
+//! refused naming it; a `ce-` attribute the record also carries as Kafka's
+//! `ce_` is left out.
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
@@ -28,6 +29,23 @@ fuzz_target!(|input: (Option<Vec<u8>>, Vec<Header>, Vec<u8>)| {
             .iter()
             .position(|(k, v)| v.is_some() && k.eq_ignore_ascii_case(name));
         if first != Some(i) || !is_attribute_header(name) {
+            continue;
+        }
+        let attribute = |k: &str, prefix: &str| {
+            k.get(..3)
+                .filter(|p| p.eq_ignore_ascii_case(prefix))
+                .map(|_| k[3..].to_ascii_lowercase())
+        };
+        let shadowed = attribute(name, "ce-").is_some_and(|a| {
+            headers
+                .iter()
+                .any(|(k, v)| v.is_some() && attribute(k, "ce_").as_deref() == Some(a.as_str()))
+        });
+        if shadowed {
+            assert!(
+                !raw.headers.contains_key(name),
+                "{name} is shadowed by Kafka's ce_"
+            );
             continue;
         }
         match std::str::from_utf8(value) {

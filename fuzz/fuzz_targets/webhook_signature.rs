@@ -2,7 +2,8 @@
 //! value under any scheme verifies or is refused without panicking, and
 //! its refusal says the same whatever the secret (it cannot repeat it); a delivery signed with the secret
 //! verifies, and the same delivery with one byte of its body changed, or
-//! signed with another secret, or (Stripe) outside the tolerance, does not.
+//! signed with another secret, or (Stripe) outside the tolerance, does not;
+//! a bearer token verifies when it is the secret, and no other does.
 #![no_main]
 
 use std::time::Duration;
@@ -12,7 +13,9 @@ use axum::http::{HeaderMap, HeaderValue};
 use base64::Engine;
 use libfuzzer_sys::fuzz_target;
 use tidings_core::secret::Secret;
-use tidings_inbox::signature::{GITHUB_HEADER, STRIPE_HEADER, sign_hex, stripe_header, verify};
+use tidings_inbox::signature::{
+    AUTHORIZATION_HEADER, GITHUB_HEADER, STRIPE_HEADER, sign_hex, stripe_header, verify,
+};
 use tidings_inbox::{Encoding, Scheme, SignatureError};
 
 #[derive(Debug, Arbitrary)]
@@ -31,7 +34,7 @@ struct Input {
 const TOLERANCE: u64 = 300;
 
 fuzz_target!(|input: Input| {
-    let scheme = match input.scheme % 4 {
+    let scheme = match input.scheme % 5 {
         0 => Scheme::Stripe {
             tolerance: Duration::from_secs(TOLERANCE),
         },
@@ -40,17 +43,22 @@ fuzz_target!(|input: Input| {
             header: "x-signature".into(),
             encoding: Encoding::Hex,
         },
-        _ => Scheme::Hmac {
+        3 => Scheme::Hmac {
             header: "x-signature".into(),
             encoding: Encoding::Base64,
         },
+        _ => Scheme::Bearer,
     };
+    let bearer = scheme == Scheme::Bearer;
     let header = match &scheme {
         Scheme::Stripe { .. } => STRIPE_HEADER,
         Scheme::GitHub => GITHUB_HEADER,
         Scheme::Hmac { .. } => "x-signature",
+        Scheme::Bearer => AUTHORIZATION_HEADER,
     };
-    if input.secret.is_empty() {
+    // A token travels in a header as it is: visible ASCII.
+    let token = |s: &str| !s.is_empty() && s.bytes().all(|b| b.is_ascii_graphic());
+    if input.secret.is_empty() || (bearer && !token(&input.secret)) {
         return;
     }
     let secret = Secret::new(input.secret.clone());
@@ -86,6 +94,7 @@ fuzz_target!(|input: Input| {
             } => sign_hex(secret, &[body]),
             Scheme::Hmac { .. } => base64::engine::general_purpose::STANDARD
                 .encode(hex::decode(sign_hex(secret, &[body])).unwrap()),
+            Scheme::Bearer => format!("Bearer {}", secret.expose()),
         }
     };
     let with = |value: String| {
@@ -96,7 +105,7 @@ fuzz_target!(|input: Input| {
     let signed = with(sign(&secret, &input.body, now));
     assert_eq!(verify(&scheme, &secrets, &signed, &input.body, now), Ok(()));
 
-    if !input.body.is_empty() {
+    if !input.body.is_empty() && !bearer {
         let mut changed = input.body.clone();
         let at = input.flip % changed.len();
         changed[at] ^= 0x01;
@@ -107,11 +116,21 @@ fuzz_target!(|input: Input| {
     }
     // HMAC pads its key with zeros: `k` and `k\0` are one key, not two.
     let key = |s: &str| s.trim_end_matches('\0').to_owned();
-    if key(&input.other_secret) != key(&input.secret) && !input.other_secret.is_empty() {
+    let other = if bearer {
+        token(&input.other_secret) && input.other_secret != input.secret
+    } else {
+        key(&input.other_secret) != key(&input.secret) && !input.other_secret.is_empty()
+    };
+    if other {
         let forged = with(sign(&Secret::new(input.other_secret.clone()), &input.body, now));
+        let expected = if bearer {
+            SignatureError::WrongToken
+        } else {
+            SignatureError::Mismatch
+        };
         assert_eq!(
             verify(&scheme, &secrets, &forged, &input.body, now),
-            Err(SignatureError::Mismatch)
+            Err(expected)
         );
     }
     if let Scheme::Stripe { .. } = scheme {

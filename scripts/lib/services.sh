@@ -233,3 +233,27 @@ ensure_foreign_clients() {
   fi
   export TIDINGS_FOREIGN_PYTHON="$venv/bin/python"
 }
+
+# CMake from PyPI, for the Rust CloudEvents SDK's rdkafka (it builds
+# librdkafka with CMake); a cmake already on the PATH is used as it is.
+CMAKE_PYTHON_PACKAGE="cmake==4.4.5"
+
+# The official CloudEvents SDK for Rust reading Kafka: a crate of its own
+# (interop/cloudevents-rust, outside the workspace: the SDK pins rdkafka
+# 0.38 and builds librdkafka with CMake), built into target/interop.
+ensure_rust_cloudevents_reader() {
+  if ! command -v cmake >/dev/null; then
+    local venv="$PWD/target/cmake-venv"
+    if [ ! -x "$venv/bin/cmake" ]; then
+      log "installing CMake from PyPI ($CMAKE_PYTHON_PACKAGE), for the Rust CloudEvents SDK's librdkafka"
+      python3 -m venv "$venv" || die "cannot create a Python virtualenv for CMake (python3 -m venv)"
+      "$venv/bin/pip" install -q "$CMAKE_PYTHON_PACKAGE" \
+        || die "could not install CMake from PyPI ($CMAKE_PYTHON_PACKAGE); or install cmake"
+    fi
+    export PATH="$venv/bin:$PATH"
+  fi
+  log "building the Rust CloudEvents SDK's reader (interop/cloudevents-rust)"
+  cargo build --quiet --locked --manifest-path interop/cloudevents-rust/Cargo.toml --target-dir target/interop \
+    || die "could not build interop/cloudevents-rust (the Rust CloudEvents SDK's reader)"
+  export TIDINGS_CLOUDEVENTS_RUST="$PWD/target/interop/debug/tidings-interop-cloudevents-rust"
+}

@@ -42,7 +42,7 @@ use std::time::{Duration, Instant};
 
 use serde::{Deserialize, Serialize};
 use tidings_core::{Envelope, Kind, Message, Outbox, OutgoingMessage};
-use tidings_example_checkout::demo::Transport;
+use tidings_demo_kit::Transport;
 use tidings_relay::{Relay, RelayConfig};
 use tidings_sql::{Dialect, SqlStore};
 use tokio::task::JoinSet;

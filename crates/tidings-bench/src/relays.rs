@@ -6,7 +6,7 @@ use std::time::{Duration, Instant};
 use anyhow::Context as _;
 use serde::{Deserialize, Serialize};
 use tidings_core::{LagSource, Message, OutgoingMessage};
-use tidings_example_checkout::demo::Transport;
+use tidings_demo_kit::Transport;
 use tidings_sql::SqlStore;
 use tidings_store_mysql::My;
 use tidings_store_postgres::Pg;

@@ -49,10 +49,13 @@ impl Acker for KafkaAcker {
 }
 
 impl KafkaAcker {
-    /// Copies the record to the dead-letter topic, same key and partition.
+    /// Copies the record to the dead-letter topic, same key and partition
+    /// (a dead-letter topic made earlier with fewer partitions: the
+    /// producer's choice, by key).
     async fn dead_letter(&self) -> Result<()> {
         let topic = self.transport.dead_letter_topic(&self.shared.topic);
-        self.transport.ensure_topic(&topic).await?;
+        let source = self.transport.partitions_of(&self.shared.topic).await?;
+        let partitions = self.transport.ensure_topic(&topic, source).await?;
         let mut headers: Vec<(String, String)> = self
             .message
             .headers
@@ -68,8 +71,10 @@ impl KafkaAcker {
         ));
         let mut record = FutureRecord::to(&topic)
             .payload(&self.message.body)
-            .partition(self.shared.partition)
             .headers(record_headers(&headers));
+        if (self.shared.partition as u32) < partitions {
+            record = record.partition(self.shared.partition);
+        }
         if let Some(key) = &self.message.key {
             record = record.key(key.as_bytes());
         }

@@ -16,16 +16,16 @@ use crate::reading::{Reader, unread};
 use crate::{ADMIN_TIMEOUT, KafkaTransport, TRANSPORT};
 
 impl KafkaTransport {
-    /// Creates the Kafka topic `topic` with the configured partitions if it
-    /// does not exist.
-    pub(crate) async fn ensure_topic(&self, topic: &str) -> Result<()> {
-        if self.inner.topics.lock().expect("topics lock").contains(topic) {
-            return Ok(());
+    /// Creates the Kafka topic `topic` with `partitions` partitions if it
+    /// does not exist, and returns how many it has.
+    pub(crate) async fn ensure_topic(&self, topic: &str, partitions: u32) -> Result<u32> {
+        if let Some(n) = self.inner.topics.lock().expect("topics lock").get(topic) {
+            return Ok(*n);
         }
         let options = &self.inner.options;
         let new = NewTopic::new(
             topic,
-            options.partitions as i32,
+            partitions as i32,
             TopicReplication::Fixed(options.replication),
         );
         let results = self
@@ -37,9 +37,19 @@ impl KafkaTransport {
             )
             .await
             .map_err(|e| Error::transport(TRANSPORT, format!("creating topic {topic}"), e, true))?;
+        let mut found = partitions;
         for result in results {
             match result {
-                Ok(_) | Err((_, RDKafkaErrorCode::TopicAlreadyExists)) => {}
+                Ok(_) => {}
+                Err((_, RDKafkaErrorCode::TopicAlreadyExists)) => {
+                    found = self.broker_partitions(topic).await?.ok_or_else(|| {
+                        Error::transport_reason(
+                            TRANSPORT,
+                            format!("topic {topic} exists but the broker names no partition of it yet"),
+                            true,
+                        )
+                    })?;
+                }
                 Err((name, code)) => {
                     return Err(Error::transport(
                         TRANSPORT,
@@ -54,8 +64,8 @@ impl KafkaTransport {
             .topics
             .lock()
             .expect("topics lock")
-            .insert(topic.to_owned());
-        Ok(())
+            .insert(topic.to_owned(), found);
+        Ok(found)
     }
 
     /// How many partitions the Kafka topic `topic` has on the broker, or
@@ -95,14 +105,17 @@ impl KafkaTransport {
         .map_err(|e| Error::transport(TRANSPORT, "reading a topic's metadata", e, true))?
     }
 
-    /// The Kafka topics this transport created or found, dead-letter topics included.
+    /// The Kafka topics this transport created or found, dead-letter topics
+    /// included (not other teams' topics it reads).
     pub fn topics(&self) -> Vec<String> {
+        let foreign: Vec<&String> = self.inner.options.foreign.values().collect();
         let mut topics: Vec<String> = self
             .inner
             .topics
             .lock()
             .expect("topics lock")
-            .iter()
+            .keys()
+            .filter(|name| !foreign.contains(name))
             .cloned()
             .collect();
         topics.sort();
@@ -110,7 +123,9 @@ impl KafkaTransport {
     }
 
     /// Deletes the Kafka topic of `topic` and its dead-letter topic (tests
-    /// and benches clean up with it).
+    /// and benches clean up with it); of another team's topic
+    /// ([`KafkaOptions::foreign`](crate::KafkaOptions::foreign)), only the
+    /// dead-letter topic, which is Tidings' own.
     ///
     /// It first waits (up to 10 s) for the subscriptions of this process
     /// reading either topic to be closed or dropped and their consumers
@@ -119,13 +134,17 @@ impl KafkaTransport {
     /// mishandles Tansu's answer for an unknown topic). Consumers in other
     /// processes are theirs to stop first.
     pub async fn delete_topic(&self, topic: &str) -> Result<()> {
-        let dead = self.dead_letter_topic(topic);
-        let topic = &self.kafka_topic(topic);
-        if let Err(read) = unread(&self.inner.brokers, &[topic, &dead], ADMIN_TIMEOUT).await {
+        let mut names = vec![self.dead_letter_topic(topic)];
+        if !self.inner.options.is_foreign(topic) {
+            names.insert(0, self.kafka_topic(topic));
+        }
+        let listed = names.join(" and ");
+        let reading: Vec<&str> = names.iter().map(String::as_str).collect();
+        if let Err(read) = unread(&self.inner.brokers, &reading, ADMIN_TIMEOUT).await {
             return Err(Error::transport_reason(
                 TRANSPORT,
                 format!(
-                    "deleting topic {topic}: a subscription of this process still reads {read}: close it first"
+                    "deleting topic {listed}: a subscription of this process still reads {read}: close it first"
                 ),
                 true,
             ));
@@ -133,14 +152,15 @@ impl KafkaTransport {
         self.inner
             .admin
             .delete_topics(
-                &[topic, dead.as_str()],
+                &reading,
                 &AdminOptions::new().operation_timeout(Some(ADMIN_TIMEOUT)),
             )
             .await
-            .map_err(|e| Error::transport(TRANSPORT, format!("deleting topic {topic}"), e, true))?;
+            .map_err(|e| Error::transport(TRANSPORT, format!("deleting topic {listed}"), e, true))?;
         let mut topics = self.inner.topics.lock().expect("topics lock");
-        topics.remove(topic);
-        topics.remove(&dead);
+        for name in &names {
+            topics.remove(name);
+        }
         Ok(())
     }
 
@@ -149,7 +169,8 @@ impl KafkaTransport {
     /// starts reading.
     pub async fn committed(&self, group: &str, topic: &str) -> Result<Vec<Option<i64>>> {
         let consumer = self.group_client(group)?;
-        let (topic, partitions) = (self.kafka_topic(topic), self.inner.options.partitions);
+        let partitions = self.partitions_of(topic).await?;
+        let topic = self.kafka_topic(topic);
         tokio::task::spawn_blocking(move || {
             let committed = committed_offsets(&consumer, &topic, partitions)?;
             Ok(committed
@@ -170,7 +191,7 @@ impl KafkaTransport {
     /// with their error history).
     pub async fn dead_letter_records(&self, topic: &str) -> Result<Vec<RawMessage>> {
         let dead = self.dead_letter_topic(topic);
-        self.ensure_topic(&dead).await?;
+        let partitions = self.ensure_topic(&dead, self.partitions_of(topic).await?).await?;
         let mut config = client_config(&self.inner.brokers, &self.inner.options);
         config
             .set("group.id", format!("{dead}.reader"))
@@ -180,7 +201,7 @@ impl KafkaTransport {
             .create()
             .map_err(|e| Error::transport(TRANSPORT, "creating a consumer", e, false))?;
         let consumer = Reader::new(&self.inner.brokers, &dead, consumer);
-        let (partitions, tidings_topic) = (self.inner.options.partitions, topic.to_owned());
+        let tidings_topic = topic.to_owned();
         tokio::task::spawn_blocking(move || {
             let mut assignment = TopicPartitionList::new();
             let mut remaining = BTreeMap::new();

@@ -1,7 +1,7 @@
 //! [`KafkaTransport`]: the producer and admin client, and the settings of
 //! every client it makes.
 
-use std::collections::HashSet;
+use std::collections::HashMap;
 use std::fmt;
 use std::sync::{Arc, Mutex};
 
@@ -26,7 +26,8 @@ pub(crate) struct Inner {
     pub(crate) options: KafkaOptions,
     pub(crate) producer: FutureProducer,
     pub(crate) admin: AdminClient<DefaultClientContext>,
-    pub(crate) topics: Mutex<HashSet<String>>,
+    /// Kafka topics known to exist, with their partitions.
+    pub(crate) topics: Mutex<HashMap<String, u32>>,
 }
 
 impl fmt::Debug for KafkaTransport {
@@ -66,7 +67,7 @@ impl KafkaTransport {
                 options,
                 producer,
                 admin,
-                topics: Mutex::new(HashSet::new()),
+                topics: Mutex::new(HashMap::new()),
             }),
         };
         let producer = transport.inner.producer.clone();
@@ -85,6 +86,14 @@ impl KafkaTransport {
             )
         })?;
         Ok(transport)
+    }
+
+    /// The settings every client of this transport is made with (the
+    /// brokers and the URL's client settings: security, timeouts), for a
+    /// client of the application's own: a web tier producing straight to
+    /// Kafka, a check reading a topic back.
+    pub fn client_config(&self) -> ClientConfig {
+        client_config(&self.inner.brokers, &self.inner.options)
     }
 
     /// A client of `group` for reading and committing its offsets.

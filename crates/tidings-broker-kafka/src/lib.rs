@@ -14,6 +14,7 @@
 //! | consumer group `email` | consumer group `email`: its committed offsets are the group's position |
 //! | partition `p` of the group | partition `p`, assigned to the member holding the group's lease on it |
 //! | a dead-lettered message | a copy in `orders.dlq` (same key and partition), then settled |
+//! | topic `payments` declared [`KafkaOptions::foreign`]`("payments", "billing.payments.v1")` | another team's topic `billing.payments.v1`, read with the partitions it has on the broker, never created; dead letters in `payments.tidings.dlq` |
 //!
 //! # Who reads which partition
 //!
@@ -25,16 +26,23 @@
 //! one starts from the committed offset. Offsets are still committed to the
 //! Kafka group, so Kafka's tools show its position and lag.
 //!
-//! A topic that exists already (another team's, or one created with other
-//! settings) must have the partitions the transport is configured for: a
-//! consumer checks it before reading ([`Subscriber::check_partitions`]) and
-//! refuses to start, naming both counts, rather than read some partitions
-//! and never the others (checked when a consumer starts: partitions added
-//! to a topic while it runs are seen at its next start). Records another
+//! A topic of Tidings' own that exists already (created with other
+//! settings, or by someone else) must have the partitions the transport is
+//! configured for: a consumer checks it before reading
+//! ([`Subscriber::check_partitions`]) and refuses to start, naming both
+//! counts, rather than read some partitions and never the others; a relay
+//! keeps its records and says why at each try, rather than write to
+//! partitions that do not exist. Another team's topic, declared with
+//! [`KafkaOptions::foreign`], has its partitions discovered instead: every
+//! one is leased and read. Either way the count is taken when a consumer
+//! starts: partitions added to a topic while it runs are seen at its next
+//! start. Records another
 //! team's client placed by its own partitioner are read all the same, in
-//! order per partition. But a key held after a dead letter is found by
-//! Tidings' own partitioning: on such a topic, run one member, or
-//! `OnDeadLetter::Continue`.
+//! order per partition. A key held after a dead letter
+//! (`OnDeadLetter::HoldKey`) is found by Tidings' own partitioning, so on
+//! another team's topic of several partitions
+//! ([`Subscriber::places_keys`](tidings_core::Subscriber::places_keys) is
+//! false) a dead letter holds no key: the key's later messages go on.
 //!
 //! # Offsets
 //!
@@ -91,6 +99,7 @@ mod admin;
 mod connection;
 mod marshal;
 mod options;
+mod partitions;
 mod publisher;
 mod reading;
 mod rewind;

@@ -1,5 +1,6 @@
 //! [`KafkaOptions`], and the cluster's address from a `kafka://` URL.
 
+use std::collections::BTreeMap;
 use std::time::Duration;
 
 use tidings_core::Topology;
@@ -34,6 +35,7 @@ pub struct KafkaOptions {
     #[cfg_attr(feature = "serde", serde(skip))]
     pub(crate) client: Vec<(String, String)>,
     pub(crate) content_mode: tidings_core::cloudevents::ContentMode,
+    pub(crate) foreign: BTreeMap<String, String>,
 }
 
 impl Default for KafkaOptions {
@@ -50,6 +52,7 @@ impl Default for KafkaOptions {
             commit_interval: Duration::from_millis(200),
             client: Vec::new(),
             content_mode: tidings_core::cloudevents::ContentMode::Binary,
+            foreign: BTreeMap::new(),
         }
     }
 }
@@ -112,6 +115,28 @@ impl KafkaOptions {
     pub fn commit_interval(mut self, every: Duration) -> Self {
         self.commit_interval = every;
         self
+    }
+
+    /// Reads `topic` from `kafka_topic`, a Kafka topic another team
+    /// created and writes, by its real name (no prefix), with the
+    /// partitions it has on the broker: they are discovered when a
+    /// consumer starts, every one read and leased, whatever
+    /// [`partitions`](KafkaOptions::partitions) says. Tidings never
+    /// creates such a topic: a consumer waits for it to exist, saying so.
+    /// Its dead letters go to `<prefix><topic>.tidings<dead_letter_suffix>`,
+    /// a topic of Tidings' own with as many partitions (never the other
+    /// team's `<topic>.dlq`).
+    ///
+    /// In a configuration file (`TransportOptions`), under `[kafka]`:
+    /// `foreign = { payments = "billing.payments.v1" }`.
+    pub fn foreign(mut self, topic: impl Into<String>, kafka_topic: impl Into<String>) -> Self {
+        self.foreign.insert(topic.into(), kafka_topic.into());
+        self
+    }
+
+    /// Whether `topic` was declared [`foreign`](KafkaOptions::foreign).
+    pub fn is_foreign(&self, topic: &str) -> bool {
+        self.foreign.contains_key(topic)
     }
 
     /// Any other librdkafka setting, for producers and consumers alike

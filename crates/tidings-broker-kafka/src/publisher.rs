@@ -20,14 +20,14 @@ impl Publisher for KafkaTransport {
         let mut reports = Vec::with_capacity(batch.len());
         for m in batch {
             let name = self.kafka_topic(&m.topic);
-            self.ensure_topic(&name).await?;
+            let partitions = self.ensure_partitions(&m.topic).await?;
             let (attributes, payload) = cloudevents::encode(
                 &m.envelope,
                 cloudevents::Binding::Kafka,
                 self.inner.options.content_mode,
             );
             let key = &m.envelope.aggregate_key;
-            let partition = Partition::of(key, self.inner.options.partitions);
+            let partition = Partition::of(key, partitions);
             let mut record = FutureRecord::<[u8], [u8]>::to(&name)
                 .payload(&payload)
                 .partition(partition.index as i32)

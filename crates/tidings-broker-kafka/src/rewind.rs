@@ -50,7 +50,8 @@ impl KafkaTransport {
             .map_err(|e| Error::transport(TRANSPORT, "reading the rewind time", e, false))?
             .as_millis() as i64;
         let consumer = self.group_client(group)?;
-        let (topic, partitions) = (self.kafka_topic(topic), self.inner.options.partitions);
+        let partitions = self.partitions_of(topic).await?;
+        let topic = self.kafka_topic(topic);
         tokio::task::spawn_blocking(move || {
             let committed = committed_offsets(&consumer, &topic, partitions)?;
             let mut wanted = TopicPartitionList::new();

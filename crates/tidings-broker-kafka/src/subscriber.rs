@@ -14,6 +14,7 @@ use tokio_stream::wrappers::ReceiverStream;
 use crate::acker::KafkaAcker;
 use crate::admin::committed_offsets;
 use crate::marshal::raw_message;
+use crate::partitions::mismatch;
 use crate::reading::Reader;
 use crate::window::{Redelivery, Shared, Window};
 use crate::{ADMIN_TIMEOUT, KafkaTransport, TRANSPORT};
@@ -32,32 +33,56 @@ fn commit(consumer: &StreamConsumer, shared: &Shared, offset: i64, mode: CommitM
 
 #[async_trait]
 impl Subscriber for KafkaTransport {
-    fn partitions(&self, _topic: &str) -> u32 {
-        self.inner.options.partitions
+    /// The configured count; for another team's topic the count found on
+    /// the broker by [`check_partitions`](Subscriber::check_partitions),
+    /// which the consumer runtime calls first.
+    fn partitions(&self, topic: &str) -> u32 {
+        let options = &self.inner.options;
+        if options.is_foreign(topic)
+            && let Some(n) = self.known_partitions(&self.kafka_topic(topic))
+        {
+            return n;
+        }
+        options.partitions
     }
 
-    /// A topic that exists with another partition count than configured
-    /// (created by another team, or by Tidings with other settings) is
-    /// refused: reading the configured count would leave partitions unread.
+    /// A topic of Tidings' own that exists with another partition count
+    /// than configured (created with other settings, or by someone else)
+    /// is refused: reading the configured count would leave partitions
+    /// unread. Another team's topic ([`KafkaOptions::foreign`]) has its
+    /// partitions discovered here; a consumer waits for it to exist.
+    ///
+    /// [`KafkaOptions::foreign`]: crate::KafkaOptions::foreign
     async fn check_partitions(&self, topic: &str) -> Result<()> {
+        if self.inner.options.is_foreign(topic) {
+            let n = self.discover_partitions(topic).await?;
+            tracing::debug!(topic, kafka_topic = %self.kafka_topic(topic), partitions = n, "another team's topic: its partitions found on the broker");
+            return Ok(());
+        }
         let kafka_topic = self.kafka_topic(topic);
         let configured = self.inner.options.partitions;
         match self.broker_partitions(&kafka_topic).await? {
             Some(found) if found != configured => Err(Error::Config {
                 key: format!("Kafka topic {kafka_topic}"),
-                reason: format!(
-                    "it has {found} partitions on the broker and this transport is configured for \
-                     {configured}: {}. Configure {found} partitions (KafkaOptions::partitions, or \
-                     [broker] partitions in tidings.toml)",
-                    if found > configured {
-                        "its consumers would never read the partitions past those"
-                    } else {
-                        "the relay would write to partitions that do not exist"
-                    }
-                ),
+                reason: mismatch(&kafka_topic, found, configured),
             }),
             _ => Ok(()),
         }
+    }
+
+    /// Another team's topic of several partitions is filled by its own
+    /// partitioner, not by [`Partition::of`].
+    fn places_keys(&self, topic: &str) -> bool {
+        !self.inner.options.is_foreign(topic) || self.partitions(topic) == 1
+    }
+
+    /// Every partition of `topic`, another team's discovered first.
+    async fn subscribe(&self, group: &str, topic: &str) -> Result<Subscription> {
+        let mut parts = Vec::new();
+        for partition in Partition::all(self.ensure_partitions(topic).await?) {
+            parts.push(self.subscribe_partition(group, topic, partition).await?);
+        }
+        Ok(Subscription::merge(parts))
     }
 
     /// Creates the topic, and commits the earliest retained offset of each
@@ -65,10 +90,9 @@ impl Subscriber for KafkaTransport {
     /// Kafka's tools and [`Subscriber::pending`], and keeps everything
     /// published from now on.
     async fn ensure_group(&self, group: &str, topic: &str) -> Result<()> {
+        let partitions = self.ensure_partitions(topic).await?;
         let topic = self.kafka_topic(topic);
-        self.ensure_topic(&topic).await?;
         let consumer = self.group_client(group)?;
-        let partitions = self.inner.options.partitions;
         tokio::task::spawn_blocking(move || {
             let committed = committed_offsets(&consumer, &topic, partitions)?;
             let mut start = TopicPartitionList::new();
@@ -98,7 +122,8 @@ impl Subscriber for KafkaTransport {
     /// when the group has committed nothing on the topic.
     async fn pending(&self, group: &str, topic: &str) -> Result<Option<u64>> {
         let consumer = self.group_client(group)?;
-        let (topic, partitions) = (self.kafka_topic(topic), self.inner.options.partitions);
+        let partitions = self.partitions_of(topic).await?;
+        let topic = self.kafka_topic(topic);
         tokio::task::spawn_blocking(move || {
             let committed = committed_offsets(&consumer, &topic, partitions)?;
             if !committed
@@ -135,7 +160,13 @@ impl Subscriber for KafkaTransport {
         partition: Partition,
     ) -> Result<Subscription> {
         let kafka_topic = self.kafka_topic(topic);
-        self.ensure_topic(&kafka_topic).await?;
+        let partitions = self.ensure_partitions(topic).await?;
+        if partition.index >= partitions {
+            return Err(Error::Config {
+                key: format!("Kafka topic {kafka_topic}"),
+                reason: format!("it has no partition {} (it has {partitions})", partition.index),
+            });
+        }
         let consumer: StreamConsumer = self
             .consumer_config(group)
             .create()

@@ -7,25 +7,43 @@ use tidings_core::addresses::{Address, Addresses, type_as_is};
 use crate::{KafkaOptions, KafkaTransport};
 
 impl KafkaOptions {
-    /// The Kafka topic of a Tidings topic: the prefix, then the topic.
+    /// The Kafka topic of a Tidings topic: the prefix, then the topic; a
+    /// [`foreign`](KafkaOptions::foreign) topic's real name.
     pub fn kafka_topic(&self, topic: &str) -> String {
-        format!("{}{topic}", self.prefix)
+        match self.foreign.get(topic) {
+            Some(name) => name.clone(),
+            None => format!("{}{topic}", self.prefix),
+        }
     }
 }
 
 impl Addresses for KafkaOptions {
+    /// `kafka-secure` where the client settings ask for TLS
+    /// (`security.protocol` `ssl` or `sasl_ssl`).
     fn protocol(&self) -> &'static str {
-        "kafka"
+        let tls = self
+            .client
+            .iter()
+            .rev()
+            .find(|(k, _)| k == "security.protocol")
+            .is_some_and(|(_, v)| v.eq_ignore_ascii_case("ssl") || v.eq_ignore_ascii_case("sasl_ssl"));
+        if tls { "kafka-secure" } else { "kafka" }
+    }
+
+    fn content_mode(&self) -> tidings_core::cloudevents::ContentMode {
+        self.content_mode
     }
 
     fn address(&self, topic: &str) -> Address {
         let name = self.kafka_topic(topic);
+        // Another team's topic has the partitions it has on the broker.
+        let binding = if self.is_foreign(topic) {
+            json!({"kafka": {"topic": name, "bindingVersion": "0.5.0"}})
+        } else {
+            json!({"kafka": {"topic": name, "partitions": self.partitions, "bindingVersion": "0.5.0"}})
+        };
         Address {
-            channel_binding: Some(json!({"kafka": {
-                "topic": name,
-                "partitions": self.partitions,
-                "bindingVersion": "0.5.0",
-            }})),
+            channel_binding: Some(binding),
             address: name,
             partitions: self.partitions,
             type_token: type_as_is,
@@ -48,12 +66,13 @@ impl KafkaTransport {
         format!("{}{group}", self.inner.options.prefix)
     }
 
-    /// The Kafka dead-letter topic of a Tidings topic.
+    /// The Kafka dead-letter topic of a Tidings topic: the prefix, the
+    /// topic, the suffix; for another team's topic
+    /// `<prefix><topic>.tidings<suffix>`, a name of Tidings' own that
+    /// cannot be the other team's `<topic>.dlq`.
     pub fn dead_letter_topic(&self, topic: &str) -> String {
-        format!(
-            "{}{}",
-            self.kafka_topic(topic),
-            self.inner.options.dead_letter_suffix
-        )
+        let options = &self.inner.options;
+        let marker = if options.is_foreign(topic) { ".tidings" } else { "" };
+        format!("{}{topic}{marker}{}", options.prefix, options.dead_letter_suffix)
     }
 }

@@ -88,6 +88,7 @@ tidings_testkit::transport_conformance!(
     features: [
         cloudevents_attributes_travel_as_headers,
         foreign_readers_recognise_what_tidings_publishes,
+        the_rust_sdk_reads_what_tidings_publishes,
         foreign_producers_are_read_once,
         foreign_plain_json_is_read_once,
         broker_counts_pending,

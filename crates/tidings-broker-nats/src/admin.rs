@@ -3,16 +3,20 @@
 use async_nats::jetstream::{consumer, stream};
 use tidings_core::{Error, Partition, Result};
 
-use crate::topology::durable_name;
 use crate::{NatsTransport, TRANSPORT};
 
+/// How the stream set marks a foreign subject whose stream is known.
+const FOREIGN: &str = "foreign:";
+
 impl NatsTransport {
-    /// Streams this transport created or checked, by name.
+    /// Streams this transport created or checked, by name (not the
+    /// streams of foreign subjects that other teams made).
     pub fn streams(&self) -> Vec<String> {
         self.streams
             .lock()
             .expect("streams lock")
             .iter()
+            .filter(|name| !name.starts_with(FOREIGN))
             .cloned()
             .collect()
     }
@@ -32,31 +36,80 @@ impl NatsTransport {
         Ok(())
     }
 
+    /// The stream holding `topic`, created where it does not exist: for a
+    /// foreign topic, the stream another team made for its subject if any.
     pub(crate) async fn stream(&self, topic: &str) -> Result<stream::Stream> {
+        if let Some(subject) = self.options.foreign_subject(topic) {
+            return self.foreign_stream(topic, subject).await;
+        }
         let name = self.stream_name(topic);
+        self.create_stream(&name, format!("{}.>", self.subject(topic)))
+            .await
+    }
+
+    async fn create_stream(&self, name: &str, subject: String) -> Result<stream::Stream> {
         let stream = self
             .js
             .get_or_create_stream(stream::Config {
-                name: name.clone(),
-                subjects: vec![format!("{}.>", self.subject(topic))],
+                name: name.to_owned(),
+                subjects: vec![subject],
                 storage: stream::StorageType::File,
                 duplicate_window: self.options.duplicate_window,
                 ..Default::default()
             })
             .await
             .map_err(|e| Error::transport(TRANSPORT, format!("creating stream {name}"), e, true))?;
-        self.streams.lock().expect("streams lock").insert(name);
+        self.streams.lock().expect("streams lock").insert(name.to_owned());
         Ok(stream)
     }
 
+    /// The stream that holds `subject`; where none does, one of Tidings'
+    /// own that captures it from now on.
+    async fn foreign_stream(&self, topic: &str, subject: &str) -> Result<stream::Stream> {
+        use async_nats::jetstream::context::GetStreamByNameErrorKind;
+        let found = match self.js.stream_by_subject(subject).await {
+            Ok(name) => Some(name),
+            Err(e) if e.kind() == GetStreamByNameErrorKind::NotFound => None,
+            Err(e) if e.kind() == GetStreamByNameErrorKind::InvalidSubject => {
+                return Err(Error::Config {
+                    key: format!("NATS foreign topic {topic}"),
+                    reason: format!("{subject:?} is not a valid NATS subject"),
+                });
+            }
+            Err(e) => {
+                return Err(Error::transport(
+                    TRANSPORT,
+                    format!("looking up the stream holding {subject}"),
+                    e,
+                    true,
+                ));
+            }
+        };
+        let Some(name) = found else {
+            let name = self.stream_name(topic);
+            tracing::info!(topic, subject, stream = %name, "no JetStream stream holds the foreign subject; creating one to capture it");
+            return self.create_stream(&name, subject.to_owned()).await;
+        };
+        self.js.get_stream(&name).await.map_err(|e| {
+            Error::transport(
+                TRANSPORT,
+                format!("reading stream {name} (holding {subject})"),
+                e,
+                true,
+            )
+        })
+    }
+
     pub(crate) async fn ensure_stream(&self, topic: &str) -> Result<()> {
-        if !self
-            .streams
-            .lock()
-            .expect("streams lock")
-            .contains(&self.stream_name(topic))
-        {
+        let key = match self.options.foreign_subject(topic) {
+            Some(subject) => format!("{FOREIGN}{subject}"),
+            None => self.stream_name(topic),
+        };
+        if !self.streams.lock().expect("streams lock").contains(&key) {
             self.stream(topic).await?;
+            if key.starts_with(FOREIGN) {
+                self.streams.lock().expect("streams lock").insert(key);
+            }
         }
         Ok(())
     }
@@ -69,12 +122,8 @@ impl NatsTransport {
         partition: Partition,
     ) -> Result<consumer::PullConsumer> {
         let stream = self.stream(topic).await?;
-        let durable = durable_name(group, partition);
-        let filter_subject = if partition.is_whole() {
-            format!("{}.>", self.subject(topic))
-        } else {
-            format!("{}.{}.>", self.subject(topic), partition.index)
-        };
+        let durable = self.options.durable(group, topic, partition);
+        let filter_subject = self.options.filter_subject(topic, partition);
         let consumer: consumer::PullConsumer = stream
             .get_or_create_consumer(
                 &durable,

@@ -21,6 +21,18 @@
 //! letters, digits, `-` and `_`), so two topics differing only there share a
 //! stream name and the second is refused: pick distinct names.
 //!
+//! # Another team's subject
+//!
+//! A topic another team's producer writes on subjects of its own is read
+//! by its real name ([`NatsOptions::foreign`], `payments.>`): each consumer
+//! group gets the durable consumer `TIDINGS_<TOPIC>_<GROUP>_<hash>`, filtered on
+//! that subject, on the stream that holds it (the producer's), reading it
+//! from its start. Where no stream holds the subject (the producer
+//! publishes plain NATS), Tidings creates `TIDINGS_<TOPIC>` to capture it,
+//! from then on. Such a topic has one partition. The producer may write
+//! CloudEvents in either mode or plain JSON (read with
+//! `Consumer::json_topic`).
+//!
 //! Topics have one partition unless [`NatsOptions::partitions`] says more;
 //! publishers and subscribers of a topic must agree on the count. The
 //! consumer runtime leases each partition to one member of the group, so

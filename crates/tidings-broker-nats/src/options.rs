@@ -1,5 +1,6 @@
 //! [`NatsOptions`], and the credentials a NATS URL may carry.
 
+use std::collections::BTreeMap;
 use std::time::Duration;
 
 use tidings_core::Topology;
@@ -33,6 +34,7 @@ pub struct NatsOptions {
     )]
     pub(crate) partitions: u32,
     pub(crate) content_mode: tidings_core::cloudevents::ContentMode,
+    pub(crate) foreign: BTreeMap<String, String>,
 }
 
 impl Default for NatsOptions {
@@ -48,6 +50,7 @@ impl Default for NatsOptions {
             prefetch: 64,
             partitions: 1,
             content_mode: tidings_core::cloudevents::ContentMode::Binary,
+            foreign: BTreeMap::new(),
         }
     }
 }
@@ -60,7 +63,9 @@ impl NatsOptions {
     }
 
     /// How long JetStream waits for an acknowledgement before redelivering.
-    /// Handlers slower than this should send `Progress`.
+    /// The consumer runtime sends `Progress` while a handler runs or waits
+    /// to retry (every `ConsumerConfig::progress_every`, 2 s by default):
+    /// keep this well above that.
     pub fn ack_wait(mut self, d: Duration) -> Self {
         self.ack_wait = d;
         self
@@ -104,6 +109,41 @@ impl NatsOptions {
     pub fn content_mode(mut self, mode: tidings_core::cloudevents::ContentMode) -> Self {
         self.content_mode = mode;
         self
+    }
+
+    /// Reads `topic` from `subject`, a subject another team's producer
+    /// writes (`payments.>`, `payments.*.captured`, `billing.invoice`),
+    /// instead of Tidings' own `<prefix>.<topic>.<partition>.<type>`.
+    ///
+    /// The group's durable consumer is created, filtered on `subject`, on
+    /// the stream that holds it (the producer's own); where no stream
+    /// holds it (a producer publishing plain NATS), the stream
+    /// `<PREFIX>_<TOPIC>` is created to capture it, keeping what is
+    /// published from then on. Such a topic has one partition: the
+    /// consumer runtime handles its keys in parallel, each in order.
+    /// Publishing to it (a redrive) writes on `subject`, each wildcard
+    /// token replaced by the message type.
+    ///
+    /// In a configuration file (`TransportOptions`), under `[nats]`:
+    /// `foreign = { payments = "payments.>" }`.
+    pub fn foreign(mut self, topic: impl Into<String>, subject: impl Into<String>) -> Self {
+        self.foreign.insert(topic.into(), subject.into());
+        self
+    }
+
+    /// The subject another team writes `topic` on, if it was declared
+    /// [`foreign`](NatsOptions::foreign).
+    pub fn foreign_subject(&self, topic: &str) -> Option<&str> {
+        self.foreign.get(topic).map(String::as_str)
+    }
+
+    /// The partitions of `topic`: one for a foreign subject.
+    pub(crate) fn partitions_of(&self, topic: &str) -> u32 {
+        if self.foreign.contains_key(topic) {
+            1
+        } else {
+            self.partitions
+        }
     }
 
     /// The window in which JetStream drops a message whose `Nats-Msg-Id` it has seen.

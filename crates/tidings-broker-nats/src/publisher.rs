@@ -50,7 +50,7 @@ impl NatsTransport {
             None => m.envelope.id.to_string(),
         };
         headers.insert("Nats-Msg-Id", msg_id.as_str());
-        let partition = Partition::of(&m.envelope.aggregate_key, self.options.partitions);
+        let partition = Partition::of(&m.envelope.aggregate_key, self.options.partitions_of(&m.topic));
         let subject = self.options.message_subject(
             &m.topic,
             &partition.index.to_string(),

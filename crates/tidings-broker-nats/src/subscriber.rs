@@ -14,7 +14,6 @@ use tokio_stream::wrappers::ReceiverStream;
 
 use crate::acker::NatsAcker;
 use crate::takeover::Takeover;
-use crate::topology::durable_name;
 use crate::{NatsTransport, TRANSPORT};
 
 const PULL_EXPIRES: Duration = Duration::from_secs(5);
@@ -55,19 +54,27 @@ fn headers_of(map: Option<&HeaderMap>) -> Headers {
 
 #[async_trait]
 impl Subscriber for NatsTransport {
-    fn partitions(&self, _topic: &str) -> u32 {
-        self.options.partitions
+    fn partitions(&self, topic: &str) -> u32 {
+        self.options.partitions_of(topic)
     }
 
     /// Pending (not yet delivered) plus delivered and unacknowledged, over
     /// the group's durable consumers; creates nothing.
     async fn pending(&self, group: &str, topic: &str) -> Result<Option<u64>> {
-        let Ok(stream) = self.js.get_stream(self.stream_name(topic)).await else {
+        let stream = match self.options.foreign_subject(topic) {
+            Some(subject) => match self.js.stream_by_subject(subject).await {
+                Ok(name) => self.js.get_stream(name).await,
+                Err(_) => return Ok(None),
+            },
+            None => self.js.get_stream(self.stream_name(topic)).await,
+        };
+        let Ok(stream) = stream else {
             return Ok(None);
         };
         let mut total = None;
-        for partition in Partition::all(self.options.partitions) {
-            if let Ok(info) = stream.consumer_info(durable_name(group, partition)).await {
+        for partition in Partition::all(self.options.partitions_of(topic)) {
+            let durable = self.options.durable(group, topic, partition);
+            if let Ok(info) = stream.consumer_info(durable).await {
                 *total.get_or_insert(0) += info.num_pending + info.num_ack_pending as u64;
             }
         }
@@ -76,7 +83,7 @@ impl Subscriber for NatsTransport {
 
     /// Creates the stream and the group's durable consumers, reading nothing.
     async fn ensure_group(&self, group: &str, topic: &str) -> Result<()> {
-        for partition in Partition::all(self.options.partitions) {
+        for partition in Partition::all(self.options.partitions_of(topic)) {
             self.durable(group, topic, partition).await?;
         }
         Ok(())

@@ -63,6 +63,19 @@ impl TransportUnderTest for Nats {
         })
     }
 
+    async fn foreign_subscriber(&self, topic: &str, name: &str) -> Option<Arc<dyn Subscriber>> {
+        let url = nats_url();
+        let options = NatsOptions::default()
+            .ack_wait(ACK_WAIT)
+            .partitions(3)
+            .foreign(topic, format!("{name}.0.*"));
+        let t = NatsTransport::connect_with(&url, options)
+            .await
+            .unwrap_or_else(|e| panic!("NATS JetStream is not reachable at {url} (set NATS_URL): {e}"));
+        self.opened.lock().unwrap().push(t.clone());
+        Some(Arc::new(t))
+    }
+
     fn redelivery_wait(&self) -> Duration {
         ACK_WAIT
     }
@@ -86,6 +99,7 @@ tidings_testkit::transport_conformance!(
         cloudevents_attributes_travel_as_headers,
         foreign_readers_recognise_what_tidings_publishes,
         foreign_producers_are_read_once,
+        foreign_names_are_read,
         foreign_plain_json_is_read_once,
         broker_counts_pending,
         a_corrupt_record_waits_alone_with_its_key,

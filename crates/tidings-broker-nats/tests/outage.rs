@@ -204,6 +204,55 @@ async fn redeliveries_that_never_reached_a_handler_are_not_crashes() {
     db.drop_schema().await;
 }
 
+/// A handler that takes its duration to handle a message, counting its runs.
+#[derive(Clone)]
+struct Slow(Arc<AtomicU64>, Duration);
+
+#[async_trait]
+impl Handler<Postgres> for Slow {
+    async fn handle(&self, _: &mut Context<'_, Postgres>) -> Result<(), HandlerError> {
+        self.0.fetch_add(1, Ordering::SeqCst);
+        tokio::time::sleep(self.1).await;
+        Ok(())
+    }
+}
+
+/// A handler four ack waits long keeps its message: the runtime tells
+/// JetStream it is still at work, so JetStream does not send it again
+/// while it runs (to this member, or to another one that would handle it
+/// at the same time).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_handler_slower_than_the_ack_wait_keeps_its_message() {
+    let (_server, nats, _) = one_message().await;
+    let db = PgTestDb::new().await;
+    let slow = Slow(Arc::default(), Duration::from_secs(2));
+    let consumer = Consumer::new(GROUP, db.store.clone(), slow.clone())
+        .topic(TOPIC)
+        .config(config().progress_every(Duration::from_millis(150)));
+    let stats = consumer.stats();
+    let stop = CancellationToken::new();
+    let task = tokio::spawn({
+        let (nats, stop) = (nats.clone(), stop.clone());
+        async move { consumer.run(&nats, stop).await }
+    });
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while stats.handled() == 0 {
+        assert!(Instant::now() < deadline, "the message was not handled");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    // A redelivery sent during the handling would arrive by now.
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    stop.cancel();
+    task.await.unwrap().unwrap();
+    assert_eq!(slow.0.load(Ordering::SeqCst), 1, "the handler ran once");
+    assert_eq!(
+        (stats.received(), stats.duplicates()),
+        (1, 0),
+        "JetStream sent the message again while it was handled"
+    );
+    db.drop_schema().await;
+}
+
 /// The server's payload limit, read from the server, for the store's
 /// `max_event_bytes`: a private server runs with nats-server's default.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -6,6 +6,7 @@ use lapin::types::{AMQPValue, FieldTable};
 use lapin::{Channel, ExchangeKind};
 use tidings_core::{Error, Partition, Result};
 
+use crate::connection::open_channel;
 use crate::marshal::long;
 use crate::{RabbitTransport, TRANSPORT};
 
@@ -45,7 +46,7 @@ impl RabbitTransport {
     pub async fn delete_group(&self, topic: &str, group: &str) -> Result<()> {
         let stem = self.queue(topic, group);
         let mut names = vec![format!("{stem}.dead")];
-        for partition in Partition::all(self.options.partitions) {
+        for partition in Partition::all(self.options.partitions_of(topic)) {
             let queue = self.partition_queue(topic, group, partition);
             names.extend((0..=32).map(|e| format!("{queue}.delay.{}", 1u64 << e)));
             names.push(queue);
@@ -55,10 +56,7 @@ impl RabbitTransport {
         for name in names {
             let c = match channel.take() {
                 Some(c) => c,
-                None => connection
-                    .create_channel()
-                    .await
-                    .map_err(|e| Error::transport(TRANSPORT, "opening a channel", e, true))?,
+                None => open_channel(&connection).await?,
             };
             // A name that does not exist closes the channel: the next one opens another.
             if c.queue_delete(name.as_str().into(), QueueDeleteOptions::default())
@@ -83,9 +81,60 @@ impl RabbitTransport {
 
     pub(crate) async fn declare_exchange(&self, channel: &Channel, topic: &str) -> Result<String> {
         let name = self.exchange(topic);
-        self.declare_named_exchange(channel, &name, ExchangeKind::Topic)
-            .await?;
+        if self.options.foreign_exchange(topic).is_some() {
+            self.check_foreign_exchange(topic, &name).await?;
+        } else {
+            self.declare_named_exchange(channel, &name, ExchangeKind::Topic)
+                .await?;
+        }
         Ok(name)
+    }
+
+    /// Checks that another team's exchange exists, declaring nothing (a
+    /// declaration with other arguments than theirs would be refused, and
+    /// one of a missing exchange would hide a wrong name).
+    async fn check_foreign_exchange(&self, topic: &str, name: &str) -> Result<()> {
+        let key = format!("f:{name}");
+        if self.declared.lock().expect("declared lock").contains(&key) {
+            return Ok(());
+        }
+        // A passive declare of a missing exchange closes its channel: its own.
+        let channel = self.channel().await?;
+        let checked = channel
+            .exchange_declare(
+                name.into(),
+                ExchangeKind::Topic,
+                ExchangeDeclareOptions {
+                    passive: true,
+                    ..Default::default()
+                },
+                FieldTable::default(),
+            )
+            .await;
+        match checked {
+            Ok(()) => {
+                let _ = channel.close(200, "exchange checked".into()).await;
+                self.declared.lock().expect("declared lock").insert(key);
+                Ok(())
+            }
+            // Transient: the producer may not be deployed yet (a consumer
+            // waits, as on Kafka), and a wrong name says so at each try.
+            Err(e) if is_not_found(&e) => Err(Error::transport_reason(
+                TRANSPORT,
+                format!(
+                    "the exchange {name:?} of topic {topic} does not exist on the broker: its producer \
+                     declares it (Tidings does not declare another team's exchange); check the name and \
+                     the vhost"
+                ),
+                true,
+            )),
+            Err(e) => Err(Error::transport(
+                TRANSPORT,
+                format!("checking exchange {name}"),
+                e,
+                true,
+            )),
+        }
     }
 
     async fn declare_named_exchange(&self, channel: &Channel, name: &str, kind: ExchangeKind) -> Result<()> {
@@ -119,17 +168,13 @@ impl RabbitTransport {
             .await?;
         self.declare_queue(channel, &dead, FieldTable::default()).await?;
         self.bind(channel, &dead, &dlx, "#").await?;
-        for partition in Partition::all(self.options.partitions) {
+        for partition in Partition::all(self.options.partitions_of(topic)) {
             let queue = self.partition_queue(topic, group, partition);
             let mut args = FieldTable::default();
             args.insert("x-dead-letter-exchange".into(), long(&dlx));
             args.insert("x-single-active-consumer".into(), AMQPValue::Boolean(true));
             self.declare_queue(channel, &queue, args).await?;
-            let pattern = if partition.is_whole() {
-                "#".to_owned()
-            } else {
-                format!("{}.#", partition.index)
-            };
+            let pattern = self.options.binding_key(topic, partition);
             self.bind(channel, &queue, &exchange, &pattern).await?;
         }
         Ok(())
@@ -171,4 +216,11 @@ impl RabbitTransport {
             .insert(format!("q:{name}"));
         Ok(())
     }
+}
+
+/// Whether the broker answered 404 (no such exchange or queue).
+fn is_not_found(e: &lapin::Error) -> bool {
+    use lapin::protocol::{AMQPErrorKind, AMQPSoftError};
+    matches!(e.kind(), lapin::ErrorKind::ProtocolError(amqp)
+        if matches!(amqp.kind(), AMQPErrorKind::Soft(AMQPSoftError::NOTFOUND)))
 }

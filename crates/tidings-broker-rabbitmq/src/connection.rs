@@ -90,6 +90,11 @@ impl RabbitTransport {
         self.live_connection(&mut link).await
     }
 
+    /// A new channel on the connection (opened again if it was lost).
+    pub(crate) async fn channel(&self) -> Result<lapin::Channel> {
+        open_channel(&*self.connection().await?).await
+    }
+
     async fn live_connection(&self, link: &mut Link) -> Result<Arc<Connection>> {
         if let Some(c) = link.connection.as_ref().filter(|c| c.status().connected()) {
             return Ok(c.clone());
@@ -119,10 +124,7 @@ impl RabbitTransport {
         }
         let connection = self.live_connection(&mut link).await?;
         let channel = within("opening a channel for publishing", async {
-            let channel = connection
-                .create_channel()
-                .await
-                .map_err(|e| Error::transport(TRANSPORT, "opening a channel", e, true))?;
+            let channel = open_channel(&connection).await?;
             channel
                 .confirm_select(ConfirmSelectOptions::default())
                 .await
@@ -133,6 +135,14 @@ impl RabbitTransport {
         link.confirms = Some(channel.clone());
         Ok(channel)
     }
+}
+
+/// Opens a channel on `connection`.
+pub(crate) async fn open_channel(connection: &Connection) -> Result<lapin::Channel> {
+    connection
+        .create_channel()
+        .await
+        .map_err(|e| Error::transport(TRANSPORT, "opening a channel", e, true))
 }
 
 #[cfg(test)]

@@ -34,6 +34,17 @@
 //!
 //! `tidings` is the prefix ([`RabbitOptions::prefix`]).
 //!
+//! # Another team's exchange
+//!
+//! A topic another team's producer writes on an exchange of its own is
+//! read by its real name ([`RabbitOptions::foreign`]): each consumer group
+//! gets its queue `tidings.<topic>.<group>` (with its dead-letter exchange
+//! and delay queues, as above), bound to that exchange with the binding key
+//! given (`#`, `payment.*`, or a direct exchange's key). Tidings checks
+//! that the exchange exists and never declares or deletes it. Such a topic
+//! has one partition. The producer may write CloudEvents in either mode or
+//! plain JSON (read with `Consumer::json_topic`).
+//!
 //! [`Publisher`]: tidings_core::Publisher
 //! [`Subscriber`]: tidings_core::Subscriber
 //! [`Partition::of`]: tidings_core::Partition::of
@@ -53,6 +64,6 @@ pub use marshal::raw_message;
 
 /// How this transport's URLs begin: where a URL is opened by its scheme, these choose it.
 pub const SCHEMES: &[&str] = &["amqp://", "amqps://"];
-pub use options::{DEFAULT_MAX_MESSAGE_BYTES, RabbitOptions};
+pub use options::{DEFAULT_MAX_MESSAGE_BYTES, ForeignExchange, RabbitOptions};
 
 const TRANSPORT: &str = "rabbitmq";

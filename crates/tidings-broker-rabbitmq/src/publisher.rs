@@ -115,9 +115,10 @@ impl RabbitTransport {
         if let Some(ct) = content_type {
             properties = properties.with_content_type(ct.as_str().into());
         }
-        let partition = Partition::of(&m.envelope.aggregate_key, self.options.partitions);
+        let partition = Partition::of(&m.envelope.aggregate_key, self.options.partitions_of(&m.topic));
         let routing_key =
-            crate::topology::routing_key(&partition.index.to_string(), &m.envelope.message_type);
+            self.options
+                .routing_key(&m.topic, &partition.index.to_string(), &m.envelope.message_type);
         send(channel, &exchange, &routing_key, &payload, properties).await
     }
 }

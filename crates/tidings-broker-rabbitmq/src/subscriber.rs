@@ -11,14 +11,15 @@ use tokio::sync::mpsc;
 use tokio_stream::wrappers::ReceiverStream;
 
 use crate::acker::RabbitAcker;
+use crate::connection::open_channel;
 use crate::connection::within;
 use crate::marshal::{delivery_count, raw_message};
 use crate::{RabbitTransport, TRANSPORT};
 
 #[async_trait]
 impl Subscriber for RabbitTransport {
-    fn partitions(&self, _topic: &str) -> u32 {
-        self.options.partitions
+    fn partitions(&self, topic: &str) -> u32 {
+        self.options.partitions_of(topic)
     }
 
     /// Ready messages over the group's partition queues (delivered and
@@ -26,12 +27,9 @@ impl Subscriber for RabbitTransport {
     async fn pending(&self, group: &str, topic: &str) -> Result<Option<u64>> {
         let connection = self.connection().await?;
         let mut total = None;
-        for partition in Partition::all(self.options.partitions) {
+        for partition in Partition::all(self.options.partitions_of(topic)) {
             // A passive declare of a missing queue closes its channel: one each.
-            let channel = connection
-                .create_channel()
-                .await
-                .map_err(|e| Error::transport(TRANSPORT, "opening a channel", e, true))?;
+            let channel = open_channel(&connection).await?;
             let queue = self.partition_queue(topic, group, partition);
             let declared = channel
                 .queue_declare(
@@ -53,12 +51,7 @@ impl Subscriber for RabbitTransport {
 
     /// Declares the group's queues, bindings and dead-letter exchange, consuming nothing.
     async fn ensure_group(&self, group: &str, topic: &str) -> Result<()> {
-        let channel = self
-            .connection()
-            .await?
-            .create_channel()
-            .await
-            .map_err(|e| Error::transport(TRANSPORT, "opening a channel", e, true))?;
+        let channel = self.channel().await?;
         self.declare_group(&channel, topic, group).await?;
         let _ = channel.close(200, "group declared".into()).await;
         Ok(())
@@ -168,12 +161,7 @@ impl RabbitTransport {
         topic: &str,
         partition: Partition,
     ) -> Result<(Channel, String, lapin::Consumer)> {
-        let channel = self
-            .connection()
-            .await?
-            .create_channel()
-            .await
-            .map_err(|e| Error::transport(TRANSPORT, "opening a channel", e, true))?;
+        let channel = self.channel().await?;
         channel
             .basic_qos(self.options.prefetch, BasicQosOptions::default())
             .await

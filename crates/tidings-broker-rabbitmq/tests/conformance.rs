@@ -60,6 +60,16 @@ impl TransportUnderTest for Rabbit {
         })
     }
 
+    async fn foreign_subscriber(&self, topic: &str, name: &str) -> Option<Arc<dyn Subscriber>> {
+        let url = amqp_url();
+        let options = RabbitOptions::default().partitions(3).foreign(topic, name, "0.#");
+        let t = RabbitTransport::connect_with(&url, options)
+            .await
+            .unwrap_or_else(|e| panic!("RabbitMQ is not reachable (set AMQP_URL): {e}"));
+        self.opened.lock().unwrap().push(t.clone());
+        Some(Arc::new(t))
+    }
+
     fn redelivery_wait(&self) -> Duration {
         // A closed channel's unacknowledged messages are requeued at once.
         Duration::ZERO
@@ -89,6 +99,7 @@ tidings_testkit::transport_conformance!(
         cloudevents_attributes_travel_as_headers,
         foreign_readers_recognise_what_tidings_publishes,
         foreign_producers_are_read_once,
+        foreign_names_are_read,
         foreign_plain_json_is_read_once,
         broker_counts_pending,
         a_corrupt_record_waits_alone_with_its_key,

@@ -88,15 +88,6 @@ where
     let config = &loaded.config;
     let mut tasks: JoinSet<anyhow::Result<()>> = JoinSet::new();
     let mut parts = Vec::new();
-    if let Some((listener, handle)) = metrics {
-        parts.push(format!("metrics on http://{}/metrics", listener.local_addr()?));
-        let stop = shutdown.clone();
-        tasks.spawn(async move {
-            tidings_prometheus::serve(listener, handle, stop)
-                .await
-                .context("serving metrics")
-        });
-    }
     if let Some((listener, providers)) = inbox {
         let section = &config.inbox;
         let names: Vec<&str> = providers.iter().map(|p| p.name()).collect();
@@ -113,6 +104,16 @@ where
         let stop = shutdown.clone();
         tasks.spawn(async move {
             tidings::inbox::serve(listener, app, stop.cancelled_owned()).await;
+            Ok(())
+        });
+    }
+    // Served once the inbox has set its counters at zero, so that the
+    // first scrape already holds every series the alert rules read.
+    if let Some((listener, handle)) = metrics {
+        parts.push(format!("metrics on http://{}/metrics", listener.local_addr()?));
+        let stop = shutdown.clone();
+        tasks.spawn(async move {
+            tidings_prometheus::serve(listener, handle, stop).await;
             Ok(())
         });
     }

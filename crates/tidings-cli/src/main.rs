@@ -22,23 +22,21 @@ macro_rules! say_part {
 
 mod cause;
 mod daemon;
+mod demo;
 mod dlq;
 mod doctor;
 mod outbox;
 mod replay;
 mod schema;
 
-use std::io::IsTerminal;
 use std::process::ExitCode;
-use std::time::Duration;
 
 use anyhow::Context;
 use clap::{Args, Parser, Subcommand};
 use tidings::secret::redact_url;
 use tidings::{AnyStore, CancellationToken, LagSource, shutdown_on_signal, with_store};
 use tidings_config::{Loaded, Schemes};
-use tidings_example_checkout::demo::{self, DEFAULT_DATABASE};
-use tidings_example_checkout::{DemoOptions, Progress, Role};
+use tidings_example_checkout::demo::DEFAULT_DATABASE;
 
 /// Reliable events for Rust backends: transactional outbox, relay, idempotent consumers.
 #[derive(Debug, Parser)]
@@ -63,7 +61,7 @@ enum Command {
     },
     /// Run a reference system in one process.
     #[command(subcommand)]
-    Demo(Demo),
+    Demo(demo::Demo),
     /// Create or upgrade Tidings' tables.
     Migrate(DatabaseArg),
     /// Measure what Tidings costs, beside the raw limits measured in the same run.
@@ -138,91 +136,14 @@ const SCHEMES: Schemes = Schemes {
 /// `given` (a flag, or its `TIDINGS_X_URL` variable), else the variable
 /// `var`: the daemon's `TIDINGS_SECTION__KEY` spelling of the same setting,
 /// so that one environment serves every command.
-fn or_env(given: Option<&str>, var: &str) -> Option<String> {
+pub(crate) fn or_env(given: Option<&str>, var: &str) -> Option<String> {
     given
         .map(str::to_owned)
         .or_else(|| std::env::var(var).ok().filter(|v| !v.is_empty()))
 }
 
-#[derive(Debug, Subcommand)]
-enum Demo {
-    /// PlaceOrder -> OrderPlaced -> inventory, email, analytics, loyalty; then a summary.
-    Checkout {
-        /// Orders to place.
-        #[arg(long, default_value_t = 1000)]
-        orders: usize,
-        /// `postgres://user@host/db`, `mysql://user@host/db`, or `sqlite://path`;
-        /// else TIDINGS_DATABASE__URL, else `sqlite://tidings-demo.db`.
-        #[arg(long, env = "TIDINGS_DATABASE_URL")]
-        database: Option<String>,
-        /// `nats://host:4222` (NATS JetStream), `amqp://user:pw@host:5672/%2f` (RabbitMQ)
-        /// or `kafka://host:9092` (Kafka); else TIDINGS_BROKER__URL; the
-        /// database log when left out.
-        #[arg(long, env = "TIDINGS_BROKER_URL")]
-        broker: Option<String>,
-        /// Fraction of deliveries to redeliver a second time (0 to 1).
-        #[arg(long, default_value_t = 0.0, value_parser = fraction)]
-        duplicate_rate: f64,
-        /// Fraction of orders the inventory service cannot handle (0 to 1).
-        #[arg(long, default_value_t = 0.0, value_parser = fraction)]
-        poison_rate: f64,
-        /// The inventory service's fix has shipped: poisoned orders go through
-        /// (redrive their dead letters with `tidings dlq redrive`, then run this).
-        #[arg(long)]
-        warehouse_fixed: bool,
-        /// Members of each consumer group, sharing its partitions (as if run in that many processes).
-        #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=64))]
-        members: u32,
-        /// Relays, sharing the outbox's partitions (as if run in that many processes).
-        #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=64))]
-        relays: u32,
-        /// Partitions of the outbox and of every topic; keep it from one run to the next.
-        #[arg(long, default_value_t = 4, value_parser = clap::value_parser!(u32).range(1..=256))]
-        partitions: u32,
-        /// Connections of the store's pool in each process, shared by its
-        /// producers, relays and consumer lanes (default 32); keep the
-        /// processes' sum under the server's `max_connections`.
-        #[arg(long, value_parser = clap::value_parser!(u32).range(1..))]
-        max_connections: Option<u32>,
-        /// Seconds to wait for every message to be handled.
-        #[arg(long, default_value_t = 300)]
-        timeout: u64,
-        /// Print the summary as one JSON object on stdout.
-        #[arg(long)]
-        json: bool,
-        /// Run one part of the system in this process, to spread it over several:
-        /// `relay` and `consumers` run until SIGTERM or Ctrl-C (`consumers`
-        /// prints `ready` once its groups exist), `producer` places the orders and exits.
-        #[arg(long, value_enum, default_value_t = RoleArg::All)]
-        role: RoleArg,
-        /// Serve Prometheus metrics at http://ADDR/metrics while running
-        /// (this process's relays and consumers, and lag measured every second).
-        #[arg(long, value_name = "ADDR")]
-        metrics: Option<std::net::SocketAddr>,
-    },
-}
-
-#[derive(Debug, Clone, Copy, clap::ValueEnum)]
-enum RoleArg {
-    All,
-    Relay,
-    Consumers,
-    Producer,
-}
-
-impl From<RoleArg> for Role {
-    fn from(r: RoleArg) -> Role {
-        match r {
-            RoleArg::All => Role::All,
-            RoleArg::Relay => Role::Relay,
-            RoleArg::Consumers => Role::Consumers,
-            RoleArg::Producer => Role::Producer,
-        }
-    }
-}
-
 /// Installs the Prometheus recorder and serves it on `addr` for the rest of the process.
-async fn serve_metrics(addr: std::net::SocketAddr) -> anyhow::Result<()> {
+pub(crate) async fn serve_metrics(addr: std::net::SocketAddr) -> anyhow::Result<()> {
     let listener = tokio::net::TcpListener::bind(addr)
         .await
         .with_context(|| format!("--metrics: cannot listen on {addr}"))?;
@@ -233,15 +154,6 @@ async fn serve_metrics(addr: std::net::SocketAddr) -> anyhow::Result<()> {
         CancellationToken::new(),
     ));
     Ok(())
-}
-
-fn fraction(s: &str) -> Result<f64, String> {
-    let f: f64 = s.parse().map_err(|_| format!("{s:?} is not a number"))?;
-    if (0.0..=1.0).contains(&f) {
-        Ok(f)
-    } else {
-        Err(format!("{f} is not between 0 and 1"))
-    }
 }
 
 #[tokio::main]
@@ -322,61 +234,7 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             daemon::run(loaded, shutdown_on_signal()?).await?;
             Ok(ExitCode::SUCCESS)
         }
-        Command::Demo(Demo::Checkout {
-            orders,
-            database,
-            broker,
-            duplicate_rate,
-            poison_rate,
-            warehouse_fixed,
-            members,
-            relays,
-            partitions,
-            max_connections,
-            timeout,
-            json,
-            role,
-            metrics,
-        }) => {
-            if let Some(addr) = metrics {
-                serve_metrics(addr).await?;
-            }
-            let options = DemoOptions {
-                orders,
-                database: or_env(database.as_deref(), "TIDINGS_DATABASE__URL"),
-                broker: or_env(broker.as_deref(), "TIDINGS_BROKER__URL"),
-                duplicate_rate,
-                poison_rate,
-                warehouse_fixed,
-                progress: match (json, std::io::stderr().is_terminal()) {
-                    (true, _) => Progress::Off,
-                    (false, true) => Progress::Bar,
-                    (false, false) => Progress::Lines,
-                },
-                drain_timeout: Duration::from_secs(timeout),
-                members: members as usize,
-                relays: relays as usize,
-                partitions,
-                sample_lag: metrics.map(|_| Duration::from_secs(1)),
-                max_connections,
-                ..DemoOptions::default()
-            };
-            if !matches!(role, RoleArg::All) {
-                demo::run_role(options, role.into(), shutdown_on_signal()?).await?;
-                return Ok(ExitCode::SUCCESS);
-            }
-            let summary = demo::run(options).await?;
-            if json {
-                say!("{}", serde_json::to_string(&summary)?);
-            } else {
-                say!("{summary}");
-            }
-            Ok(if summary.ok() {
-                ExitCode::SUCCESS
-            } else {
-                ExitCode::FAILURE
-            })
-        }
+        Command::Demo(shape) => demo::run(shape).await,
         Command::Bench(bench) => bench.run().await,
         Command::Dlq { database, command } => {
             with_store!(open_existing(&database.url()).await?, |s| dlq::run(&s, command)

@@ -8,8 +8,12 @@ use std::time::Duration;
 use serde_json::Value;
 use tidings_testkit::services::PgTestDb;
 
+mod common;
+
+use common::{n, summary_of};
+
 fn tidings() -> Command {
-    let mut c = Command::new(env!("CARGO_BIN_EXE_tidings"));
+    let mut c = common::tidings();
     c.env("RUST_LOG", "error");
     c
 }
@@ -28,21 +32,7 @@ fn demo(database: &str, extra: &[&str]) -> Value {
         .args(extra)
         .output()
         .expect("running tidings");
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    let summary: Value = serde_json::from_str(stdout.trim()).unwrap_or_else(|e| {
-        panic!(
-            "summary is not JSON ({e}): {stdout}\nstderr: {}",
-            String::from_utf8_lossy(&out.stderr)
-        )
-    });
-    assert!(out.status.success(), "demo reported a failure: {summary:#}");
-    summary
-}
-
-fn n(v: &Value, key: &str) -> i64 {
-    v[key]
-        .as_i64()
-        .unwrap_or_else(|| panic!("{key} missing in {v:#}"))
+    summary_of(&out)
 }
 
 /// The invariants every run must show.

@@ -672,7 +672,8 @@ impl Report {
             order_violations: t.violations,
             duplicated_effects: count(
                 store,
-                "SELECT count(*) FROM (SELECT order_id, kind FROM email_provider GROUP BY 1, 2 HAVING count(*) > 1) d",
+                "SELECT count(*) FROM (SELECT subject, kind FROM demo_third_party WHERE service = 'email'
+                 GROUP BY 1, 2 HAVING count(*) > 1) d",
             )
             .await,
             committed_during_outage,
@@ -720,7 +721,11 @@ impl Report {
         assert_eq!(t.points_credited, t.points_expected, "{self}");
         assert_eq!(t.analytics_counted, t.processed_by("analytics"), "{self}");
         assert_eq!(
-            count(store, "SELECT count(*) FROM email_provider").await,
+            count(
+                store,
+                "SELECT count(*) FROM demo_third_party WHERE service = 'email'"
+            )
+            .await,
             t.orders
                 + count(
                     store,

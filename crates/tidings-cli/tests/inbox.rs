@@ -48,7 +48,18 @@ async fn the_daemon_serves_the_inbox_and_relays_what_it_takes() {
         .env("TIDINGS_METRICS__LISTEN", format!("127.0.0.1:{metrics_port}"))
         .env("TEST_STRIPE_WEBHOOK_SECRET", SECRET);
     let mut daemon = Process::start(command, "inbox-daemon");
-    wait_for_endpoint(metrics_port, &mut daemon);
+    let started = wait_for_endpoint(metrics_port, &mut daemon);
+    // Counted from zero: the alert rules see the first failure as an increase.
+    for name in tidings_prometheus::metrics_named_in(tidings_prometheus::ALERT_RULES)
+        .into_iter()
+        .filter(|name| name.starts_with("tidings_inbox_"))
+    {
+        let failed = format!("{name}{{provider=\"stripe\",outcome=\"failed\"}}");
+        assert!(
+            started.lines().any(|l| l == format!("{failed} 0")),
+            "{failed} is served at 0 before any delivery:\n{started}"
+        );
+    }
 
     let body = serde_json::to_vec(&serde_json::json!({
         "id": "evt_daemon_1", "type": "checkout.session.completed",

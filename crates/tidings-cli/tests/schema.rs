@@ -71,3 +71,26 @@ fn the_committed_registry_matches_the_code_and_a_breaking_edit_fails() {
     assert_eq!(std::fs::read_to_string(&file).unwrap(), before);
     std::fs::remove_dir_all(&dir).unwrap();
 }
+
+/// What CI checks of every reference system: its committed registry is the
+/// one its code would write, with no breaking change and no secret.
+#[test]
+fn every_reference_systems_committed_registry_is_current() {
+    let root = concat!(env!("CARGO_MANIFEST_DIR"), "/../..");
+    for system in ["checkout", "payments", "upload", "clicks"] {
+        let out = tidings()
+            .current_dir(root)
+            .args(["schema", "check", "--system", system])
+            .output()
+            .expect("running tidings");
+        let (stdout, stderr) = (
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr),
+        );
+        assert!(out.status.success(), "{system}: {stdout}{stderr}");
+        assert!(
+            stdout.contains("no breaking change, no secrets"),
+            "{system}: {stdout}"
+        );
+    }
+}

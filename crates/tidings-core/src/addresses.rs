@@ -25,8 +25,21 @@ pub struct Address {
 
 /// A transport's naming, implemented by each broker's options.
 pub trait Addresses: fmt::Debug + Send + Sync {
-    /// The protocol as AsyncAPI names it: `kafka`, `nats`, `amqp`.
+    /// The protocol as AsyncAPI names it: `kafka` (`kafka-secure` over
+    /// TLS), `nats`, `amqp`.
     fn protocol(&self) -> &'static str;
+
+    /// The protocol's version, where the protocol has several (`0.9.1` for
+    /// AMQP, as RabbitMQ speaks it).
+    fn protocol_version(&self) -> Option<&'static str> {
+        None
+    }
+
+    /// How messages are written: binary mode (attributes as headers) or
+    /// structured mode (one `application/cloudevents+json` document).
+    fn content_mode(&self) -> crate::cloudevents::ContentMode {
+        crate::cloudevents::ContentMode::Binary
+    }
 
     /// Where `topic`'s messages are.
     fn address(&self, topic: &str) -> Address;

@@ -27,7 +27,8 @@
 //!
 //! Binary mode names attributes `ce-<name>` on HTTP, NATS, RabbitMQ (AMQP
 //! 0-9-1) and Pub/Sub, and `ce_<name>` on Kafka ([`Binding`]); reading
-//! accepts either on every transport.
+//! accepts either on every transport, and on Kafka `ce_` wins where a
+//! record carries both.
 
 use base64::Engine as _;
 use base64::engine::general_purpose::STANDARD as BASE64;
@@ -376,7 +377,8 @@ pub fn is_attribute_header(name: &str) -> bool {
 /// Decodes a binary-mode message (see [`to_binary`]), with `ce-` or `ce_`
 /// headers. Header names are matched without regard to case, as transports
 /// may change it; an attribute given under both prefixes is read from
-/// `ce-`. Headers that are neither attributes nor `content-type` become
+/// `ce-` (a Kafka record keeps only its `ce_` one, see
+/// [`RawMessage::from_record`](crate::RawMessage::from_record)). Headers that are neither attributes nor `content-type` become
 /// envelope headers.
 pub fn from_binary<'a>(
     headers: impl IntoIterator<Item = (&'a str, &'a str)>,

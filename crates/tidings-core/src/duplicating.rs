@@ -62,6 +62,10 @@ impl<S: Subscriber> Subscriber for Duplicating<S> {
         self.inner.check_partitions(topic).await
     }
 
+    fn places_keys(&self, topic: &str) -> bool {
+        self.inner.places_keys(topic)
+    }
+
     async fn ensure_group(&self, group: &str, topic: &str) -> Result<()> {
         self.inner.ensure_group(group, topic).await
     }

@@ -118,17 +118,35 @@ impl RawMessage {
     /// message is refused naming it, and decoding fails with that reason.
     /// Other headers, and the key, are read as UTF-8, each byte sequence
     /// that is not UTF-8 replaced by the replacement character (U+FFFD).
+    /// An attribute given both as `ce_<name>` (Kafka's binding) and as
+    /// `ce-<name>` is read from `ce_`; the other is left out.
     pub fn from_record<'a>(
         topic: &str,
         key: Option<&[u8]>,
         headers: impl IntoIterator<Item = (&'a str, Option<&'a [u8]>)>,
         body: &[u8],
     ) -> RawMessage {
+        let headers: Vec<(&str, Option<&[u8]>)> = headers.into_iter().collect();
+        // Kafka's binding names attributes `ce_`: where a record carries an
+        // attribute under both prefixes, `ce_` counts and `ce-` goes, before
+        // anything is read of it.
+        let underscored: std::collections::BTreeSet<String> = headers
+            .iter()
+            .filter(|(k, v)| v.is_some() && k.get(..3).is_some_and(|p| p.eq_ignore_ascii_case("ce_")))
+            .map(|(k, _)| k[3..].to_ascii_lowercase())
+            .collect();
+        let shadowed = |k: &str| {
+            k.get(..3).is_some_and(|p| p.eq_ignore_ascii_case("ce-"))
+                && underscored.contains(&k[3..].to_ascii_lowercase())
+        };
         let mut out = Headers::new();
         let mut refused = None;
         let mut seen = std::collections::BTreeSet::new();
         for (name, value) in headers {
             let Some(value) = value else { continue };
+            if shadowed(name) {
+                continue;
+            }
             // Attributes are read without regard to case: `CE-ID` then
             // `ce-id` is one attribute given twice.
             let seen_as = if crate::cloudevents::is_attribute_header(name) {
@@ -358,6 +376,21 @@ pub trait Subscriber: Send + Sync + 'static {
         Ok(())
     }
 
+    /// Whether a key's messages of `topic` are in the partition
+    /// [`Partition::of`] names, as Tidings' publishers place them (true
+    /// unless the transport says otherwise). False for a topic of several
+    /// partitions another team's producer fills with its own partitioner:
+    /// there a held key ([`OnDeadLetter::HoldKey`]) could not be found
+    /// again by the member reading its messages, so the consumer runtime
+    /// does not hold keys on it.
+    ///
+    /// Called after [`check_partitions`](Subscriber::check_partitions).
+    ///
+    /// [`OnDeadLetter::HoldKey`]: https://docs.rs/tidings-consumer/latest/tidings_consumer/enum.OnDeadLetter.html
+    fn places_keys(&self, _topic: &str) -> bool {
+        true
+    }
+
     /// Subscribes `group` to one partition of `topic`.
     async fn subscribe_partition(
         &self,
@@ -406,6 +439,10 @@ impl<S: Subscriber + ?Sized> Subscriber for std::sync::Arc<S> {
         (**self).check_partitions(topic).await
     }
 
+    fn places_keys(&self, topic: &str) -> bool {
+        (**self).places_keys(topic)
+    }
+
     async fn subscribe_partition(
         &self,
         group: &str,
@@ -438,10 +475,9 @@ mod tests {
         RawMessage::from_record("orders", Some(b"k\xff"), headers.iter().copied(), body)
     }
 
-    #[test]
-    fn a_record_s_attributes_arrive_byte_for_byte_or_refuse_the_message() {
-        let e = Envelope {
-            id: uuid::Uuid::now_v7(),
+    fn envelope() -> Envelope {
+        Envelope {
+            id: uuid::Uuid::from_u128(0x0193_5a7c_0000_7000_8000_0000_0000_0001),
             message_type: "OrderPlaced".into(),
             version: 1,
             kind: Kind::Event,
@@ -454,7 +490,12 @@ mod tests {
             headers: Default::default(),
             content_type: "application/json".into(),
             payload: br#"{"n":1}"#.to_vec(),
-        };
+        }
+    }
+
+    #[test]
+    fn a_record_s_attributes_arrive_byte_for_byte_or_refuse_the_message() {
+        let e = envelope();
         let (headers, body) = to_binary(&e, Binding::Standard);
         let mut pairs: Vec<(&str, Option<&[u8]>)> = headers
             .iter()
@@ -497,5 +538,25 @@ mod tests {
             "one attribute given twice: {:?}",
             raw.headers
         );
+    }
+
+    #[test]
+    fn on_a_record_kafka_s_ce_underscore_wins_over_ce_dash() {
+        let (headers, body) = to_binary(&envelope(), Binding::Kafka);
+        let mut pairs: Vec<(&str, Option<&[u8]>)> = headers
+            .iter()
+            .map(|(k, v)| (k.as_str(), Some(v.as_bytes())))
+            .collect();
+        // Whichever comes first, another prefix's attribute does not count.
+        pairs.insert(0, ("ce-type", Some(b"Forged")));
+        pairs.push(("CE-ID", Some(b"forged-id")));
+        pairs.push(("ce-\u{e9}t\u{e9}", Some(b"not ASCII")));
+        // A stale `ce-` value that is not text refuses nothing: it is not read.
+        pairs.push(("ce-source", Some(b"\xff")));
+        let raw = record(&pairs, &body);
+        let decoded = raw.decode().unwrap();
+        assert_eq!(decoded.message_type, "OrderPlaced");
+        assert_eq!(decoded.id, envelope().id);
+        assert!(!raw.headers.contains_key("ce-type") && !raw.headers.contains_key("CE-ID"));
     }
 }

@@ -22,6 +22,8 @@ pub enum SchemeName {
     GitHub,
     /// [`Provider::hmac`].
     Hmac,
+    /// [`Provider::cloudevents`]: CloudEvents over HTTP, with a bearer token.
+    CloudEvents,
 }
 
 /// One `[[inbox.providers]]` entry. Fields left out keep the scheme's
@@ -43,13 +45,18 @@ pub enum SchemeName {
 /// event_id = "header:X-Acme-Delivery"
 /// message_type = "json:/kind"
 /// key = "json:/account"
+///
+/// [[inbox.providers]]
+/// name = "billing"
+/// scheme = "cloudevents"
+/// secret_env = "BILLING_EVENTS_TOKEN"
 /// ```
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct ProviderConfig {
     /// The provider's name: its path segment (`POST <path>/<name>`).
     pub name: String,
-    /// `stripe`, `github` or `hmac`.
+    /// `stripe`, `github`, `hmac` or `cloudevents`.
     pub scheme: SchemeName,
     /// The environment variable holding the secret.
     pub secret_env: Option<String>,
@@ -126,6 +133,22 @@ impl ProviderConfig {
                     });
                 };
                 Provider::hmac(&self.name, header, secret)
+            }
+            SchemeName::CloudEvents => {
+                // Each event names its own id, type and key.
+                for (given, what) in [
+                    (self.event_id.is_some(), "event_id"),
+                    (self.message_type.is_some(), "message_type"),
+                    (self.key.is_some(), "key"),
+                ] {
+                    if given {
+                        return Err(Error::Config {
+                            key: format!("inbox.providers.{}.{what}", self.name),
+                            reason: "a cloudevents provider reads it from each event".into(),
+                        });
+                    }
+                }
+                Provider::cloudevents(&self.name, secret)
             }
         }
         .named(&self.name);
@@ -223,6 +246,23 @@ mod tests {
         .unwrap();
         let missing = config.provider().unwrap_err().to_string();
         assert!(missing.contains(var) && missing.contains("not set"), "{missing}");
+
+        let config =
+            read("name = \"billing\"\nscheme = \"cloudevents\"\nsecret_env = \"X\"\ntopic = \"invoices\"\n")
+                .unwrap();
+        config.validate().unwrap();
+        let provider = config.build(tidings_core::secret::Secret::new("token")).unwrap();
+        assert_eq!(provider.scheme, Scheme::Bearer);
+        assert_eq!(provider.topic, "invoices");
+        let typed = read(
+            "name = \"billing\"\nscheme = \"cloudevents\"\nsecret_env = \"X\"\nmessage_type = \"fixed:A\"\n",
+        )
+        .unwrap();
+        let refused = typed.validate().unwrap_err().to_string();
+        assert!(
+            refused.contains("message_type") && refused.contains("reads it from each event"),
+            "{refused}"
+        );
     }
 
     #[test]

@@ -16,7 +16,7 @@ use tidings_core::{Error, ErrorClass, InboxStore, Kind, OutgoingMessage, cloudev
 use tokio::time::{Instant, timeout_at};
 use uuid::Uuid;
 
-use crate::provider::Provider;
+use crate::provider::{Provider, Reads};
 use crate::{FORGET_BATCH, FORGET_EVERY, MAX_ID_CHARS, Shared};
 
 /// What a provider is told when the delivery could not be recorded now.
@@ -29,6 +29,9 @@ pub(crate) enum Outcome {
     Accepted(Uuid),
     /// Recorded before: acknowledged, nothing changed.
     Duplicate(Uuid),
+    /// A batch of CloudEvents, committed: each event's id, and whether it
+    /// was new (`false`: recorded before, nothing changed).
+    Batch(Vec<(Uuid, bool)>),
     /// Refused for what the delivery is: the provider should not retry it
     /// as it is (4xx).
     Refused {
@@ -40,8 +43,39 @@ pub(crate) enum Outcome {
     Failed { status: StatusCode, reason: String },
 }
 
+/// Every outcome a delivery can have, as `tidings_inbox_deliveries_total`
+/// labels it.
+pub(crate) const OUTCOMES: &[&str] = &[
+    "accepted",
+    "duplicate",
+    "unsigned",
+    "malformed",
+    "unsupported",
+    "conflict",
+    "replayed",
+    "too_large",
+    "timeout",
+    "refused",
+    "failed",
+];
+
+/// Sets each provider's counters at zero, so that the first delivery of an
+/// outcome is an increase Prometheus sees (a series born at 1 shows none).
+pub(crate) fn count_from_zero<'a>(providers: impl Iterator<Item = &'a str>) {
+    for provider in providers {
+        for outcome in OUTCOMES {
+            metrics::counter!(
+                tidings_core::metrics::INBOX_DELIVERIES,
+                "provider" => provider.to_owned(),
+                "outcome" => *outcome,
+            )
+            .increment(0);
+        }
+    }
+}
+
 impl Outcome {
-    fn refused(status: StatusCode, outcome: &'static str, reason: impl Into<String>) -> Outcome {
+    pub(crate) fn refused(status: StatusCode, outcome: &'static str, reason: impl Into<String>) -> Outcome {
         Outcome::Refused {
             status,
             outcome,
@@ -54,6 +88,8 @@ impl Outcome {
         match self {
             Outcome::Accepted(_) => "accepted",
             Outcome::Duplicate(_) => "duplicate",
+            Outcome::Batch(events) if events.iter().any(|(_, new)| *new) => "accepted",
+            Outcome::Batch(_) => "duplicate",
             Outcome::Refused { outcome, .. } => outcome,
             Outcome::Failed { .. } => "failed",
         }
@@ -73,6 +109,19 @@ impl IntoResponse for Outcome {
                 axum_json(json!({"status": "duplicate", "message_id": id})),
             )
                 .into_response(),
+            Outcome::Batch(events) => {
+                let events: Vec<Value> = events
+                    .iter()
+                    .map(|(id, new)| {
+                        json!({"message_id": id, "status": if *new { "accepted" } else { "duplicate" }})
+                    })
+                    .collect();
+                (
+                    StatusCode::OK,
+                    axum_json(json!({"status": "accepted", "events": events})),
+                )
+                    .into_response()
+            }
             Outcome::Refused { status, reason, .. } => {
                 (status, axum_json(json!({"error": reason}))).into_response()
             }
@@ -121,6 +170,10 @@ pub(crate) async fn handle<S: InboxStore + Clone>(
         }
         Outcome::Duplicate(id) => {
             tracing::debug!(provider = %provider.name, message_id = %id, "webhook delivery seen before, acknowledged")
+        }
+        Outcome::Batch(events) => {
+            let new = events.iter().filter(|(_, new)| *new).count();
+            tracing::info!(provider = %provider.name, events = events.len(), new, "batch of CloudEvents taken")
         }
         // Anyone can send a refused delivery: a warning for each would let
         // them flood the log (the counter shows them all).
@@ -174,11 +227,18 @@ async fn deliver<S: InboxStore + Clone>(
     ) {
         return Outcome::refused(StatusCode::UNAUTHORIZED, "unsigned", e.to_string());
     }
-    let message = match build(provider, headers, &body) {
-        Ok(message) => message,
+    let taken = match provider.reads {
+        Reads::Webhook => build(provider, headers, &body).map(|one| Taken {
+            events: vec![one],
+            batch: false,
+        }),
+        Reads::CloudEvents => from_cloudevents(provider, headers, &body),
+    };
+    let taken = match taken {
+        Ok(taken) => taken,
         Err(refused) => return refused,
     };
-    match timeout_at(deadline, record(shared, provider, &message)).await {
+    match timeout_at(deadline, record(shared, provider, &taken)).await {
         Err(_) => {
             tracing::error!(provider = %provider.name, timeout = ?shared.timeout, "the database did not record a webhook delivery in time");
             Outcome::Failed {
@@ -210,8 +270,70 @@ fn is_length_limit(error: &axum::Error) -> bool {
     false
 }
 
+/// The events a delivery becomes.
+struct Taken {
+    events: Vec<Event>,
+    batch: bool,
+}
+
+/// One event of a delivery, with what the inbox records it under.
+struct Event {
+    message: OutgoingMessage,
+    /// Unique per event of the provider: the provider's event id, or for
+    /// a CloudEvent the id derived from its (`source`, `id`).
+    event_id: String,
+    /// A CloudEvent whose `id` is a UUID keeps it as its message id, which
+    /// consumers deduplicate on: it may be taken under one source only.
+    uuid: Option<Uuid>,
+}
+
+/// `value`, unless it is too long or holds control characters.
+fn checked(value: String, what: &str) -> Result<String, Outcome> {
+    let malformed = |reason: String| Outcome::refused(StatusCode::BAD_REQUEST, "malformed", reason);
+    if value.chars().count() > MAX_ID_CHARS {
+        return Err(malformed(format!(
+            "its {what} is longer than {MAX_ID_CHARS} characters"
+        )));
+    }
+    if value.chars().any(char::is_control) {
+        return Err(malformed(format!("its {what} holds control characters")));
+    }
+    Ok(value)
+}
+
+/// The CloudEvents a verified request carries, each as its producer wrote it.
+fn from_cloudevents(provider: &Provider, headers: &HeaderMap, body: &[u8]) -> Result<Taken, Outcome> {
+    let read = crate::cloudevents::read(headers, body)?;
+    let mut events = Vec::with_capacity(read.envelopes.len());
+    for mut envelope in read.envelopes {
+        envelope.message_type = checked(envelope.message_type, "type")?;
+        envelope.aggregate_key = checked(envelope.aggregate_key, "key")?;
+        let written = checked(envelope.event_id(), "id")?;
+        envelope
+            .headers
+            .entry(tidings_core::trace::TRACEPARENT.to_owned())
+            .or_insert_with(|| tidings_core::trace::current_or_new().to_header());
+        // Unique per (source, id), as the spec defines it, even where the
+        // id is a UUID another source might use too.
+        let event_id = cloudevents::foreign_id(&envelope.source, &written).to_string();
+        let uuid = Uuid::try_parse(&written).ok().filter(|u| *u == envelope.id);
+        events.push(Event {
+            uuid,
+            message: OutgoingMessage {
+                topic: provider.topic.clone(),
+                envelope,
+            },
+            event_id,
+        });
+    }
+    Ok(Taken {
+        events,
+        batch: read.batch,
+    })
+}
+
 /// The event a verified delivery becomes, or why it cannot be one.
-fn build(provider: &Provider, headers: &HeaderMap, body: &[u8]) -> Result<OutgoingMessage, Outcome> {
+fn build(provider: &Provider, headers: &HeaderMap, body: &[u8]) -> Result<Event, Outcome> {
     let malformed = |reason: String| Outcome::refused(StatusCode::BAD_REQUEST, "malformed", reason);
     let json: Value = serde_json::from_slice(body).map_err(|e| {
         let form = headers
@@ -226,17 +348,6 @@ fn build(provider: &Provider, headers: &HeaderMap, body: &[u8]) -> Result<Outgoi
         })
     })?;
     let header = |name: &str| headers.get(name)?.to_str().ok();
-    let checked = |value: String, what: &str| -> Result<String, Outcome> {
-        if value.chars().count() > MAX_ID_CHARS {
-            return Err(malformed(format!(
-                "its {what} is longer than {MAX_ID_CHARS} characters"
-            )));
-        }
-        if value.chars().any(char::is_control) {
-            return Err(malformed(format!("its {what} holds control characters")));
-        }
-        Ok(value)
-    };
     let read = |field: &crate::Field, what: &str| -> Result<String, Outcome> {
         let value = field
             .read(header, &json)
@@ -263,7 +374,7 @@ fn build(provider: &Provider, headers: &HeaderMap, body: &[u8]) -> Result<Outgoi
         correlation_id: id,
         causation_id: None,
         headers: Headers::from([
-            (cloudevents::FOREIGN_ID_HEADER.to_owned(), event_id),
+            (cloudevents::FOREIGN_ID_HEADER.to_owned(), event_id.clone()),
             (
                 tidings_core::trace::TRACEPARENT.to_owned(),
                 tidings_core::trace::current_or_new().to_header(),
@@ -272,48 +383,72 @@ fn build(provider: &Provider, headers: &HeaderMap, body: &[u8]) -> Result<Outgoi
         content_type: JSON.to_owned(),
         payload: body.to_vec(),
     };
-    Ok(OutgoingMessage {
-        topic: provider.topic.clone(),
-        envelope,
+    Ok(Event {
+        message: OutgoingMessage {
+            topic: provider.topic.clone(),
+            envelope,
+        },
+        event_id,
+        uuid: None,
     })
 }
 
-/// Records the delivery and enqueues its event in one transaction.
-async fn record<S: InboxStore + Clone>(
-    shared: &Shared<S>,
-    provider: &Provider,
-    message: &OutgoingMessage,
-) -> Outcome {
+/// Records the delivery and enqueues its events in one transaction.
+async fn record<S: InboxStore + Clone>(shared: &Shared<S>, provider: &Provider, taken: &Taken) -> Outcome {
     let store = &shared.store;
-    let id = message.envelope.id;
-    let event_id = &message.envelope.headers[cloudevents::FOREIGN_ID_HEADER];
     let attempt = async {
         let mut tx = store.begin().await?;
-        if !store
-            .record_delivery(&mut *tx, &provider.name, event_id, id)
-            .await?
-        {
-            return Ok(Outcome::Duplicate(id));
-        }
-        // An id the signature does not cover (a header) could be changed to
-        // replay a signed body as a new event: the body is recorded too, and
-        // dropping the transaction forgets the id just recorded.
-        if provider.id_unsigned() {
-            let body = format!(
-                "sha256:{}",
-                crate::signature::sha256_hex(&message.envelope.payload)
-            );
-            if !store.record_delivery(&mut *tx, &provider.name, &body, id).await? {
+        let mut recorded = Vec::with_capacity(taken.events.len());
+        for event in &taken.events {
+            let id = event.message.envelope.id;
+            if !store
+                .record_delivery(&mut *tx, &provider.name, &event.event_id, id)
+                .await?
+            {
+                recorded.push((id, false));
+                continue;
+            }
+            // Another source's event with this UUID would be the same message
+            // downstream, and one of them lost: refused, nothing stored.
+            if let Some(uuid) = event.uuid
+                && !store
+                    .record_delivery(&mut *tx, &provider.name, &format!("uuid:{uuid}"), id)
+                    .await?
+            {
                 return Ok(Outcome::refused(
                     StatusCode::CONFLICT,
-                    "replayed",
-                    "this body was delivered before under another id",
+                    "conflict",
+                    format!(
+                        "the id {uuid} is another source's event already: a UUID id must be unique \
+                         across sources (consumers deduplicate on it)"
+                    ),
                 ));
             }
+            // An id the signature does not cover (a header) could be changed to
+            // replay a signed body as a new event: the body is recorded too, and
+            // dropping the transaction forgets the id just recorded.
+            if provider.id_unsigned() {
+                let body = format!(
+                    "sha256:{}",
+                    crate::signature::sha256_hex(&event.message.envelope.payload)
+                );
+                if !store.record_delivery(&mut *tx, &provider.name, &body, id).await? {
+                    return Ok(Outcome::refused(
+                        StatusCode::CONFLICT,
+                        "replayed",
+                        "this body was delivered before under another id",
+                    ));
+                }
+            }
+            store.enqueue_outgoing(&mut *tx, &event.message).await?;
+            recorded.push((id, true));
         }
-        store.enqueue_outgoing(&mut *tx, message).await?;
         store.commit(tx).await?;
-        Ok::<_, Error>(Outcome::Accepted(id))
+        Ok::<_, Error>(match recorded[..] {
+            [(id, true)] if !taken.batch => Outcome::Accepted(id),
+            [(id, false)] if !taken.batch => Outcome::Duplicate(id),
+            _ => Outcome::Batch(recorded),
+        })
     };
     let outcome = match attempt.await {
         Ok(outcome) => outcome,
@@ -334,7 +469,7 @@ async fn record<S: InboxStore + Clone>(
             }
         }
     };
-    if matches!(outcome, Outcome::Accepted(_)) {
+    if matches!(outcome, Outcome::Accepted(_) | Outcome::Batch(_)) {
         forget_now_and_then(shared);
     }
     outcome

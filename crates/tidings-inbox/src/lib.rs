@@ -46,14 +46,20 @@
 //! # Ok(()) }
 //! ```
 //!
+//! [`Provider::cloudevents`] takes CloudEvents over HTTP from another
+//! service instead, in every mode of the HTTP binding (binary, structured,
+//! batch), authenticated by a bearer token; each event keeps what its
+//! producer wrote and is taken once per (`source`, `id`), a batch in one
+//! transaction.
+//!
 //! The `tidings` crate re-exports this crate as `tidings::inbox` (feature
 //! `inbox`), and `tidings run` serves it from its configuration.
 #![warn(missing_docs, missing_debug_implementations, unreachable_pub)]
 
+mod cloudevents;
 mod config;
 mod deliver;
 mod provider;
-mod serve;
 pub mod signature;
 
 use std::collections::HashMap;
@@ -67,13 +73,17 @@ use tidings_core::{Error, InboxStore, Result};
 
 pub use config::{KeySetting, ProviderConfig, SchemeName};
 pub use provider::{Provider, secret_from_env, secret_from_file};
-pub use serve::{ServeLimits, serve, serve_with};
 pub use signature::{Encoding, Scheme, SignatureError};
 pub use tidings_core::field::Field;
+/// Serving the router on a socket facing the internet (`tidings-http`).
+pub use tidings_http::{ServeLimits, serve, serve_with};
 
 /// The longest event id, message type or key read from a delivery, in
 /// characters.
 pub const MAX_ID_CHARS: usize = 255;
+
+/// The most CloudEvents one batch may carry; a larger batch gets `413`.
+pub const MAX_BATCH_EVENTS: usize = 1000;
 
 /// How often an inbox deletes deliveries past its retention, at most.
 const FORGET_EVERY: Duration = Duration::from_secs(3600);
@@ -162,6 +172,7 @@ impl<S: InboxStore + Clone> Inbox<S> {
                 });
             }
         }
+        deliver::count_from_zero(providers.keys().map(String::as_str));
         let shared = Arc::new(Shared {
             store: self.store,
             providers,

@@ -27,6 +27,20 @@ pub struct Provider {
     pub(crate) event_id: Field,
     pub(crate) message_type: Field,
     pub(crate) key: Option<Field>,
+    pub(crate) reads: Reads,
+}
+
+/// What a provider's deliveries are.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Reads {
+    /// A webhook: one event per delivery, its id, type and key read where
+    /// the provider's fields say.
+    Webhook,
+    /// CloudEvents over HTTP, as the HTTP protocol binding writes them:
+    /// binary mode (`ce-` headers), structured mode
+    /// (`application/cloudevents+json`) or a batch
+    /// (`application/cloudevents-batch+json`).
+    CloudEvents,
 }
 
 impl Provider {
@@ -46,6 +60,7 @@ impl Provider {
             event_id: Field::json("/id"),
             message_type: Field::json("/type"),
             key: Some(Field::json("/data/object/id")),
+            reads: Reads::Webhook,
         }
     }
 
@@ -62,6 +77,7 @@ impl Provider {
             event_id: Field::header("x-github-delivery"),
             message_type: Field::header("x-github-event"),
             key: Some(Field::json("/repository/full_name")),
+            reads: Reads::Webhook,
         }
     }
 
@@ -82,6 +98,33 @@ impl Provider {
             event_id: Field::json("/id"),
             message_type: Field::Fixed(name.clone()),
             key: None,
+            reads: Reads::Webhook,
+            name,
+        }
+    }
+
+    /// Another service delivering CloudEvents over HTTP, named `name`,
+    /// authenticated by a shared token (`Authorization: Bearer <token>`;
+    /// serve the inbox over TLS). Every mode of the HTTP protocol binding
+    /// is read: binary (`ce-` headers, values percent-decoded), structured
+    /// (`application/cloudevents+json`) and batches
+    /// (`application/cloudevents-batch+json`, all of a batch in one
+    /// transaction). Each event keeps what its producer wrote (its
+    /// `source`, `id`, `type`, key, `time`, extensions and data) and is
+    /// taken once per (`source`, `id`), as the spec defines uniqueness. A
+    /// UUID `id` stays the event's message id, which consumers deduplicate
+    /// on: one another source used already is refused (`409`). Batches
+    /// carry at most [`MAX_BATCH_EVENTS`](crate::MAX_BATCH_EVENTS) events.
+    pub fn cloudevents(name: impl Into<String>, token: Secret) -> Provider {
+        let name = name.into();
+        Provider {
+            scheme: Scheme::Bearer,
+            secrets: vec![token],
+            topic: name.clone(),
+            event_id: Field::json("/id"),
+            message_type: Field::json("/type"),
+            key: None,
+            reads: Reads::CloudEvents,
             name,
         }
     }
@@ -156,7 +199,7 @@ impl Provider {
     /// Whether the event id is outside what the signature covers (a
     /// header): then a signed body could be replayed under a new id.
     pub(crate) fn id_unsigned(&self) -> bool {
-        matches!(self.event_id, Field::Header(_))
+        self.reads == Reads::Webhook && matches!(self.event_id, Field::Header(_))
     }
 
     /// Why this provider cannot serve, if it cannot.

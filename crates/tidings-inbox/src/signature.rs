@@ -1,5 +1,5 @@
 //! Webhook signatures: Stripe's, GitHub's and a generic HMAC header, all
-//! HMAC-SHA256, each compared in constant time.
+//! HMAC-SHA256, and a bearer token, each compared in constant time.
 //!
 //! [`verify`] is pure (the clock is a parameter), so it can be tested and
 //! fuzzed without a server. Its errors say what was wrong without ever
@@ -38,6 +38,10 @@ pub enum Scheme {
         /// How the signature is written.
         encoding: Encoding,
     },
+    /// A shared token: `Authorization: Bearer <token>`, as services
+    /// delivering CloudEvents over HTTP authenticate (the body is not
+    /// signed: serve it over TLS).
+    Bearer,
 }
 
 /// How a generic HMAC signature is written.
@@ -55,6 +59,8 @@ pub enum Encoding {
 pub const STRIPE_HEADER: &str = "stripe-signature";
 /// The header GitHub signs with (SHA-256).
 pub const GITHUB_HEADER: &str = "x-hub-signature-256";
+/// The header a bearer token comes in.
+pub const AUTHORIZATION_HEADER: &str = "authorization";
 
 /// Why a delivery's signature was refused.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -80,6 +86,8 @@ pub enum SignatureError {
     },
     /// No signature matches the body under any of the provider's secrets.
     Mismatch,
+    /// The bearer token is none of the provider's secrets.
+    WrongToken,
 }
 
 impl fmt::Display for SignatureError {
@@ -95,6 +103,7 @@ impl fmt::Display for SignatureError {
             SignatureError::Mismatch => f.write_str(
                 "no signature matches the body: the secret is not the provider's, or the body was changed on the way",
             ),
+            SignatureError::WrongToken => f.write_str("the bearer token is not one this inbox accepts"),
         }
     }
 }
@@ -143,7 +152,38 @@ pub fn verify(
             let signature = decode(value, *encoding, name)?;
             matches_any(secrets, &[body], &[signature])
         }
+        Scheme::Bearer => {
+            let value = header(headers, AUTHORIZATION_HEADER)?;
+            let token = value
+                .get(..7)
+                .filter(|scheme| scheme.eq_ignore_ascii_case("bearer "))
+                .map(|_| value[7..].trim())
+                .ok_or(SignatureError::Malformed {
+                    header: AUTHORIZATION_HEADER.into(),
+                    reason: "it is not `Bearer <token>`",
+                })?;
+            token_matches(secrets, token)
+        }
     }
+}
+
+/// Whether `token` is one of `secrets`, compared in constant time: as
+/// HMACs of a fixed key, so that neither the contents nor the length of a
+/// secret shows in the time taken.
+fn token_matches(secrets: &[Secret], token: &str) -> Result<(), SignatureError> {
+    let tag = |bytes: &[u8]| {
+        let mut mac = HmacSha256::new_from_slice(b"tidings-inbox bearer token").expect("a fixed key");
+        mac.update(bytes);
+        mac
+    };
+    let expected = tag(token.as_bytes());
+    for secret in secrets {
+        let secret_tag = tag(secret.expose().as_bytes()).finalize().into_bytes();
+        if expected.clone().verify_slice(&secret_tag).is_ok() {
+            return Ok(());
+        }
+    }
+    Err(SignatureError::WrongToken)
 }
 
 /// The header `name` as text.
@@ -420,5 +460,38 @@ mod tests {
             verify(&hex_scheme, &secrets, &headers("x-signature", &b64), body, 0),
             Err(SignatureError::Malformed { .. })
         ));
+    }
+
+    fn not_bearer() -> SignatureError {
+        SignatureError::Malformed {
+            header: AUTHORIZATION_HEADER.into(),
+            reason: "it is not `Bearer <token>`",
+        }
+    }
+
+    #[test]
+    fn a_bearer_token_is_one_of_the_secrets_or_refused_without_echo() {
+        let secrets = [Secret::new("old-token"), Secret::new("new-token")];
+        for value in ["Bearer new-token", "bearer old-token", "BEARER  new-token "] {
+            let h = headers(AUTHORIZATION_HEADER, value);
+            assert_eq!(verify(&Scheme::Bearer, &secrets, &h, b"", 0), Ok(()), "{value}");
+        }
+        for (value, expected) in [
+            ("Bearer new-token2", SignatureError::WrongToken),
+            ("Bearer x new-token", SignatureError::WrongToken),
+            ("Bearer ", not_bearer()),
+            ("Basic bmV3LXRva2Vu", not_bearer()),
+        ] {
+            let h = headers(AUTHORIZATION_HEADER, value);
+            let refused = verify(&Scheme::Bearer, &secrets, &h, b"", 0).unwrap_err();
+            assert!(!refused.to_string().contains("token2"), "{refused}");
+            assert_eq!(refused, expected, "{value}");
+        }
+        assert_eq!(
+            verify(&Scheme::Bearer, &secrets, &HeaderMap::new(), b"", 0),
+            Err(SignatureError::Missing {
+                header: AUTHORIZATION_HEADER.into()
+            })
+        );
     }
 }

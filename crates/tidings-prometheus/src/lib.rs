@@ -134,14 +134,10 @@ pub async fn upkeep(handle: PrometheusHandle, shutdown: CancellationToken) {
     }
 }
 
-/// Serves `GET /metrics` on `listener` until `shutdown`.
-pub async fn serve(
-    listener: TcpListener,
-    handle: PrometheusHandle,
-    shutdown: CancellationToken,
-) -> std::io::Result<()> {
+/// Serves `GET /metrics` on `listener` until `shutdown`, with
+/// `tidings-http`'s limits: a scraper slow to send its headers is cut off,
+/// connections are capped, a shutdown waits a bounded time.
+pub async fn serve(listener: TcpListener, handle: PrometheusHandle, shutdown: CancellationToken) {
     tokio::spawn(upkeep(handle.clone(), shutdown.clone()));
-    axum::serve(listener, router(handle))
-        .with_graceful_shutdown(async move { shutdown.cancelled().await })
-        .await
+    tidings_http::serve(listener, router(handle), shutdown.cancelled_owned()).await;
 }

@@ -57,11 +57,17 @@ pub struct Topology {
 /// server: its name, its host (`broker.internal:9092`, no credentials) and
 /// the naming of its transport (a broker's options:
 /// `tidings::transport_addresses(url, &options)` gives it from a URL).
+///
+/// A host naming several brokers (`a:9092,b:9092`, a Kafka cluster's
+/// bootstrap list) is written as one server per broker: `<name>`,
+/// `<name>-2`, ..., every channel on each.
 #[derive(Debug, Clone)]
 pub struct Server {
     name: String,
     host: String,
     addresses: Arc<dyn Addresses>,
+    protocol: Option<String>,
+    pathname: Option<String>,
 }
 
 impl Server {
@@ -71,7 +77,46 @@ impl Server {
             name: name.into(),
             host: host.into(),
             addresses,
+            protocol: None,
+            pathname: None,
         }
+    }
+
+    /// The protocol, where the URL says more than the transport's options
+    /// (`amqps` for RabbitMQ over TLS).
+    pub fn protocol(mut self, protocol: impl Into<String>) -> Server {
+        self.protocol = Some(protocol.into());
+        self
+    }
+
+    /// The path after the host (a RabbitMQ virtual host: `/%2f`, `/shop`).
+    pub fn pathname(mut self, pathname: impl Into<String>) -> Server {
+        self.pathname = Some(pathname.into());
+        self
+    }
+
+    /// The protocol as the document names it.
+    fn protocol_name(&self) -> String {
+        self.protocol
+            .clone()
+            .unwrap_or_else(|| self.addresses.protocol().to_owned())
+    }
+
+    /// The servers of the document: (key, host), one per broker.
+    fn entries(&self) -> Vec<(String, String)> {
+        self.host
+            .split(',')
+            .map(str::trim)
+            .filter(|h| !h.is_empty())
+            .enumerate()
+            .map(|(i, host)| {
+                let key = match i {
+                    0 => self.name.clone(),
+                    n => format!("{}-{}", self.name, n + 1),
+                };
+                (key, host.to_owned())
+            })
+            .collect()
     }
 }
 
@@ -152,10 +197,9 @@ fn id_safe(s: &str) -> String {
         .collect()
 }
 
-/// The CloudEvents binary-mode headers every message carries, their names
-/// starting with `prefix`: `ce-` as NATS, RabbitMQ and HTTP name them,
-/// `ce_` as Kafka's binding does.
-fn headers(doc: &SchemaDoc, prefix: &str) -> Value {
+/// The CloudEvents attributes every message carries, as (name, schema),
+/// and the required ones.
+fn attributes(doc: &SchemaDoc) -> (Vec<(&'static str, Value)>, [&'static str; 6]) {
     let string = |description: &str| json!({"type": "string", "description": description});
     let attributes = [
         ("specversion", json!({"type": "string", "const": "1.0"})),
@@ -194,10 +238,18 @@ fn headers(doc: &SchemaDoc, prefix: &str) -> Value {
         ),
         ("traceparent", string("W3C trace context.")),
     ];
-    let required: Vec<String> = ["specversion", "id", "source", "type", "time", "correlationid"]
-        .iter()
-        .map(|a| format!("{prefix}{a}"))
-        .collect();
+    (
+        attributes.to_vec(),
+        ["specversion", "id", "source", "type", "time", "correlationid"],
+    )
+}
+
+/// The CloudEvents binary-mode headers every message carries, their names
+/// starting with `prefix`: `ce-` as NATS, RabbitMQ and HTTP name them,
+/// `ce_` as Kafka's binding does.
+fn headers(doc: &SchemaDoc, prefix: &str) -> Value {
+    let (attributes, required) = attributes(doc);
+    let required: Vec<String> = required.iter().map(|a| format!("{prefix}{a}")).collect();
     let properties: Map<String, Value> = attributes
         .into_iter()
         .map(|(name, schema)| (format!("{prefix}{name}"), schema))
@@ -208,17 +260,21 @@ fn headers(doc: &SchemaDoc, prefix: &str) -> Value {
 /// The header prefix of CloudEvents attributes on `protocol`.
 fn header_prefix(protocol: Option<&str>) -> &'static str {
     match protocol {
-        Some("kafka") => "ce_",
+        Some("kafka" | "kafka-secure") => "ce_",
         _ => "ce-",
     }
 }
 
 /// A channel of `topic` on `server`: its address, its parameters and its
 /// binding. `tokens` are its message types as the address writes them.
-fn channel(topic: &str, address: &Address, server: &str, tokens: &[String]) -> Value {
+fn channel(topic: &str, address: &Address, servers: &[String], tokens: &[String]) -> Value {
+    let servers: Vec<Value> = servers
+        .iter()
+        .map(|s| json!({"$ref": format!("#/servers/{s}")}))
+        .collect();
     let mut channel = json!({
         "address": address.address,
-        "servers": [{"$ref": format!("#/servers/{server}")}],
+        "servers": servers,
         "messages": {},
     });
     let mut parameters = Map::new();
@@ -257,27 +313,72 @@ fn payload(doc: &SchemaDoc) -> Value {
     schema
 }
 
+/// A structured-mode message: one `application/cloudevents+json` document,
+/// its attributes members, the payload its `data`.
+fn structured(doc: &SchemaDoc) -> Value {
+    let (attributes, required) = attributes(doc);
+    let mut properties: Map<String, Value> = attributes
+        .into_iter()
+        .map(|(name, schema)| (name.to_owned(), schema))
+        .collect();
+    // Carried as a JSON number in a document, a string in headers.
+    properties.insert(
+        "schemaversion".into(),
+        json!({"type": "integer", "const": doc.meta.version}),
+    );
+    properties.insert(
+        "datacontenttype".into(),
+        json!({"type": "string", "const": "application/json"}),
+    );
+    properties.insert("data".into(), payload(doc));
+    // A payload JSON cannot embed byte for byte travels as base64.
+    properties.insert(
+        "data_base64".into(),
+        json!({"type": "string", "contentEncoding": "base64", "description": "The payload, when it cannot be embedded as `data` byte for byte."}),
+    );
+    json!({
+        "type": "object",
+        "required": required,
+        "properties": properties,
+        "oneOf": [{"required": ["data"]}, {"required": ["data_base64"]}],
+    })
+}
+
 /// The AsyncAPI 3.0 document of `topology` over `registry`. Every message
 /// a service sends or receives must be registered at that version.
 pub fn document(registry: &Registry, topology: &Topology) -> Result<Value, SchemaError> {
     let server = topology.server.as_ref();
-    let prefix = header_prefix(server.map(|s| s.addresses.protocol()));
+    let protocol = server.map(Server::protocol_name);
+    let prefix = header_prefix(protocol.as_deref());
     let message_binding = server.and_then(|s| s.addresses.address("").message_binding);
+    let structured_mode = server
+        .is_some_and(|s| s.addresses.content_mode() == tidings_core::cloudevents::ContentMode::Structured);
     let mut messages = Map::new();
     let mut channels = Map::new();
     // Each topic's message types, as its address writes them.
     let mut tokens: std::collections::BTreeMap<String, Vec<String>> = Default::default();
     for doc in registry.docs() {
         let id = message_id(doc);
-        let mut message = json!({
-            "name": doc.meta.message_type,
-            "title": format!("{} v{}", doc.meta.message_type, doc.meta.version),
-            "contentType": "application/json",
-            "headers": headers(doc, prefix),
-            "payload": payload(doc),
-            "correlationId": {"location": format!("$message.header#/{prefix}correlationid")},
-            "tags": [{"name": doc.meta.kind.as_str()}],
-        });
+        let mut message = if structured_mode {
+            json!({
+                "name": doc.meta.message_type,
+                "title": format!("{} v{}", doc.meta.message_type, doc.meta.version),
+                "contentType": tidings_core::cloudevents::CONTENT_TYPE,
+                "payload": structured(doc),
+                "correlationId": {"location": "$message.payload#/correlationid"},
+                "tags": [{"name": doc.meta.kind.as_str()}],
+            })
+        } else {
+            json!({
+                "name": doc.meta.message_type,
+                "title": format!("{} v{}", doc.meta.message_type, doc.meta.version),
+                "contentType": "application/json",
+                "headers": headers(doc, prefix),
+                "payload": payload(doc),
+                "correlationId": {"location": format!("$message.header#/{prefix}correlationid")},
+                "tags": [{"name": doc.meta.kind.as_str()}],
+            })
+        };
         if let Some(binding) = &message_binding {
             message["bindings"] = binding.clone();
         }
@@ -312,7 +413,8 @@ pub fn document(registry: &Registry, topology: &Topology) -> Result<Value, Schem
             }
             let id = id_safe(topic);
             let messages = channels[&id]["messages"].clone();
-            let mut described = channel(topic, &address, &server.name, &written);
+            let keys: Vec<String> = server.entries().into_iter().map(|(key, _)| key).collect();
+            let mut described = channel(topic, &address, &keys, &written);
             described["messages"] = messages;
             channels.insert(id, described);
         }
@@ -361,10 +463,18 @@ pub fn document(registry: &Registry, topology: &Topology) -> Result<Value, Schem
         "components": {"messages": messages},
     });
     if let Some(server) = server {
-        document["servers"] = json!({server.name.clone(): {
-            "host": server.host,
-            "protocol": server.addresses.protocol(),
-        }});
+        let mut servers = Map::new();
+        for (key, host) in server.entries() {
+            let mut entry = json!({"host": host, "protocol": server.protocol_name()});
+            if let Some(version) = server.addresses.protocol_version() {
+                entry["protocolVersion"] = json!(version);
+            }
+            if let Some(pathname) = &server.pathname {
+                entry["pathname"] = json!(pathname);
+            }
+            servers.insert(key, entry);
+        }
+        document["servers"] = Value::Object(servers);
     }
     Ok(document)
 }

@@ -23,12 +23,37 @@ prints one JSON line per record written.
 writes plain JSON records, no CloudEvents (see `plain_records`), where
 `write` writes, and prints one JSON line per record written.
 
+    cloudevents_client.py own rabbitmq|nats URL NAME
+
+makes what another team's producer owns and names itself: on RabbitMQ the
+durable topic exchange NAME, on NATS the stream NAME (upper case) holding
+the subjects `NAME.>`. `write` and `write-plain` then write there.
+
+    cloudevents_client.py write-core nats URL PREFIX
+
+writes the plain JSON records of `write-plain` with plain NATS (no
+JetStream: nothing confirms them) on `PREFIX.0.plain`, flushed.
+
+    cloudevents_client.py post-http URL TOKEN
+
+posts CloudEvents over HTTP to URL as the SDK's HTTP binding writes them
+(see `http_requests`: binary and structured mode, a batch, a retry, a
+subject that is not ASCII) and what is not a CloudEvent or not
+authenticated, with `Authorization: Bearer TOKEN` where it should be;
+prints one JSON line per request: {"what", "status", "answer"}.
+
     cloudevents_client.py fill kafka URL TOPIC COUNT PARTITIONS
 
 creates the Kafka topic TOPIC with PARTITIONS partitions, as another team
 would, and writes COUNT binary-mode events to it (ids `evt_fill_<n>`, 40
 keys), placed by the client's own partitioner; prints how many records
 each partition got as one JSON object.
+
+    cloudevents_client.py fill-clicks kafka URL TOPIC COUNT PARTITIONS
+
+the same with COUNT clicks as a web tier writes them for the clicks
+reference system (type `Click`, ids `clk_py_<n>`, `COUNT / 20` sessions
+as keys, each session's clicks in order).
 """
 
 import asyncio
@@ -260,6 +285,107 @@ def write_plain(broker, url, address):
         print(json.dumps({"key": key, "id": headers.get("x-event-id")}), flush=True)
 
 
+def own(broker, url, name):
+    if broker == "rabbitmq":
+        import pika
+
+        connection = pika.BlockingConnection(pika.URLParameters(url))
+        connection.channel().exchange_declare(name, exchange_type="topic", durable=True)
+        connection.close()
+    elif broker == "nats":
+
+        async def make():
+            import nats
+
+            client = await nats.connect(url)
+            await client.jetstream().add_stream(name=name.upper(), subjects=[f"{name}.>"])
+            await client.close()
+
+        asyncio.run(make())
+    else:
+        sys.exit(f"`own` makes nothing on {broker!r} (rabbitmq or nats)")
+
+
+def write_core(url, prefix):
+    async def publish():
+        import nats
+
+        client = await nats.connect(url)
+        for _key, headers, body in plain_records():
+            await client.publish(f"{prefix}.0.plain", body, headers=headers or None)
+        await client.flush()
+        await client.close()
+
+    asyncio.run(publish())
+
+
+def http_requests(token):
+    """(what, headers, body) of the requests `post-http` makes."""
+
+    def event(event_id, source, key, **more):
+        attributes = {
+            "id": event_id,
+            "source": source,
+            "type": "invoice.paid",
+            "datacontenttype": "application/json",
+            "partitionkey": key,
+            "tenant": "acme",
+        }
+        attributes.update(more)
+        made = CloudEvent(attributes, {"invoice": key, "event": event_id})
+        made.get_attributes().pop("time", None)
+        return made
+
+    def signed(headers):
+        return dict(headers, Authorization=f"Bearer {token}")
+
+    def batch(events):
+        body = b"[" + b",".join(FORMAT.write(e) for e in events) + b"]"
+        return {"Content-Type": "application/cloudevents-batch+json"}, body
+
+    a = event("evt_http_A", SOURCE, "inv-1")
+    b = event("evt_http_B", SOURCE, "inv-1")
+    c = event("evt_http_C", SOURCE, "inv-2")
+    a_elsewhere = event("evt_http_A", OTHER_SOURCE, "inv-3")
+    d = event("evt_http_D", SOURCE, "cliente-ñ", subject="café ☕ 100%")
+    e = event("evt_http_E", SOURCE, "inv-9")
+    as_binary = http.to_binary(a, FORMAT)
+    batch_headers, batch_body = batch([c, a_elsewhere, b])
+    bad_headers, bad_body = batch([event("evt_http_F", SOURCE, "inv-4")])
+    bad_body = bad_body[:-1] + b',{"specversion":"1.0","id":"x","source":"s"}]'
+    plain = json.dumps({"invoice": "inv-5"}).encode()
+    return [
+        ("binary", signed(as_binary.headers), as_binary.body),
+        ("structured", signed(http.to_structured(b, FORMAT).headers), http.to_structured(b, FORMAT).body),
+        ("retry", signed(as_binary.headers), as_binary.body),
+        ("batch", signed(batch_headers), batch_body),
+        ("unicode", signed(http.to_binary(d, FORMAT).headers), http.to_binary(d, FORMAT).body),
+        ("no-token", dict(http.to_binary(e, FORMAT).headers), http.to_binary(e, FORMAT).body),
+        ("wrong-token", dict(http.to_binary(e, FORMAT).headers, Authorization="Bearer guess"), b"{}"),
+        ("not-cloudevents", signed({"Content-Type": "application/json"}), plain),
+        ("bad-batch", signed(bad_headers), bad_body),
+        ("empty-batch", signed(batch([])[0]), b"[]"),
+    ]
+
+
+def post_http(url, token):
+    import urllib.error
+    import urllib.request
+
+    for what, headers, body in http_requests(token):
+        request = urllib.request.Request(url, data=body, headers=headers, method="POST")
+        try:
+            with urllib.request.urlopen(request, timeout=30) as response:
+                status, answer = response.status, response.read()
+        except urllib.error.HTTPError as refused:
+            status, answer = refused.code, refused.read()
+        try:
+            answer = json.loads(answer)
+        except ValueError:
+            answer = answer.decode(errors="replace")
+        print(json.dumps({"what": what, "status": status, "answer": answer}), flush=True)
+
+
 def write_kafka(url, topic):
     from confluent_kafka import Producer
 
@@ -282,7 +408,40 @@ def write_kafka(url, topic):
         sys.exit(f"Kafka did not confirm every record: {failures}")
 
 
-def fill_kafka(url, topic, count, partitions):
+def click_events(count):
+    """(key, attributes, data) of `count` clicks over `count / 20` sessions,
+    each session's clicks in order (seq from 1, time moving on)."""
+    sessions = max(1, count // 20)
+    seqs = [0] * sessions
+    for n in range(count):
+        s = (n * 7919) % sessions
+        seqs[s] += 1
+        session = f"sess_py_{s}"
+        attributes = {
+            "id": f"clk_py_{n}",
+            "source": "web-tier",
+            "type": "Click",
+            "datacontenttype": "application/json",
+            "partitionkey": session,
+        }
+        at_ms = 1_700_000_000_000 + s * 1_000_000 + seqs[s] * (120 if s % 10 == 0 else 1_500)
+        data = {"click_id": f"clk_py_{n}", "session_id": session, "seq": seqs[s], "page": f"/p/{n % 50}", "at_ms": at_ms}
+        yield session, attributes, data
+
+
+def payment_events(count):
+    """(key, attributes, data) of `count` payment events over 40 keys."""
+    for n in range(count):
+        attributes = {
+            "id": f"evt_fill_{n}",
+            "source": SOURCE,
+            "type": "payment.succeeded",
+            "datacontenttype": "application/json",
+        }
+        yield f"acct-{n % 40}", attributes, {"payment": n}
+
+
+def fill_kafka(url, topic, count, partitions, events):
     from confluent_kafka import Producer
     from confluent_kafka.admin import AdminClient, NewTopic
 
@@ -299,17 +458,16 @@ def fill_kafka(url, topic, count, partitions):
         else:
             placed[record.partition()] = placed.get(record.partition(), 0) + 1
 
-    for n in range(count):
-        attributes = {
-            "id": f"evt_fill_{n}",
-            "source": SOURCE,
-            "type": "payment.succeeded",
-            "datacontenttype": "application/json",
-        }
-        event = CloudEvent(attributes, {"payment": n})
-        message = kafka.to_binary(event, FORMAT)
-        key = f"acct-{n % 40}".encode()
-        producer.produce(topic, key=key, value=message.value, headers=list(message.headers.items()), on_delivery=report)
+    for key, attributes, data in events(count):
+        message = kafka.to_binary(CloudEvent(attributes, data), FORMAT)
+        while True:
+            try:
+                producer.produce(
+                    topic, key=key.encode(), value=message.value, headers=list(message.headers.items()), on_delivery=report
+                )
+                break
+            except BufferError:
+                producer.poll(0.1)
         producer.poll(0)
     if producer.flush(30) != 0 or failures:
         sys.exit(f"Kafka did not confirm every record: {failures}")
@@ -367,9 +525,19 @@ def main(argv):
     if len(argv) == 5 and argv[1] == "write-plain":
         write_plain(argv[2], argv[3], argv[4])
         return
-    if len(argv) == 7 and argv[1] == "fill" and argv[2] == "kafka":
-        _, _, _, url, topic, count, partitions = argv
-        fill_kafka(url, topic, int(count), int(partitions))
+    if len(argv) == 4 and argv[1] == "post-http":
+        post_http(argv[2], argv[3])
+        return
+    if len(argv) == 5 and argv[1] == "own":
+        own(argv[2], argv[3], argv[4])
+        return
+    if len(argv) == 5 and argv[1] == "write-core" and argv[2] == "nats":
+        write_core(argv[3], argv[4])
+        return
+    if len(argv) == 7 and argv[1] in ("fill", "fill-clicks") and argv[2] == "kafka":
+        _, command, _, url, topic, count, partitions = argv
+        events = click_events if command == "fill-clicks" else payment_events
+        fill_kafka(url, topic, int(count), int(partitions), events)
         return
     if len(argv) != 6 or argv[1] != "read":
         sys.exit(__doc__)

@@ -31,8 +31,10 @@ mod foreign;
 mod poison;
 
 pub use foreign::{
-    ForeignAddress, foreign_kafka_topic, foreign_plain_json_is_read_once, foreign_producers_are_read_once,
-    foreign_readers_recognise_what_tidings_publishes,
+    ForeignAddress, foreign_kafka_clicks, foreign_kafka_topic, foreign_names_are_read,
+    foreign_plain_json_is_read_once, foreign_producers_are_read_once,
+    foreign_readers_recognise_what_tidings_publishes, read_plain_json, run_client,
+    the_rust_sdk_reads_what_tidings_publishes,
 };
 pub use poison::{a_corrupt_record_waits_alone_with_its_key, an_oversized_record_waits_alone_with_its_key};
 
@@ -90,6 +92,15 @@ pub trait TransportUnderTest: Send + Sync + 'static {
     /// interoperability checks (`None`: no foreign client reads it).
     fn foreign_address(&self, topic: &str) -> Option<ForeignAddress> {
         let _ = topic;
+        None
+    }
+
+    /// A subscriber reading `topic` from resources another team made under
+    /// `name` with the foreign client's `own` command (a NATS stream
+    /// holding `<name>.>`, a RabbitMQ topic exchange `<name>`), by their
+    /// names (`None`: the transport reads no other naming).
+    async fn foreign_subscriber(&self, topic: &str, name: &str) -> Option<Arc<dyn Subscriber>> {
+        let _ = (topic, name);
         None
     }
 }
@@ -735,8 +746,16 @@ async fn start<T: TransportUnderTest, S: tidings_core::Store>(
     consumer: tidings_consumer::Consumer<S>,
     stop: tokio_util::sync::CancellationToken,
 ) -> Running {
+    start_on(t.subscriber().await, consumer, stop)
+}
+
+/// Runs `consumer` on `subscriber` until `stop`.
+fn start_on<S: tidings_core::Store>(
+    subscriber: Arc<dyn Subscriber>,
+    consumer: tidings_consumer::Consumer<S>,
+    stop: tokio_util::sync::CancellationToken,
+) -> Running {
     let stats = consumer.stats();
-    let subscriber = t.subscriber().await;
     let task = tokio::spawn(async move { consumer.run(&*subscriber, stop).await });
     (stats, task)
 }

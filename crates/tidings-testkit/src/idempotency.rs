@@ -69,6 +69,16 @@ use tidings_consumer::{Consumer, ConsumerConfig, Context, Handler, HandlerError,
 use tidings_core::Store;
 use tidings_core::{Backoff, DeadLetterFilter, Envelope};
 
+/// The query [`State::read`] takes for what a handler emitted through the outbox.
+pub const OUTBOX: &str = "outbox";
+
+const EMITTED: &str = "SELECT aggregate_key, message_type, body FROM tidings_outbox ORDER BY seq";
+
+/// Each key and type's payloads, in order, joined: what [`State::read`] compares by default.
+pub fn joined(_: &str, payloads: Vec<String>) -> String {
+    payloads.join(" | ")
+}
+
 /// What a run left behind, as the caller reads it: named values, compared
 /// key by key between runs. Build it from rows (`(key, value)` pairs) or
 /// with [`State::insert`].
@@ -96,6 +106,51 @@ impl State {
     /// The entries, in key order.
     pub fn iter(&self) -> impl Iterator<Item = (&str, &str)> {
         self.0.iter().map(|(k, v)| (k.as_str(), v.as_str()))
+    }
+
+    /// Reads a business system's state from `store`: each of `tables` is a
+    /// name and a query of (key, value) rows as text. A query named
+    /// `OUTBOX` reads instead what the handler emitted through the outbox,
+    /// each key and type's payloads in order, passed through `payloads`
+    /// (which sees the type): two runs may emit the same messages with
+    /// other ids, so the payloads are what is compared.
+    pub async fn read<D: tidings_sql::Dialect>(
+        store: &tidings_sql::SqlStore<D>,
+        tables: &[(&str, &'static str)],
+        payloads: impl Fn(&str, Vec<String>) -> String,
+    ) -> State {
+        use tidings_sql::db::Stmt;
+        let mut conn = store.conn("reading the state").await.unwrap();
+        let mut state = State::new();
+        for (name, query) in tables {
+            let query = if *query == OUTBOX { EMITTED } else { *query };
+            let rows = Stmt::<D>::new(query, "reading the state")
+                .fetch_all(&mut conn)
+                .await
+                .unwrap_or_else(|e| panic!("reading {name} with {query}: {e}"));
+            let mut table = State::new();
+            if query == EMITTED {
+                let mut grouped = BTreeMap::<(String, String), Vec<String>>::new();
+                for row in rows {
+                    let (key, kind, body): (String, String, Vec<u8>) =
+                        (row.get(0).unwrap(), row.get(1).unwrap(), row.get(2).unwrap());
+                    let envelope = tidings_core::cloudevents::from_json(&body).unwrap();
+                    grouped
+                        .entry((key, kind))
+                        .or_default()
+                        .push(String::from_utf8(envelope.payload).unwrap());
+                }
+                for ((key, kind), emitted) in grouped {
+                    table.insert(format!("{key}/{kind}"), payloads(&kind, emitted));
+                }
+            } else {
+                for row in rows {
+                    table.insert(row.get::<String>(0).unwrap(), row.get::<String>(1).unwrap());
+                }
+            }
+            state.extend_prefixed(name, table);
+        }
+        state
     }
 
     /// The first key whose value differs between `self` (the reference) and `other`.

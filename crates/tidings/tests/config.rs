@@ -131,7 +131,19 @@ fn broker_options_read_from_a_file() {
         kafka: tidings::kafka::KafkaOptions,
     }
     let read: Brokers = toml::from_str(
-        "[nats]\nack_wait = \"5s\"\npartitions = 0\n[rabbitmq]\nprefetch = 16\n[kafka]\nreplication = 3\ncommit_interval = \"1s\"\n",
+        r#"
+[nats]
+ack_wait = "5s"
+partitions = 0
+foreign = { payments = "payments.>" }
+[rabbitmq]
+prefetch = 16
+foreign = { payments = { exchange = "billing", routing_key = "payment.*" }, refunds = { exchange = "billing" } }
+[kafka]
+replication = 3
+commit_interval = "1s"
+foreign = { payments = "billing.payments.v1" }
+"#,
     )
     .unwrap();
     let debug = |v: &dyn std::fmt::Debug| format!("{v:?}");
@@ -141,11 +153,18 @@ fn broker_options_read_from_a_file() {
             &tidings::nats::NatsOptions::default()
                 .ack_wait(Duration::from_secs(5))
                 .partitions(0)
+                .foreign("payments", "payments.>")
         )
     );
     assert_eq!(
         debug(&read.rabbitmq),
-        debug(&tidings::rabbitmq::RabbitOptions::default().prefetch(16))
+        debug(
+            &tidings::rabbitmq::RabbitOptions::default()
+                .prefetch(16)
+                .foreign("payments", "billing", "payment.*")
+                .foreign("refunds", "billing", "#")
+        ),
+        "a foreign exchange's binding key is # unless given"
     );
     assert_eq!(
         debug(&read.kafka),
@@ -153,6 +172,7 @@ fn broker_options_read_from_a_file() {
             &tidings::kafka::KafkaOptions::default()
                 .replication(3)
                 .commit_interval(Duration::from_secs(1))
+                .foreign("payments", "billing.payments.v1")
         )
     );
 }

@@ -8,28 +8,21 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use anyhow::Context as _;
-use indicatif::{ProgressBar, ProgressStyle};
 use rand::Rng;
 use serde::Serialize;
+use tidings::AnyStore;
 use tidings::sql::StoreOptions;
-use tidings::{AnyBroker, AnyStore, Topology, TransportOptions};
-use tidings_broker_kafka::KafkaOptions;
-use tidings_broker_nats::NatsOptions;
-use tidings_broker_rabbitmq::RabbitOptions;
-use tidings_consumer::{Consumer, ConsumerConfig, ConsumerStats, Handler};
-use tidings_core::duplicating::Duplicating;
-use tidings_core::log::LogBackend;
+use tidings_consumer::{ConsumerStats, Handler};
 use tidings_core::retry::Retry;
-use tidings_core::secret::redact_url as redact;
-use tidings_core::{Backoff, Envelope, Message, OutgoingMessage, Publisher, Subscriber};
-use tidings_log::LogReaderConfig;
-use tidings_relay::{Relay, RelayConfig};
-use tidings_store_sqlite::SqliteStore;
+use tidings_core::{Envelope, Message, OutgoingMessage};
+use tidings_demo_kit::{Calls, Meter, Runner, Scale, SidePool, ThirdParty};
 use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
 
-use crate::handlers::{Analytics, Checkout, Email, EmailProvider, Inventory, Loyalty, ProviderTally};
+pub use tidings_demo_kit::Transport;
+
+use crate::handlers::{Analytics, Checkout, Email, Inventory, Loyalty};
 use crate::messages::*;
 use crate::system::{CheckoutStore, Tally};
 
@@ -74,7 +67,8 @@ pub struct DemoOptions {
     pub warehouse_fixed: bool,
     /// How to show progress on stderr.
     pub progress: Progress,
-    /// Give up waiting for the system to drain after this long.
+    /// Give up waiting for the system to drain this long after the orders
+    /// are placed.
     pub drain_timeout: Duration,
     /// Concurrent order producers.
     pub producers: usize,
@@ -115,16 +109,7 @@ impl Default for DemoOptions {
     }
 }
 
-/// How the demo shows its progress on stderr.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Progress {
-    /// Nothing.
-    Off,
-    /// A progress bar (for a terminal).
-    Bar,
-    /// A line every two seconds (for logs).
-    Lines,
-}
+pub use tidings_demo_kit::Progress;
 
 /// What the run did, read back from the database at the end.
 #[derive(Debug, Clone, Serialize)]
@@ -195,16 +180,7 @@ impl Summary {
 
 impl fmt::Display for Summary {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let list = |m: &BTreeMap<String, i64>| {
-            if m.is_empty() {
-                "0".to_owned()
-            } else {
-                m.iter()
-                    .map(|(k, v)| format!("{k} {v}"))
-                    .collect::<Vec<_>>()
-                    .join(" · ")
-            }
-        };
+        let list = tidings_demo_kit::counts;
         writeln!(f, "checkout demo on {} over {}", self.database, self.transport)?;
         writeln!(
             f,
@@ -242,16 +218,7 @@ impl fmt::Display for Summary {
         if !self.state_mismatches.is_empty() {
             writeln!(f, "  state mismatches     {}", self.state_mismatches.join("; "))?;
         }
-        writeln!(
-            f,
-            "  drained              {}",
-            if self.drained { "yes" } else { "NO (timed out)" }
-        )?;
-        write!(
-            f,
-            "  elapsed              {:.1} s",
-            self.elapsed_ms as f64 / 1000.0
-        )
+        tidings_demo_kit::outcome(f, self.drained, &[], self.elapsed_ms)
     }
 }
 
@@ -296,45 +263,14 @@ async fn open_and_run(
     if let Some(n) = options.max_connections {
         store_options = store_options.max_connections(n);
     }
-    let store = tidings::open_store_with(&url, store_options)
-        .await
-        .with_context(|| {
-            let database = tidings::database_named(&url).unwrap_or("the database");
-            format!("connecting to {database} at {}", redact(&url))
-        })?;
+    let store = tidings_demo_kit::open_store(&url, store_options).await?;
+    // The email provider is another system: connections (or a file) of its own.
+    let provider = ThirdParty::new(SidePool::open(&url, "provider").await?, "email");
+    let label = tidings_demo_kit::label(&url);
     match store {
-        AnyStore::Postgres(store) => {
-            // The provider is another system: it gets its own connections, or a
-            // handler holding a pool connection could wait on the same pool.
-            let provider_pool = sqlx::postgres::PgPoolOptions::new()
-                .max_connections(4)
-                .connect(&url)
-                .await?;
-            let provider = EmailProvider::Postgres(provider_pool);
-            let label = format!("postgres ({})", redact(&url));
-            run_on(store, provider, options, label, role, shutdown).await
-        }
-        AnyStore::MySql(store) => {
-            // The provider is another system: it gets its own connections.
-            let provider_pool = sqlx::mysql::MySqlPoolOptions::new()
-                .max_connections(4)
-                .connect(&url)
-                .await?;
-            let provider = EmailProvider::MySql(provider_pool);
-            let label = format!("mysql ({})", redact(&url));
-            run_on(store, provider, options, label, role, shutdown).await
-        }
-        AnyStore::Sqlite(store) => {
-            let path = url
-                .strip_prefix("sqlite://")
-                .or_else(|| url.strip_prefix("sqlite:"))
-                .unwrap_or(&url);
-            // The provider is another system: it gets its own file.
-            let provider_db = SqliteStore::connect(&format!("{path}.provider")).await?;
-            let provider = EmailProvider::Sqlite(provider_db.pool().clone());
-            let label = format!("sqlite ({path})");
-            run_on(store, provider, options, label, role, shutdown).await
-        }
+        AnyStore::Postgres(store) => run_on(store, provider, options, label, role, shutdown).await,
+        AnyStore::MySql(store) => run_on(store, provider, options, label, role, shutdown).await,
+        AnyStore::Sqlite(store) => run_on(store, provider, options, label, role, shutdown).await,
         other => anyhow::bail!(
             "the demo runs on PostgreSQL, MySQL or SQLite, not {}",
             other.database()
@@ -344,7 +280,7 @@ async fn open_and_run(
 
 async fn run_on<S>(
     store: S,
-    provider: EmailProvider,
+    provider: ThirdParty,
     options: DemoOptions,
     label: String,
     role: Role,
@@ -368,9 +304,7 @@ where
     let baseline = store.tally().await?;
     let baseline_work = work_done(&baseline);
 
-    let mut tasks = JoinSet::new();
     let (relays, consumers) = (role != Role::Consumers, role != Role::Relay);
-
     let system = format!("demo-{}", store.system_id().await?);
     let transport = Transport::open(&store, options.broker.as_deref(), options.partitions, &system).await?;
     if transport.namespace.is_some() {
@@ -387,178 +321,80 @@ where
     {
         transport.subscriber.ensure_group(group, topic).await?;
     }
-    // Each relay one of its own, as if in its own process, sharing the outbox's partitions.
-    let mut relay_stats = Vec::new();
-    for _ in 0..options.relays.max(1) * usize::from(relays) {
-        let relay = Relay::new(store.clone(), transport.publisher.clone()).config(
-            RelayConfig::default()
-                .poll_interval(Duration::from_millis(100))
-                .partitions(options.partitions)
-                .lease_ttl(Duration::from_secs(3)),
-        );
-        relay_stats.push(relay.stats());
-        tasks.spawn(relay.run(shutdown.clone()));
+    let scale = Scale {
+        members: options.members,
+        relays: options.relays,
+        partitions: options.partitions,
+        duplicate_rate: options.duplicate_rate,
+    };
+    let mut system = Runner::new(store.clone(), &transport, scale, shutdown);
+    if relays {
+        system.relays();
     }
-
     if let Some(every) = options.sample_lag {
-        let sampler = tidings_core::metrics::sample_lag(store.clone(), every, shutdown.clone());
-        tasks.spawn(async move {
-            sampler.await;
-            Ok(())
-        });
+        system.sample_lag(every);
     }
-
-    let duplicating = Duplicating::new(transport.subscriber.clone(), options.duplicate_rate);
-    let injected = duplicating.injected();
-    let subscriber: Arc<dyn Subscriber> = Arc::new(duplicating);
-    // (The relay publishes through `transport.publisher`; consumers read through `subscriber`.)
-
-    let config = ConsumerConfig::default()
-        .lanes(8)
-        .max_attempts(4)
-        .lease_ttl(Duration::from_secs(3))
-        .backoff(Backoff::new(Duration::from_millis(5), Duration::from_millis(50)));
-    let mut stats: Vec<Arc<ConsumerStats>> = Vec::new();
-    macro_rules! spawn_consumer {
-        ($name:expr, $topic:expr, $handler:expr) => {{
-            // Each member a consumer of its own, as if in its own process.
-            for _ in 0..options.members.max(1) * usize::from(consumers) {
-                let consumer = Consumer::new($name, store.clone(), $handler)
-                    .topic($topic)
-                    .config(config.clone().source($name));
-                stats.push(consumer.stats());
-                let subscriber = subscriber.clone();
-                let shutdown = shutdown.clone();
-                tasks.spawn(async move { consumer.run(&*subscriber, shutdown).await });
-            }
-        }};
+    if consumers {
+        let config = tidings_demo_kit::consumer_config();
+        system.consumer(COMMAND_CONSUMER, COMMANDS, Checkout, &config);
+        let inventory = Inventory {
+            warehouse_fixed: options.warehouse_fixed,
+        };
+        system.consumer("inventory", ORDERS, inventory, &config);
+        let email = Email {
+            provider: provider.clone(),
+        };
+        system.consumer("email", ORDERS, email, &config);
+        system.consumer("analytics", ORDERS, Analytics, &config);
+        system.consumer("loyalty", ORDERS, Loyalty, &config);
     }
-    spawn_consumer!(COMMAND_CONSUMER, COMMANDS, Checkout);
-    spawn_consumer!(
-        "inventory",
-        ORDERS,
-        Inventory {
-            warehouse_fixed: options.warehouse_fixed
-        }
-    );
-    spawn_consumer!(
-        "email",
-        ORDERS,
-        Email {
-            provider: provider.clone()
-        }
-    );
-    spawn_consumer!("analytics", ORDERS, Analytics);
-    spawn_consumer!("loyalty", ORDERS, Loyalty);
 
     if role != Role::All {
         if consumers {
-            tasks.spawn(report_stats(store.clone(), stats.clone(), shutdown.clone()));
+            let stats = system.consumer_stats().to_vec();
+            let shutdown = system.shutdown().clone();
+            system.spawn(report_stats(store.clone(), stats, shutdown));
             println!("ready");
         }
-        // Biased: tasks end when shut down too, and that is not them stopping on their own.
-        let stopped = tokio::select! {
-            biased;
-            _ = shutdown.cancelled() => None,
-            done = tasks.join_next() => done,
-        };
-        shutdown.cancel();
-        if let Some(done) = stopped {
-            done.context("a demo task panicked")??;
-            anyhow::bail!("a relay or consumer stopped on its own");
-        }
-        while let Some(joined) = tasks.join_next().await {
-            joined.context("a demo task panicked")??;
-        }
+        system.until_shutdown().await?;
         return Ok(None);
     }
 
     // Roughly: 3 commands and 3 events per order, each event handled by 4 consumers.
-    let expected_work = (options.orders * 15) as u64;
-    let bar = if options.progress == Progress::Bar {
-        ProgressBar::new(expected_work)
-    } else {
-        ProgressBar::hidden()
-    };
-    let mut last_line = Instant::now();
-    bar.set_style(
-        ProgressStyle::with_template(
-            "{spinner} [{elapsed_precise}] {bar:40} {pos}/{len} messages handled · {msg}",
-        )
-        .expect("valid template"),
-    );
-
+    let mut meter = Meter::new(options.progress, (options.orders * 15) as u64, "messages handled");
     let placed = Arc::new(AtomicUsize::new(0));
     let producers = place_orders(&store, &options, placed.clone());
-    tokio::pin!(producers);
-    let mut producing = true;
-    let mut drained = false;
-    let deadline = Instant::now() + options.drain_timeout;
-    let mut tally;
-    loop {
-        if producing {
-            tokio::select! {
-                done = &mut producers => { done?; producing = false; }
-                _ = tokio::time::sleep(Duration::from_millis(200)) => {}
-            }
-        } else {
-            tokio::time::sleep(Duration::from_millis(100)).await;
-        }
-        tally = match store.tally().await {
-            Ok(tally) => tally,
-            // The database restarting or failing over: the figures wait for
-            // the next tick, as the producers, relays and consumers wait.
-            Err(e) if transient(&store, &e) && Instant::now() < deadline => {
-                tracing::warn!(error = %e, "reading the figures failed; trying again");
-                continue;
-            }
-            Err(e) => return Err(e),
-        };
-        bar.set_position(work_done(&tally).saturating_sub(baseline_work));
-        let placed_now = placed.load(Ordering::Relaxed);
-        bar.set_message(format!("{placed_now} / {} orders placed", options.orders));
-        if options.progress == Progress::Lines && last_line.elapsed() >= Duration::from_secs(2) {
-            last_line = Instant::now();
-            eprintln!(
-                "[{:>5.1} s] {placed_now} / {} orders placed, {} messages handled, {} dead-lettered, outbox {}",
-                started.elapsed().as_secs_f64(),
-                options.orders,
-                work_done(&tally).saturating_sub(baseline_work),
-                tally.dead_letters.iter().map(|(_, n)| n).sum::<i64>(),
-                tally.outbox_pending,
-            );
-        }
-        if !producing && lost(&tally) == 0 && tally.outbox_pending == 0 {
-            drained = true;
-            break;
-        }
-        if Instant::now() > deadline {
-            break;
-        }
-        // A relay or consumer that stopped on its own stopped on an error
-        // (a refused configuration, say): waiting longer cannot help.
-        if let Some(done) = tasks.try_join_next() {
-            shutdown.cancel();
-            done.context("a demo task panicked")??;
-            anyhow::bail!("a relay or consumer stopped before the work was done");
-        }
-    }
-    bar.finish_and_clear();
-    shutdown.cancel();
-    while let Some(joined) = tasks.join_next().await {
-        joined.context("a demo task panicked")??;
-    }
-    let provider_tally = provider.tally().await?;
+    let (tally, drained) = system
+        .drain(
+            producers,
+            options.drain_timeout,
+            || store.tally(),
+            |tally, produced| {
+                meter.show(
+                    work_done(tally).saturating_sub(baseline_work),
+                    &format!(
+                        "{} / {} orders placed, {} dead-lettered, outbox {}",
+                        placed.load(Ordering::Relaxed),
+                        options.orders,
+                        tally.dead_letters.iter().map(|(_, n)| n).sum::<i64>(),
+                        tally.outbox_pending,
+                    ),
+                );
+                produced && lost(tally) == 0 && tally.outbox_pending == 0
+            },
+        )
+        .await?;
+    meter.finish();
+    system.stop().await?;
+    let provider_tally = provider.calls().await?;
     Ok(Some(summarize(
         &transport,
-        relay_stats.iter().map(|s| s.published()).sum(),
+        &system,
         label,
         &options,
         placed.load(Ordering::Relaxed),
         &tally,
         &provider_tally,
-        &stats,
-        injected.load(Ordering::Relaxed),
         drained,
         started.elapsed(),
     )))
@@ -589,103 +425,20 @@ async fn report_stats<S: CheckoutStore>(
     }
 }
 
-/// A transport opened from a URL: the database log, or a broker.
-pub struct Transport {
-    /// What the relays publish through.
-    pub publisher: Arc<dyn Publisher>,
-    /// What the consumers read.
-    pub subscriber: Arc<dyn Subscriber>,
-    /// Which transport (no credentials).
-    pub label: String,
-    /// The prefix of the system's resources on the broker, if any.
-    pub namespace: Option<String>,
-    broker: AnyBroker,
-}
-
-impl fmt::Debug for Transport {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("Transport")
-            .field("label", &self.label)
-            .field("namespace", &self.namespace)
-            .finish_non_exhaustive()
-    }
-}
-
-impl Transport {
-    /// Opens `broker` (`nats://...`, `amqp://...`, `kafka://...`, or `None`
-    /// / `log` for the database log of `store`) with `partitions` per
-    /// topic, through [`tidings::open_transport_with`]. The broker's
-    /// streams, exchanges and queues or topics are named after `system`, so
-    /// that one system's resources stay apart from another's.
-    pub async fn open<S: LogBackend + Clone>(
-        store: &S,
-        broker: Option<&str>,
-        partitions: u32,
-        system: &str,
-    ) -> anyhow::Result<Transport> {
-        let url = broker.unwrap_or("log");
-        let mut options = TransportOptions::new(Topology::default().partitions(partitions));
-        options.log = LogReaderConfig::default().poll_interval(Duration::from_millis(100));
-        // A short ack wait: a member taking over a partition waits one out
-        // when the previous reader left messages unacknowledged.
-        let nats = format!("TIDINGS_{}", system.to_uppercase().replace('-', "_"));
-        options.nats = NatsOptions::default()
-            .stream_prefix(&nats)
-            .ack_wait(Duration::from_secs(5));
-        options.rabbitmq = RabbitOptions::default().prefix(format!("tidings-{system}"));
-        options.kafka = KafkaOptions::default().prefix(format!("tidings-{system}."));
-        let opened = tidings::open_transport_with(url, &options, store)
-            .await
-            .with_context(|| format!("opening the transport at {}", redact(url)))?;
-        let namespace = match &opened.broker {
-            AnyBroker::Nats(_) => Some(nats),
-            AnyBroker::RabbitMq(_) => Some(format!("tidings-{system}")),
-            AnyBroker::Kafka(_) => Some(format!("tidings-{system}.")),
-            _ => None,
-        };
-        Ok(Transport {
-            publisher: opened.publisher.clone(),
-            subscriber: opened.subscriber.clone(),
-            label: opened.label().to_owned(),
-            namespace,
-            broker: opened.broker,
-        })
-    }
-
-    /// Removes what this system created on the broker for `topic` and its
-    /// `groups`: the NATS stream or Kafka topic, or the groups' RabbitMQ
-    /// queues (the database log keeps its rows).
-    pub async fn remove(&self, topic: &str, groups: &[&str]) -> anyhow::Result<()> {
-        match &self.broker {
-            AnyBroker::Nats(nats) => nats.delete_topic(topic).await?,
-            AnyBroker::Kafka(kafka) => kafka.delete_topic(topic).await?,
-            AnyBroker::RabbitMq(rabbit) => {
-                for group in groups {
-                    rabbit.delete_group(topic, group).await?;
-                }
-            }
-            _ => {}
-        }
-        Ok(())
-    }
-}
-
 fn work_done(t: &Tally) -> u64 {
     let sum = |counts: &[(String, i64)]| counts.iter().map(|(_, n)| n).sum::<i64>();
     (sum(&t.processed) + sum(&t.dead_letters) + sum(&t.parked)).max(0) as u64
 }
 
 #[allow(clippy::too_many_arguments)]
-fn summarize(
+fn summarize<S: CheckoutStore>(
     transport: &Transport,
-    published: u64,
+    system: &Runner<S>,
     database: String,
     options: &DemoOptions,
     placed: usize,
     t: &Tally,
-    provider: &ProviderTally,
-    stats: &[Arc<ConsumerStats>],
-    injected: u64,
+    provider: &Calls,
     drained: bool,
     elapsed: Duration,
 ) -> Summary {
@@ -715,17 +468,17 @@ fn summarize(
         poisoned_orders: t.poisoned_orders,
         commands_committed: t.commands,
         events_committed: t.events,
-        published,
+        published: system.published(),
         handled: t.processed.iter().cloned().collect(),
-        duplicates_delivered: injected,
-        duplicates_suppressed: stats.iter().map(|s| s.duplicates()).sum(),
-        retries: stats.iter().map(|s| s.retries()).sum(),
+        duplicates_delivered: system.duplicates_delivered(),
+        duplicates_suppressed: system.duplicates_suppressed(),
+        retries: system.retries(),
         dead_lettered: t.dead_letters.iter().cloned().collect(),
         parked: t.parked.iter().cloned().collect(),
         lost: lost(t),
         order_violations: t.violations,
         duplicated_effects: provider.duplicated,
-        provider_retries_absorbed: provider.calls - provider.sent,
+        provider_retries_absorbed: provider.calls - provider.done,
         state_mismatches: mismatches,
         drained,
         elapsed_ms: elapsed.as_millis() as u64,
@@ -763,16 +516,6 @@ async fn place_orders<S: CheckoutStore>(
         done??;
     }
     Ok(())
-}
-
-/// Whether `e` is worth another try: a lost connection, a database
-/// restarting ([`Error::class`](tidings_core::Error::class)).
-fn transient<S: CheckoutStore>(store: &S, e: &anyhow::Error) -> bool {
-    if let Some(e) = e.downcast_ref::<tidings_core::Error>() {
-        return e.class().is_retryable();
-    }
-    e.downcast_ref::<sqlx::Error>()
-        .is_some_and(|e| store.error_class(e).is_retryable())
 }
 
 /// Submits one step of an order as a client would: a database restarting

@@ -4,12 +4,9 @@
 //! ([`CheckoutSql`](crate::sql::CheckoutSql)) and implemented for every
 //! database by `for_each_database!`.
 
-use sqlx::{MySqlPool, PgPool, Pool, SqlitePool};
-use tidings_consumer::{Context, Handler, HandlerError, IdempotencyKey};
+use tidings_consumer::{Context, Handler, HandlerError};
+use tidings_demo_kit::{ThirdParty, for_each_database};
 use tidings_sql::db::Stmt;
-use tidings_store_mysql::My;
-use tidings_store_postgres::Pg;
-use tidings_store_sqlite::Lite;
 
 use crate::messages::*;
 use crate::sql::CheckoutDialect;
@@ -30,8 +27,8 @@ pub struct Inventory {
 /// Sends the confirmation and shipping emails through the effects ledger.
 #[derive(Debug, Clone)]
 pub struct Email {
-    /// The (simulated) email provider.
-    pub provider: EmailProvider,
+    /// The (simulated) email provider: its service `email`.
+    pub provider: ThirdParty,
 }
 
 /// Counts events by type.
@@ -41,130 +38,6 @@ pub struct Analytics;
 /// Credits a point per whole currency unit when an order ships.
 #[derive(Debug, Clone, Copy)]
 pub struct Loyalty;
-
-/// A stand-in for an email API that honours idempotency keys, as real ones
-/// do: it keeps its own table, outside the handler's transaction (in a
-/// separate file on SQLite, whose single writer lock the handler holds).
-#[derive(Debug, Clone)]
-pub enum EmailProvider {
-    /// Provider state in PostgreSQL.
-    Postgres(PgPool),
-    /// Provider state in MySQL.
-    MySql(MySqlPool),
-    /// Provider state in its own SQLite file.
-    Sqlite(SqlitePool),
-}
-
-/// What the email provider saw.
-#[derive(Debug, Clone, Copy, Default)]
-pub struct ProviderTally {
-    /// Distinct emails sent.
-    pub sent: i64,
-    /// Calls received (a retry with the same key is a call, not an email).
-    pub calls: i64,
-    /// (order, kind) pairs that got more than one distinct email: duplicated effects.
-    pub duplicated: i64,
-}
-
-impl EmailProvider {
-    /// Creates the provider's table.
-    pub async fn setup(&self) -> tidings_core::Result<()> {
-        match self {
-            EmailProvider::Postgres(p) => provider_setup::<Pg>(p).await,
-            EmailProvider::MySql(p) => provider_setup::<My>(p).await,
-            EmailProvider::Sqlite(p) => provider_setup::<Lite>(p).await,
-        }
-    }
-
-    async fn send(&self, key: &IdempotencyKey, order_id: &str, kind: &str) -> Result<(), HandlerError> {
-        let sent = match self {
-            EmailProvider::Postgres(p) => provider_send::<Pg>(p, key, order_id, kind).await,
-            EmailProvider::MySql(p) => provider_send::<My>(p, key, order_id, kind).await,
-            EmailProvider::Sqlite(p) => provider_send::<Lite>(p, key, order_id, kind).await,
-        };
-        sent.map_err(HandlerError::transient)
-    }
-
-    /// Reads what the provider saw.
-    pub async fn tally(&self) -> tidings_core::Result<ProviderTally> {
-        match self {
-            EmailProvider::Postgres(p) => provider_tally::<Pg>(p).await,
-            EmailProvider::MySql(p) => provider_tally::<My>(p).await,
-            EmailProvider::Sqlite(p) => provider_tally::<Lite>(p).await,
-        }
-    }
-}
-
-async fn provider_setup<D: CheckoutDialect>(pool: &Pool<D::Db>) -> tidings_core::Result<()> {
-    let mut conn = pool
-        .acquire()
-        .await
-        .map_err(tidings_sql::db_error::<D>("reaching the email provider"))?;
-    Stmt::<D>::new(D::CHECKOUT.provider_schema, "creating the email provider's table")
-        .execute(&mut conn)
-        .await
-        .map(drop)
-}
-
-async fn provider_send<D: CheckoutDialect>(
-    pool: &Pool<D::Db>,
-    key: &IdempotencyKey,
-    order_id: &str,
-    kind: &str,
-) -> tidings_core::Result<()> {
-    let mut conn = pool
-        .acquire()
-        .await
-        .map_err(tidings_sql::db_error::<D>("reaching the email provider"))?;
-    Stmt::<D>::new(D::CHECKOUT.provider_send, "sending an email")
-        .bind(key.as_str())
-        .bind(order_id)
-        .bind(kind)
-        .execute(&mut conn)
-        .await
-        .map(drop)
-}
-
-async fn provider_tally<D: CheckoutDialect>(pool: &Pool<D::Db>) -> tidings_core::Result<ProviderTally> {
-    let mut conn = pool
-        .acquire()
-        .await
-        .map_err(tidings_sql::db_error::<D>("reaching the email provider"))?;
-    let row = Stmt::<D>::new(D::CHECKOUT.provider_tally, "reading what the email provider saw")
-        .fetch_one(&mut conn)
-        .await?;
-    Ok(ProviderTally {
-        sent: row.get(0)?,
-        calls: row.get(1)?,
-        duplicated: row.get(2)?,
-    })
-}
-
-macro_rules! for_each_database {
-    ($($body:tt)*) => {
-        mod on_postgres {
-            #[allow(unused_imports)]
-            use super::*;
-            type D = Pg;
-            type Db = sqlx::Postgres;
-            $($body)*
-        }
-        mod on_mysql {
-            #[allow(unused_imports)]
-            use super::*;
-            type D = My;
-            type Db = sqlx::MySql;
-            $($body)*
-        }
-        mod on_sqlite {
-            #[allow(unused_imports)]
-            use super::*;
-            type D = Lite;
-            type Db = sqlx::Sqlite;
-            $($body)*
-        }
-    };
-}
 
 for_each_database! {
     use crate::sql::shared;
@@ -308,7 +181,10 @@ for_each_database! {
             };
             if let Some(kind) = kind {
                 let provider = &self.provider;
-                ctx.once(kind, |key| async move { provider.send(&key, &order_id, kind).await }).await?;
+                ctx.once(kind, |key| async move {
+                    provider.call(key.as_str(), &order_id, kind).await.map_err(HandlerError::transient)
+                })
+                .await?;
             }
             check_order(ctx).await
         }

@@ -5,7 +5,7 @@
 //! its casts). Parameters are numbered (`$1`...) everywhere; on MySQL the
 //! store's [`Stmt`](tidings_sql::db::Stmt) binds them by position.
 
-use tidings_sql::Dialect;
+use tidings_demo_kit::{KitDialect, SidePool, ThirdParty};
 use tidings_store_mysql::My;
 use tidings_store_postgres::Pg;
 use tidings_store_sqlite::Lite;
@@ -17,8 +17,6 @@ pub struct CheckoutSql {
     pub schema: &'static [&'static str],
     /// ($1 order, $2 step, $3 command): the front door's record.
     pub request: &'static str,
-    /// ($1 id): records the system's id unless one is recorded.
-    pub system_id: &'static str,
     /// ($1 process, $2 duplicates, $3 retries): replaces a process's counters.
     pub record_process: &'static str,
     /// Starts one snapshot for every figure of the tally.
@@ -31,45 +29,19 @@ pub struct CheckoutSql {
     pub count_event: &'static str,
     /// ($1 customer, $2 points): credits points.
     pub credit: &'static str,
-    /// Creates the email provider's table.
-    pub provider_schema: &'static str,
-    /// ($1 idempotency key, $2 order, $3 kind): one more call, one email per key.
-    pub provider_send: &'static str,
-    /// () -> (emails, calls, (order, kind) pairs with more than one email).
-    pub provider_tally: &'static str,
 }
 
 /// A database the checkout system runs on.
-pub trait CheckoutDialect: Dialect {
+pub trait CheckoutDialect: KitDialect {
     /// Its statements.
     const CHECKOUT: CheckoutSql;
 
     /// The email provider kept in this database, on `pool`.
-    fn email_provider(pool: sqlx::Pool<Self::Db>) -> crate::handlers::EmailProvider;
+    fn email_provider(pool: sqlx::Pool<Self::Db>) -> ThirdParty;
 }
 
 /// The statements that read the same on every database.
 pub mod shared {
-    /// () -> the system's id.
-    pub const READ_SYSTEM_ID: &str = "SELECT min(id) FROM checkout_system";
-    /// () -> (consumer, processed markers).
-    pub const PER_CONSUMER: &str = "SELECT consumer, count(*) FROM tidings_processed GROUP BY consumer";
-    /// () -> (consumer, dead letters). Redriven dead letters are not
-    /// counted: their messages are on their way again, and count once
-    /// handled (or once dead-lettered anew).
-    pub const DEAD_PER_CONSUMER: &str = "SELECT consumer, count(*) FROM tidings_dead_letters
-         WHERE redriven_at IS NULL GROUP BY consumer";
-    /// () -> (consumer, parked messages). Only messages still blocked by a
-    /// live hold count: behind a key whose hold is released, or whose held
-    /// message was handled, they are on their way (being drained) and count
-    /// once handled.
-    pub const PARKED_PER_CONSUMER: &str = "SELECT p.consumer, count(*) FROM tidings_parked p
-         WHERE EXISTS (SELECT 1 FROM tidings_held_keys h
-                       WHERE h.consumer = p.consumer AND h.topic = p.topic AND h.aggregate_key = p.aggregate_key
-                         AND NOT h.released
-                         AND NOT EXISTS (SELECT 1 FROM tidings_processed m
-                                         WHERE m.consumer = h.consumer AND m.message_id = h.message_id))
-         GROUP BY p.consumer";
     /// ($1 consumer, $2 order) -> the last step this consumer saw.
     pub const LAST_STEP: &str = "SELECT last_step FROM order_progress WHERE consumer = $1 AND order_id = $2";
     /// ($1 consumer, $2 order, $3 step, $4 last step).
@@ -112,7 +84,6 @@ const SCHEMA: &[&str] = &[
     "CREATE TABLE IF NOT EXISTS loyalty_points (customer_id TEXT PRIMARY KEY, points BIGINT NOT NULL)",
     "CREATE TABLE IF NOT EXISTS order_progress (
         consumer TEXT NOT NULL, order_id TEXT NOT NULL, last_step BIGINT NOT NULL, PRIMARY KEY (consumer, order_id))",
-    "CREATE TABLE IF NOT EXISTS checkout_system (id TEXT PRIMARY KEY)",
     "CREATE TABLE IF NOT EXISTS order_violations (
         consumer TEXT NOT NULL, order_id TEXT NOT NULL, step BIGINT NOT NULL, last_step BIGINT NOT NULL)",
     "CREATE TABLE IF NOT EXISTS checkout_processes (
@@ -154,26 +125,10 @@ macro_rules! tally {
     };
 }
 
-/// What the email provider saw, sums cast to `$int`.
-macro_rules! provider_tally {
-    ($int:literal) => {
-        concat!(
-            "SELECT
-            (SELECT count(*) FROM email_provider),
-            (SELECT CAST(COALESCE(sum(calls), 0) AS ",
-            $int,
-            ") FROM email_provider),
-            (SELECT count(*) FROM (SELECT order_id, kind FROM email_provider
-                                   GROUP BY order_id, kind HAVING count(*) > 1) d)"
-        )
-    };
-}
-
 /// PostgreSQL and SQLite read the checkout's SQL alike, but for the snapshot.
 const PORTABLE: CheckoutSql = CheckoutSql {
     schema: SCHEMA,
     request: "INSERT INTO checkout_requests (order_id, step, command) VALUES ($1, $2, $3)",
-    system_id: "INSERT INTO checkout_system (id) SELECT $1 WHERE NOT EXISTS (SELECT 1 FROM checkout_system)",
     record_process: "INSERT INTO checkout_processes (process, duplicates, retries) VALUES ($1, $2, $3)
          ON CONFLICT (process) DO UPDATE SET duplicates = excluded.duplicates, retries = excluded.retries",
     snapshot: "SELECT 1",
@@ -185,12 +140,6 @@ const PORTABLE: CheckoutSql = CheckoutSql {
          ON CONFLICT (message_type) DO UPDATE SET n = analytics_counts.n + 1",
     credit: "INSERT INTO loyalty_points (customer_id, points) VALUES ($1, $2)
          ON CONFLICT (customer_id) DO UPDATE SET points = loyalty_points.points + excluded.points",
-    provider_schema: "CREATE TABLE IF NOT EXISTS email_provider (
-        idempotency_key TEXT PRIMARY KEY, order_id TEXT NOT NULL, kind TEXT NOT NULL, calls BIGINT NOT NULL)",
-    provider_send:
-        "INSERT INTO email_provider (idempotency_key, order_id, kind, calls) VALUES ($1, $2, $3, 1)
-         ON CONFLICT (idempotency_key) DO UPDATE SET calls = email_provider.calls + 1",
-    provider_tally: provider_tally!("BIGINT"),
 };
 
 impl CheckoutDialect for Pg {
@@ -200,8 +149,8 @@ impl CheckoutDialect for Pg {
         ..PORTABLE
     };
 
-    fn email_provider(pool: sqlx::PgPool) -> crate::handlers::EmailProvider {
-        crate::handlers::EmailProvider::Postgres(pool)
+    fn email_provider(pool: sqlx::PgPool) -> ThirdParty {
+        ThirdParty::new(SidePool::Postgres(pool), "email")
     }
 }
 
@@ -209,8 +158,8 @@ impl CheckoutDialect for Lite {
     // A SQLite read transaction sees one snapshot from its first read.
     const CHECKOUT: CheckoutSql = PORTABLE;
 
-    fn email_provider(pool: sqlx::SqlitePool) -> crate::handlers::EmailProvider {
-        crate::handlers::EmailProvider::Sqlite(pool)
+    fn email_provider(pool: sqlx::SqlitePool) -> ThirdParty {
+        ThirdParty::new(SidePool::Sqlite(pool), "email")
     }
 }
 
@@ -237,8 +186,6 @@ const MYSQL_SCHEMA: &[&str] = &[
     "CREATE TABLE IF NOT EXISTS order_progress (
         consumer VARCHAR(255) NOT NULL, order_id VARCHAR(255) NOT NULL, last_step BIGINT NOT NULL,
         PRIMARY KEY (consumer, order_id)) DEFAULT CHARSET=utf8mb4 COLLATE=utf8mb4_bin",
-    "CREATE TABLE IF NOT EXISTS checkout_system (id VARCHAR(255) PRIMARY KEY)
-        DEFAULT CHARSET=utf8mb4 COLLATE=utf8mb4_bin",
     "CREATE TABLE IF NOT EXISTS order_violations (
         consumer TEXT NOT NULL, order_id TEXT NOT NULL, step BIGINT NOT NULL, last_step BIGINT NOT NULL)
         DEFAULT CHARSET=utf8mb4 COLLATE=utf8mb4_bin",
@@ -253,13 +200,11 @@ impl CheckoutDialect for My {
     const CHECKOUT: CheckoutSql = CheckoutSql {
         schema: MYSQL_SCHEMA,
         request: PORTABLE.request,
-        system_id: "INSERT INTO checkout_system (id)
-             SELECT $1 FROM DUAL WHERE NOT EXISTS (SELECT 1 FROM checkout_system)",
         record_process: "INSERT INTO checkout_processes (process, duplicates, retries) VALUES ($1, $2, $3)
              ON DUPLICATE KEY UPDATE duplicates = VALUES(duplicates), retries = VALUES(retries)",
         // Repeatable read, the server's default: the snapshot is taken at
         // the first read of a table.
-        snapshot: "SELECT count(*) FROM checkout_system",
+        snapshot: "SELECT count(*) FROM demo_systems",
         tally: tally!("SIGNED", "total_cents DIV 100"),
         progress: "INSERT INTO order_progress (consumer, order_id, last_step) VALUES ($1, $2, $3)
              ON DUPLICATE KEY UPDATE last_step = GREATEST(last_step, VALUES(last_step))",
@@ -267,16 +212,9 @@ impl CheckoutDialect for My {
              ON DUPLICATE KEY UPDATE n = n + 1",
         credit: "INSERT INTO loyalty_points (customer_id, points) VALUES ($1, $2)
              ON DUPLICATE KEY UPDATE points = points + VALUES(points)",
-        provider_schema: "CREATE TABLE IF NOT EXISTS email_provider (
-            idempotency_key VARCHAR(255) PRIMARY KEY, order_id TEXT NOT NULL, kind TEXT NOT NULL,
-            calls BIGINT NOT NULL) DEFAULT CHARSET=utf8mb4 COLLATE=utf8mb4_bin",
-        provider_send:
-            "INSERT INTO email_provider (idempotency_key, order_id, kind, calls) VALUES ($1, $2, $3, 1)
-             ON DUPLICATE KEY UPDATE calls = calls + 1",
-        provider_tally: provider_tally!("SIGNED"),
     };
 
-    fn email_provider(pool: sqlx::MySqlPool) -> crate::handlers::EmailProvider {
-        crate::handlers::EmailProvider::MySql(pool)
+    fn email_provider(pool: sqlx::MySqlPool) -> ThirdParty {
+        ThirdParty::new(SidePool::MySql(pool), "email")
     }
 }

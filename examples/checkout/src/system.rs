@@ -5,10 +5,11 @@ use std::sync::Arc;
 
 use async_trait::async_trait;
 use tidings_core::{Outbox, OutgoingMessage, Publisher};
+use tidings_demo_kit::Work;
 use tidings_sql::SqlStore;
-use tidings_sql::db::{Record, Stmt};
+use tidings_sql::db::Stmt;
 
-use crate::sql::{CheckoutDialect, shared};
+use crate::sql::CheckoutDialect;
 
 /// Figures read from the database: the truth, whatever happened to the processes.
 #[derive(Debug, Clone, Default)]
@@ -98,14 +99,7 @@ impl<D: CheckoutDialect> CheckoutStore for SqlStore<D> {
     }
 
     async fn setup(&self) -> anyhow::Result<()> {
-        self.migrate().await?;
-        let mut conn = self.conn("creating the checkout tables").await?;
-        for statement in D::CHECKOUT.schema {
-            Stmt::<D>::new(statement, "creating the checkout tables")
-                .execute(&mut conn)
-                .await?;
-        }
-        Ok(())
+        Ok(tidings_demo_kit::setup_system(self, D::CHECKOUT.schema, "creating the checkout tables").await?)
     }
 
     async fn submit(&self, step: i64, command: &OutgoingMessage) -> tidings_core::Result<()> {
@@ -122,17 +116,8 @@ impl<D: CheckoutDialect> CheckoutStore for SqlStore<D> {
     }
 
     async fn system_id(&self) -> anyhow::Result<String> {
-        let fresh = uuid::Uuid::new_v4().simple().to_string()[..8].to_owned();
         let mut conn = self.conn("naming the system").await?;
-        Stmt::<D>::new(D::CHECKOUT.system_id, "naming the system")
-            .bind(fresh.as_str())
-            .execute(&mut conn)
-            .await?;
-        let id: String = Stmt::<D>::new(shared::READ_SYSTEM_ID, "reading the system's name")
-            .fetch_one(&mut conn)
-            .await?
-            .get(0)?;
-        Ok(id)
+        Ok(tidings_demo_kit::system_id::<D>(&mut conn, "checkout").await?)
     }
 
     async fn record_process(&self, process: &str, duplicates: i64, retries: i64) -> anyhow::Result<()> {
@@ -157,6 +142,14 @@ impl<D: CheckoutDialect> CheckoutStore for SqlStore<D> {
             .fetch_one(&mut tx)
             .await?;
         let figure = |i: usize| row.get::<i64>(i);
+        let consumers = [
+            crate::demo::COMMAND_CONSUMER,
+            "inventory",
+            "email",
+            "analytics",
+            "loyalty",
+        ];
+        let work = Work::read::<D>(&mut tx).await?.only(&consumers);
         Ok(Tally {
             orders: figure(0)?,
             poisoned_orders: figure(1)?,
@@ -169,21 +162,9 @@ impl<D: CheckoutDialect> CheckoutStore for SqlStore<D> {
             analytics_counted: figure(8)?,
             duplicates_reported: figure(9)?,
             retries_reported: figure(10)?,
-            processed: per_consumer::<D>(&mut tx, shared::PER_CONSUMER).await?,
-            dead_letters: per_consumer::<D>(&mut tx, shared::DEAD_PER_CONSUMER).await?,
-            parked: per_consumer::<D>(&mut tx, shared::PARKED_PER_CONSUMER).await?,
+            processed: work.processed,
+            dead_letters: work.dead_letters,
+            parked: work.parked,
         })
     }
-}
-
-/// (consumer, count) rows of `sql`.
-async fn per_consumer<D: CheckoutDialect>(
-    conn: &mut <D::Db as sqlx::Database>::Connection,
-    sql: &'static str,
-) -> anyhow::Result<Vec<(String, i64)>> {
-    let rows = Stmt::<D>::new(sql, "reading counts per consumer")
-        .fetch_all(conn)
-        .await?;
-    let pair = |r: &Record<D>| Ok::<_, tidings_core::Error>((r.get::<String>(0)?, r.get::<i64>(1)?));
-    Ok(rows.iter().map(pair).collect::<Result<_, _>>()?)
 }

@@ -84,6 +84,16 @@ fn the_asyncapi_document_is_valid_asyncapi_3() {
     );
 }
 
+/// The checkout system's document with `server`, checked valid AsyncAPI 3.0.
+fn described(server: tidings_schema::asyncapi::Server) -> Value {
+    let registry = Registry::load(concat!(env!("CARGO_MANIFEST_DIR"), "/schemas")).unwrap();
+    let topology = tidings_example_checkout::topology().server(server);
+    let doc = tidings_schema::asyncapi::document(&registry, &topology).unwrap();
+    let found = errors(&asyncapi_3_validator(), &doc);
+    assert!(found.is_empty(), "{found:#?}");
+    doc
+}
+
 /// With a server, each channel's address is where the broker's transport
 /// puts the topic, with its parameters and the protocol's bindings, and
 /// the document stays valid AsyncAPI 3.0 on every broker.
@@ -91,16 +101,6 @@ fn the_asyncapi_document_is_valid_asyncapi_3() {
 fn with_a_server_the_channels_are_the_brokers_real_addresses() {
     use std::sync::Arc;
     use tidings_schema::asyncapi::Server;
-
-    let registry = Registry::load(concat!(env!("CARGO_MANIFEST_DIR"), "/schemas")).unwrap();
-    let validator = asyncapi_3_validator();
-    let described = |server: Server| {
-        let topology = tidings_example_checkout::topology().server(server);
-        let doc = tidings_schema::asyncapi::document(&registry, &topology).unwrap();
-        let found = errors(&validator, &doc);
-        assert!(found.is_empty(), "{found:#?}");
-        doc
-    };
 
     let kafka = tidings_broker_kafka::KafkaOptions::default()
         .partitions(4)
@@ -152,4 +152,64 @@ fn with_a_server_the_channels_are_the_brokers_real_addresses() {
         "tidings.checkout.commands"
     );
     assert_eq!(commands["bindings"]["amqp"]["is"], "routingKey");
+}
+
+/// What the broker's URL and options say beyond the names: structured
+/// mode (one CloudEvents document, the payload its `data`), TLS
+/// (`kafka-secure`, `amqps`), AMQP's version and virtual host, a Kafka
+/// cluster of several brokers (a server each), and another team's topic
+/// by its real name; valid AsyncAPI 3.0 each time.
+#[test]
+fn the_servers_say_how_and_where_messages_travel() {
+    use std::sync::Arc;
+    use tidings_core::cloudevents::ContentMode;
+    use tidings_schema::asyncapi::Server;
+
+    let kafka = tidings_broker_kafka::KafkaOptions::default()
+        .content_mode(ContentMode::Structured)
+        .client_setting("security.protocol", "SASL_SSL")
+        .foreign("orders", "sales.orders.v1");
+    let doc = described(Server::new(
+        "production",
+        "k1.internal:9093,k2.internal:9093",
+        Arc::new(kafka),
+    ));
+    assert_eq!(doc["servers"]["production"]["host"], "k1.internal:9093");
+    assert_eq!(doc["servers"]["production-2"]["host"], "k2.internal:9093");
+    assert_eq!(doc["servers"]["production"]["protocol"], "kafka-secure");
+    let orders = &doc["channels"]["orders"];
+    assert_eq!(
+        orders["address"], "sales.orders.v1",
+        "another team's topic, by its name"
+    );
+    assert_eq!(orders["servers"].as_array().unwrap().len(), 2);
+    assert!(
+        orders["bindings"]["kafka"].get("partitions").is_none(),
+        "its partitions are the broker's"
+    );
+    let placed = &doc["components"]["messages"]["OrderPlaced.v1"];
+    assert_eq!(placed["contentType"], "application/cloudevents+json");
+    assert!(placed.get("headers").is_none(), "no attribute travels in headers");
+    assert_eq!(
+        placed["correlationId"]["location"],
+        "$message.payload#/correlationid"
+    );
+    let payload = &placed["payload"];
+    assert_eq!(payload["properties"]["type"]["const"], "OrderPlaced");
+    assert_eq!(payload["properties"]["schemaversion"]["type"], "integer");
+    assert!(
+        payload["properties"]["data"]["properties"]["order_id"].is_object(),
+        "the event's own schema is the document's data: {payload:#}"
+    );
+
+    let rabbit = tidings_broker_rabbitmq::RabbitOptions::default();
+    let doc = described(
+        Server::new("production", "rabbit.internal:5671", Arc::new(rabbit))
+            .protocol("amqps")
+            .pathname("/shop"),
+    );
+    let server = &doc["servers"]["production"];
+    assert_eq!(server["protocol"], "amqps");
+    assert_eq!(server["protocolVersion"], "0.9.1");
+    assert_eq!(server["pathname"], "/shop");
 }

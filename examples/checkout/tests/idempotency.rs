@@ -9,10 +9,9 @@ use tidings_example_checkout::messages::*;
 use tidings_example_checkout::sql::CheckoutDialect;
 use tidings_example_checkout::system::CheckoutStore;
 use tidings_sql::SqlStore;
-use tidings_sql::db::Stmt;
 use tidings_store_mysql::My;
 use tidings_store_postgres::Pg;
-use tidings_testkit::idempotency::{Harness, Report, State};
+use tidings_testkit::idempotency::{Harness, OUTBOX, Report, State, joined};
 use tidings_testkit::services::{MySqlTestDb, PgTestDb, TestDb};
 
 const ORDERS_PLACED: usize = 24;
@@ -125,9 +124,9 @@ impl Tables for Pg {
         ),
         (
             "email",
-            "SELECT order_id || '/' || kind, count(*)::text FROM email_provider GROUP BY 1",
+            "SELECT subject || '/' || kind, count(*)::text FROM demo_third_party WHERE service = 'email' GROUP BY 1",
         ),
-        ("emitted", EMITTED),
+        ("emitted", OUTBOX),
     ];
 }
 
@@ -151,49 +150,15 @@ impl Tables for My {
         ("violations", "SELECT 'count', CAST(count(*) AS CHAR) FROM order_violations"),
         (
             "email",
-            "SELECT CONCAT(order_id, '/', kind), CAST(count(*) AS CHAR) FROM email_provider
-             GROUP BY order_id, kind",
+            "SELECT CONCAT(subject, '/', kind), CAST(count(*) AS CHAR) FROM demo_third_party
+             WHERE service = 'email' GROUP BY subject, kind",
         ),
-        ("emitted", EMITTED),
+        ("emitted", OUTBOX),
     ];
 }
 
-/// What the checkout service emitted through the outbox: (order/type, body),
-/// bodies compared by their payloads.
-const EMITTED: &str = "SELECT aggregate_key, message_type, body FROM tidings_outbox ORDER BY seq";
-
 async fn snapshot<D: Tables>(store: &SqlStore<D>) -> State {
-    let mut conn = store.conn("reading the state").await.unwrap();
-    let mut state = State::new();
-    for (name, query) in D::TABLES {
-        let rows = Stmt::<D>::new(query, "reading the state")
-            .fetch_all(&mut conn)
-            .await
-            .unwrap();
-        if *name == "emitted" {
-            let mut grouped = std::collections::BTreeMap::<String, Vec<String>>::new();
-            for row in rows {
-                let (key, kind, body): (String, String, Vec<u8>) =
-                    (row.get(0).unwrap(), row.get(1).unwrap(), row.get(2).unwrap());
-                let envelope = tidings_core::cloudevents::from_json(&body).unwrap();
-                grouped
-                    .entry(format!("{key}/{kind}"))
-                    .or_default()
-                    .push(String::from_utf8(envelope.payload).unwrap());
-            }
-            state.extend_prefixed(
-                name,
-                grouped.into_iter().map(|(k, v)| (k, v.join(" | "))).collect(),
-            );
-        } else {
-            let rows: Vec<(String, String)> = rows
-                .iter()
-                .map(|r| (r.get(0).unwrap(), r.get(1).unwrap()))
-                .collect();
-            state.extend_prefixed(name, rows.into_iter().collect());
-        }
-    }
-    state
+    State::read(store, D::TABLES, joined).await
 }
 
 async fn check<T, H>(

@@ -17,6 +17,27 @@ pub fn tidings() -> Command {
     command
 }
 
+/// The JSON summary a demo printed on stdout; the demo must have said its
+/// invariants held (exit 0).
+pub fn summary_of(out: &std::process::Output) -> serde_json::Value {
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let summary: serde_json::Value = serde_json::from_str(stdout.trim()).unwrap_or_else(|e| {
+        panic!(
+            "summary is not JSON ({e}): {stdout}\nstderr: {}",
+            String::from_utf8_lossy(&out.stderr)
+        )
+    });
+    assert!(out.status.success(), "the demo reported a failure: {summary:#}");
+    summary
+}
+
+/// The whole number `key` of a summary.
+pub fn n(v: &serde_json::Value, key: &str) -> i64 {
+    v[key]
+        .as_i64()
+        .unwrap_or_else(|| panic!("{key} missing in {v:#}"))
+}
+
 pub fn free_port() -> u16 {
     std::net::TcpListener::bind("127.0.0.1:0")
         .unwrap()

@@ -30,6 +30,11 @@ pub struct ConsumerConfig {
     pub(super) handler_timeout: Duration,
     #[cfg_attr(
         feature = "serde",
+        serde(deserialize_with = "tidings_core::clamp::poll_interval")
+    )]
+    pub(super) progress_every: Duration,
+    #[cfg_attr(
+        feature = "serde",
         serde(deserialize_with = "tidings_core::clamp::at_least_one")
     )]
     pub(super) lanes: usize,
@@ -70,6 +75,12 @@ pub enum OnDeadLetter {
     /// dead letter is redriven and handled, or skipped
     /// ([`tidings_core::FailureStore::skip`]); then they are handled in the
     /// order they came. The key's order holds even around a failure.
+    ///
+    /// Not on a topic whose messages another partitioner placed
+    /// ([`Subscriber::places_keys`](tidings_core::Subscriber::places_keys)
+    /// is false: another team's Kafka topic of several partitions), where a
+    /// held key could not be found again: there a dead letter holds
+    /// nothing, as with [`OnDeadLetter::Continue`].
     #[default]
     HoldKey,
     /// The key's later messages are handled as if nothing happened: for
@@ -79,7 +90,8 @@ pub enum OnDeadLetter {
 
 impl Default for ConsumerConfig {
     /// 5 attempts, at most 10 deliveries, backoff from 100 ms to 10 s, a
-    /// 30 s handler timeout, 16 key lanes of 32 queued messages each, one
+    /// 30 s handler timeout, the transport told every 2 s that a message
+    /// is still at work, 16 key lanes of 32 queued messages each, one
     /// message per transaction, partition leases of 10 s, keys held after a
     /// dead letter, replays looked for every second.
     fn default() -> Self {
@@ -88,6 +100,7 @@ impl Default for ConsumerConfig {
             max_crashes: 10,
             backoff: Backoff::new(Duration::from_millis(100), Duration::from_secs(10)),
             handler_timeout: Duration::from_secs(30),
+            progress_every: Duration::from_secs(2),
             lanes: 16,
             lane_capacity: 32,
             batch: 1,
@@ -143,6 +156,17 @@ impl ConsumerConfig {
     /// Time allowed for one attempt; past it the attempt is rolled back and counts as a transient failure.
     pub fn handler_timeout(mut self, d: Duration) -> Self {
         self.handler_timeout = d;
+        self
+    }
+
+    /// How often the transport is told that a message is still at work
+    /// (`AckKind::Progress`) while its handler runs or waits to retry it:
+    /// a JetStream ack wait then does not run out under a slow handler, and
+    /// the message is not sent again, to this member or another, while it
+    /// is handled. Keep it well under the transport's deadline (NATS's
+    /// `ack_wait`). Transports without such a deadline ignore it.
+    pub fn progress_every(mut self, d: Duration) -> Self {
+        self.progress_every = d.max(Duration::from_millis(10));
         self
     }
 

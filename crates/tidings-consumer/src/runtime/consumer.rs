@@ -12,14 +12,13 @@ use tidings_core::{ConsumerStore, Delivery, Envelope, RawMessage, Subscriber};
 use tidings_lease::{Membership, Scope};
 use tokio_util::sync::CancellationToken;
 
-use super::Worker;
 use super::config::ConsumerConfig;
 use super::holds::Holds;
 use super::stats::ConsumerStats;
 use super::work::{Settled, Unsettled, Work};
+use super::{Unheld, Worker};
 use crate::handler::Handler;
 
-#[cfg(doc)]
 use super::OnDeadLetter;
 
 /// A named consumer (group) running one handler over one or more topics.
@@ -117,7 +116,7 @@ impl<S: Store> Consumer<S> {
             body: tidings_core::cloudevents::to_json(envelope),
             refused: None,
         };
-        let worker = self.worker(String::new(), CancellationToken::new());
+        let worker = self.worker(String::new(), Unheld::default(), CancellationToken::new());
         if let Err(e) = worker.load_holds(true).await {
             tracing::warn!(consumer = %self.name, error = %e.report(), "reading held keys failed; delivering as if none were held");
         }
@@ -130,7 +129,7 @@ impl<S: Store> Consumer<S> {
             .await
     }
 
-    pub(super) fn worker(&self, member: String, stop: CancellationToken) -> Worker<S> {
+    pub(super) fn worker(&self, member: String, unheld: Unheld, stop: CancellationToken) -> Worker<S> {
         Worker {
             name: self.name.clone(),
             member,
@@ -141,6 +140,7 @@ impl<S: Store> Consumer<S> {
             config: self.config.clone(),
             stats: self.stats.clone(),
             holds: Holds::default(),
+            unheld,
             stop,
         }
     }
@@ -204,7 +204,19 @@ impl<S: Store> Consumer<S> {
             })
             .collect::<Vec<_>>();
         let membership = Membership::new(self.store.clone(), member.clone(), self.config.lease_ttl, scopes);
-        let worker = self.worker(member.clone(), shutdown.clone());
+        // Keys are held where a key's messages are in the partition its
+        // hash names; elsewhere a dead letter holds back nothing.
+        let mut unheld = std::collections::HashSet::new();
+        for topic in &self.topics {
+            if !subscriber.places_keys(topic) {
+                if self.config.on_dead_letter == OnDeadLetter::HoldKey {
+                    tracing::warn!(consumer = %self.name, topic, "another partitioner placed this topic's messages: a dead letter here does not hold its key (OnDeadLetter::HoldKey needs Tidings' own placement)");
+                }
+                unheld.insert(topic.clone());
+            }
+        }
+        let unheld = Unheld::new(unheld);
+        let worker = self.worker(member.clone(), unheld.clone(), shutdown.clone());
         // Replays stop with the group's reading, whichever way it ends.
         let replays = shutdown.child_token();
         let (result, ()) = tokio::join!(
@@ -213,7 +225,7 @@ impl<S: Store> Consumer<S> {
                 replays.cancel();
                 result
             },
-            self.serve_replays(&member, &replays)
+            self.serve_replays(&member, &unheld, &replays)
         );
         result
     }

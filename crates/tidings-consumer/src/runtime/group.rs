@@ -81,6 +81,7 @@ impl<S: ConsumerStore + Clone> Worker<S> {
             config: self.config.clone(),
             stats: self.stats.clone(),
             holds: Holds::default(),
+            unheld: self.unheld.clone(),
             stop,
         }
     }

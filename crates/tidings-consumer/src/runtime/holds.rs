@@ -44,7 +44,7 @@ impl<S: Store> Worker<S> {
     pub(super) async fn handle(&self, work: Work) -> Settled {
         let key = match &work.envelope {
             // A message without a key holds back nothing when it fails.
-            Ok(e) if self.config.on_dead_letter == OnDeadLetter::HoldKey && !e.aggregate_key.is_empty() => {
+            Ok(e) if self.holds_keys_of(&work.delivery.message.topic) && !e.aggregate_key.is_empty() => {
                 (work.delivery.message.topic.clone(), e.aggregate_key.clone())
             }
             _ => return self.process(work).await,

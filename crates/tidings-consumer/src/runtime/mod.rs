@@ -75,6 +75,21 @@ struct Worker<S: ConsumerStore> {
     stats: Arc<ConsumerStats>,
     /// The keys held after a dead letter ([`OnDeadLetter::HoldKey`]).
     holds: Holds,
+    /// Topics whose keys are not held, [`OnDeadLetter::HoldKey`] or not:
+    /// another partitioner placed their messages
+    /// ([`Subscriber::places_keys`](tidings_core::Subscriber::places_keys)).
+    unheld: Unheld,
     /// Cancelled when the session ends (shutdown, hand-over, lost lease).
     stop: CancellationToken,
 }
+
+impl<S: ConsumerStore> Worker<S> {
+    /// Whether a dead letter on `topic` holds its key.
+    fn holds_keys_of(&self, topic: &str) -> bool {
+        self.config.on_dead_letter == OnDeadLetter::HoldKey && !self.unheld.contains(topic)
+    }
+}
+
+/// Topics on which a dead letter holds no key: another partitioner placed
+/// their messages ([`Subscriber::places_keys`](tidings_core::Subscriber::places_keys)).
+pub(super) type Unheld = Arc<std::collections::HashSet<String>>;

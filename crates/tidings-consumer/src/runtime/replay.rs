@@ -25,9 +25,11 @@ const PAGE: usize = 200;
 /// How often progress is stored.
 const REPORT_EVERY: Duration = Duration::from_millis(500);
 
+use super::Unheld;
+
 impl<S: Store> Consumer<S> {
     /// Until `shutdown`: takes up replays asked of this consumer, one at a time.
-    pub(super) async fn serve_replays(&self, member: &str, shutdown: &CancellationToken) {
+    pub(super) async fn serve_replays(&self, member: &str, unheld: &Unheld, shutdown: &CancellationToken) {
         let mut failures = 0u32;
         while !shutdown.is_cancelled() {
             match self
@@ -37,7 +39,7 @@ impl<S: Store> Consumer<S> {
             {
                 Ok(Some(replay)) => {
                     failures = 0;
-                    self.carry_out(replay, member, shutdown).await;
+                    self.carry_out(replay, member, unheld, shutdown).await;
                 }
                 Ok(None) => {
                     failures = 0;
@@ -56,7 +58,7 @@ impl<S: Store> Consumer<S> {
         }
     }
 
-    async fn carry_out(&self, replay: Replay, member: &str, shutdown: &CancellationToken) {
+    async fn carry_out(&self, replay: Replay, member: &str, unheld: &Unheld, shutdown: &CancellationToken) {
         let request = &replay.request;
         let topics: Vec<String> = request
             .topics
@@ -69,7 +71,7 @@ impl<S: Store> Consumer<S> {
             since = %request.since, until = %request.until, rate = request.rate, resume_after = replay.cursor,
             "replaying"
         );
-        let worker = self.worker(format!("{member}/replay"), shutdown.clone());
+        let worker = self.worker(format!("{member}/replay"), unheld.clone(), shutdown.clone());
         if let Err(e) = worker.load_holds(true).await {
             tracing::warn!(consumer = %self.name, error = %e.report(), "reading held keys failed; replaying as if none were held");
         }

@@ -15,7 +15,6 @@ use uuid::Uuid;
 
 use super::Worker;
 use super::attempt::{AttemptError, Outcome};
-use super::config::OnDeadLetter;
 use super::holds::Hold;
 use super::stats::bump;
 use super::work::Settled;
@@ -92,7 +91,8 @@ impl<S: Store> Worker<S> {
         let mut store_failures = 0u32;
         loop {
             attempt += 1;
-            let error = match self.attempt(&envelope, claim.as_ref(), attempt).await {
+            let attempted = self.attempt(&envelope, claim.as_ref(), attempt);
+            let error = match self.in_progress(&delivery, attempted).await {
                 Ok(outcome) => {
                     let settled = match outcome {
                         Outcome::Handled => {
@@ -120,7 +120,7 @@ impl<S: Store> Worker<S> {
                     bump(&self.stats.store_errors);
                     let delay = self.config.backoff.delay(store_failures);
                     tracing::warn!(consumer = %self.name, error = %e.report(), retry_in_ms = delay.as_millis() as u64, "store unavailable; retrying");
-                    if !self.pause(delay).await {
+                    if !self.in_progress(&delivery, self.pause(delay)).await {
                         return self.give_back(&delivery).await;
                     }
                     continue;
@@ -142,7 +142,7 @@ impl<S: Store> Worker<S> {
                 _ => self.config.backoff.delay(attempt),
             };
             tracing::debug!(consumer = %self.name, message_id = %envelope.id, attempt, error = %message, retry_in_ms = delay.as_millis() as u64, "handler failed; retrying");
-            if !self.pause(delay).await {
+            if !self.in_progress(&delivery, self.pause(delay)).await {
                 return self.give_back(&delivery).await;
             }
         }
@@ -182,9 +182,7 @@ impl<S: Store> Worker<S> {
             skipped_at: None,
         };
         let hold = match (&letter.aggregate_key, letter.message_id) {
-            (Some(key), Some(id))
-                if self.config.on_dead_letter == OnDeadLetter::HoldKey && !key.is_empty() =>
-            {
+            (Some(key), Some(id)) if self.holds_keys_of(&letter.topic) && !key.is_empty() => {
                 Some(((letter.topic.clone(), key.clone()), id))
             }
             _ => None,
@@ -223,6 +221,27 @@ impl<S: Store> Worker<S> {
         if let Err(e) = delivery.ack(kind).await {
             // The transport will deliver it again; the marker makes that harmless.
             tracing::warn!(consumer = %self.name, error = %e.report(), ?kind, "settling a delivery failed");
+        }
+    }
+
+    /// Runs `work` on `delivery`, telling the transport every
+    /// [`ConsumerConfig::progress_every`] that the message is still at work.
+    /// The signal is sent beside `work`, never instead of it: a transport
+    /// slow to take it (a client buffer full during an outage) does not
+    /// stall the handler and the locks its transaction holds.
+    async fn in_progress<T>(&self, delivery: &Delivery, work: impl std::future::Future<Output = T>) -> T {
+        let every = self.config.progress_every;
+        let keep_alive = async {
+            loop {
+                tokio::time::sleep(every).await;
+                if let Err(e) = delivery.ack(AckKind::Progress).await {
+                    tracing::debug!(consumer = %self.name, error = %e.report(), "telling the transport a message is still at work failed");
+                }
+            }
+        };
+        tokio::select! {
+            done = work => done,
+            _ = keep_alive => unreachable!("keeping a message alive never ends"),
         }
     }
 

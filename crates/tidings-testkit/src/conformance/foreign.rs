@@ -68,13 +68,21 @@ impl Drop for ForeignReader {
 }
 
 impl ForeignReader {
-    /// Starts the reader and waits until it listens.
+    /// Starts the Python reader of `at` and waits until it listens.
     async fn start(at: &ForeignAddress, count: usize) -> ForeignReader {
         let what = format!("the Python CloudEvents SDK reading {} {}", at.broker, at.address);
-        let (stderr, file) = stderr_file(&what);
-        let mut child = Command::new(python())
+        let mut command = Command::new(python());
+        command
             .arg(script())
-            .args(["read", at.broker, &at.url, &at.address, &count.to_string()])
+            .args(["read", at.broker, &at.url, &at.address, &count.to_string()]);
+        ForeignReader::spawn(what, command).await
+    }
+
+    /// Starts `command`, a reader printing `ready` once it listens, then
+    /// one JSON line per event, and waits until it listens.
+    async fn spawn(what: String, mut command: Command) -> ForeignReader {
+        let (stderr, file) = stderr_file(&what);
+        let mut child = command
             .stdout(Stdio::piped())
             .stderr(file)
             .spawn()
@@ -130,6 +138,44 @@ impl ForeignReader {
 /// every event recognised, in the mode it was written, with its
 /// attributes, extensions and data intact.
 pub async fn foreign_readers_recognise_what_tidings_publishes<T: TransportUnderTest>(t: &T) {
+    read_by_a_foreign_sdk(t, Sdk::Python).await;
+}
+
+/// What Tidings publishes on Kafka, in binary and in structured mode, is
+/// read by the official CloudEvents SDK for Rust with its rdkafka binding
+/// (`interop/cloudevents-rust`, outside the workspace: it builds its own
+/// rdkafka): every event recognised, with its attributes, extensions and
+/// data intact.
+pub async fn the_rust_sdk_reads_what_tidings_publishes<T: TransportUnderTest>(t: &T) {
+    read_by_a_foreign_sdk(t, Sdk::Rust).await;
+}
+
+/// Which official CloudEvents SDK reads.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Sdk {
+    Python,
+    Rust,
+}
+
+/// The Rust SDK's reader, as the test command builds it.
+fn rust_reader() -> PathBuf {
+    let path = std::env::var_os("TIDINGS_CLOUDEVENTS_RUST")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| {
+            PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+                .join("../../target/interop/debug/tidings-interop-cloudevents-rust")
+        });
+    assert!(
+        path.exists(),
+        "the Rust CloudEvents SDK's reader is missing at {} (scripts/test builds it: cargo build \
+         --manifest-path interop/cloudevents-rust/Cargo.toml --target-dir target/interop, with cmake \
+         on the PATH; or set TIDINGS_CLOUDEVENTS_RUST)",
+        path.display()
+    );
+    path
+}
+
+async fn read_by_a_foreign_sdk<T: TransportUnderTest>(t: &T, sdk: Sdk) {
     for mode in [ContentMode::Binary, ContentMode::Structured] {
         let topic = fresh_topic();
         let publisher = t.publisher_in(mode).await;
@@ -151,7 +197,16 @@ pub async fn foreign_readers_recognise_what_tidings_publishes<T: TransportUnderT
             .collect();
         // Kafka's reader starts from the beginning: it reads the warm-up too.
         let count = sent.len() + usize::from(at.broker == "kafka");
-        let reader = ForeignReader::start(&at, count).await;
+        let reader = match sdk {
+            Sdk::Python => ForeignReader::start(&at, count).await,
+            Sdk::Rust => {
+                assert_eq!(at.broker, "kafka", "the Rust SDK's reader reads Kafka");
+                let mut command = Command::new(rust_reader());
+                command.args([&at.url, &at.address, &count.to_string()]);
+                let what = format!("the Rust CloudEvents SDK reading {}", at.address);
+                ForeignReader::spawn(what, command).await
+            }
+        };
         publisher.publish(&sent).await.unwrap();
         let events = reader.finish().await;
         own.close().await.unwrap();
@@ -183,7 +238,7 @@ pub async fn foreign_readers_recognise_what_tidings_publishes<T: TransportUnderT
                 e.headers.get("traceparent").map(String::as_str),
                 "{got}"
             );
-            // Python keeps microseconds.
+            // Python keeps microseconds; the Rust SDK nanoseconds.
             let time: DateTime<Utc> = a["time"]
                 .as_str()
                 .and_then(|t| DateTime::parse_from_rfc3339(t).ok())
@@ -237,7 +292,7 @@ async fn foreign_write(at: &ForeignAddress, command_name: &str) {
 
 /// Runs the foreign client with `args` to its end, failing with `what`
 /// and its stderr unless it succeeds; returns what it printed.
-async fn run_client(what: &str, args: &[&str]) -> Vec<u8> {
+pub async fn run_client(what: &str, args: &[&str]) -> Vec<u8> {
     let mut command = Command::new(python());
     command.arg(script()).args(args);
     let output = tokio::task::spawn_blocking(move || command.output())
@@ -261,21 +316,56 @@ async fn run_client(what: &str, args: &[&str]) -> Vec<u8> {
 /// source is another event; a record that is not an event is dead-lettered
 /// with its raw bytes, and holds nothing back.
 pub async fn foreign_producers_are_read_once<T: TransportUnderTest>(t: &T) {
-    use tidings_core::FailureStore;
-    let db = crate::services::SqliteTestDb::new().await;
     let topic = fresh_topic();
     let group = super::fresh_group("foreign");
-    t.subscriber().await.ensure_group(&group, &topic).await.unwrap();
+    let subscriber = t.subscriber().await;
+    subscriber.ensure_group(&group, &topic).await.unwrap();
     let at = t
         .foreign_address(&topic)
         .expect("the transport names where foreign clients write");
     foreign_write(&at, "write").await;
+    read_foreign_events(subscriber, group, topic).await;
+}
 
+/// A topic another team's producer writes under names of its own (a NATS
+/// stream and subjects it made, a RabbitMQ exchange it declared), read by
+/// those names ([`TransportUnderTest::foreign_subscriber`]): what it
+/// writes with the official CloudEvents SDK for Python is handled once
+/// each, the retry suppressed, the garbage dead-lettered with its bytes.
+pub async fn foreign_names_are_read<T: TransportUnderTest>(t: &T) {
+    let topic = fresh_topic();
+    let group = super::fresh_group("named");
+    let name = format!("payments-{}", &uuid::Uuid::new_v4().simple().to_string()[..12]);
+    let subscriber = t
+        .foreign_subscriber(&topic, &name)
+        .await
+        .expect("the transport reads other teams' names");
+    let at = ForeignAddress {
+        address: name,
+        ..t.foreign_address(&topic)
+            .expect("the transport names where foreign clients write")
+    };
+    let what = format!("the Python client making {} {}", at.broker, at.address);
+    run_client(&what, &["own", at.broker, &at.url, &at.address]).await;
+    subscriber.ensure_group(&group, &topic).await.unwrap();
+    foreign_write(&at, "write").await;
+    read_foreign_events(subscriber, group, topic).await;
+}
+
+/// Reads what `foreign_events` in the foreign client wrote to `topic` with
+/// a Tidings group, checking each event was handled once.
+async fn read_foreign_events(
+    subscriber: std::sync::Arc<dyn tidings_core::Subscriber>,
+    group: String,
+    topic: String,
+) {
+    use tidings_core::FailureStore;
+    let db = crate::services::SqliteTestDb::new().await;
     let handler = Recorder::default();
     let consumer =
         tidings_consumer::Consumer::new(group, db.store.clone(), handler.clone()).topic(topic.clone());
     let stop = tokio_util::sync::CancellationToken::new();
-    let (stats, task) = super::start(t, consumer, stop.clone()).await;
+    let (stats, task) = super::start_on(subscriber, consumer, stop.clone());
     super::eventually(
         "four events handled, the retry suppressed, the garbage dead-lettered",
         || stats.handled() == 4 && stats.duplicates() == 1 && stats.dead_lettered() == 1,
@@ -317,18 +407,31 @@ pub async fn foreign_producers_are_read_once<T: TransportUnderTest>(t: &T) {
 /// its id and one that is not JSON each dead-lettered with the reason and
 /// its raw bytes, holding nothing back.
 pub async fn foreign_plain_json_is_read_once<T: TransportUnderTest>(t: &T) {
-    use tidings_core::FailureStore;
-    use tidings_core::field::Field;
-    use tidings_core::plain::PlainJson;
-    let db = crate::services::SqliteTestDb::new().await;
     let topic = fresh_topic();
     let group = super::fresh_group("plain");
-    t.subscriber().await.ensure_group(&group, &topic).await.unwrap();
+    let subscriber = t.subscriber().await;
+    subscriber.ensure_group(&group, &topic).await.unwrap();
     let at = t
         .foreign_address(&topic)
         .expect("the transport names where foreign clients write");
     foreign_write(&at, "write-plain").await;
+    read_plain_json(subscriber, group, topic).await;
+}
 
+/// Reads what `plain_records` in the foreign client wrote to `topic` as
+/// plain JSON of type `PaymentSettled`, its id in the header `X-Event-Id`,
+/// with a Tidings group: each record handled once, the producer's retry
+/// suppressed, the record without an id and the one that is not JSON
+/// dead-lettered with the reason and their bytes.
+pub async fn read_plain_json(
+    subscriber: std::sync::Arc<dyn tidings_core::Subscriber>,
+    group: String,
+    topic: String,
+) {
+    use tidings_core::FailureStore;
+    use tidings_core::field::Field;
+    use tidings_core::plain::PlainJson;
+    let db = crate::services::SqliteTestDb::new().await;
     let handler = Recorder::default();
     let plain = PlainJson::new("PaymentSettled")
         .id(Field::header("X-Event-Id"))
@@ -336,7 +439,7 @@ pub async fn foreign_plain_json_is_read_once<T: TransportUnderTest>(t: &T) {
     let consumer = tidings_consumer::Consumer::new(group, db.store.clone(), handler.clone())
         .json_topic(topic.clone(), plain);
     let stop = tokio_util::sync::CancellationToken::new();
-    let (stats, task) = super::start(t, consumer, stop.clone()).await;
+    let (stats, task) = super::start_on(subscriber, consumer, stop.clone());
     super::eventually(
         "two records handled, the retry suppressed, two dead-lettered",
         || stats.handled() == 2 && stats.duplicates() == 1 && stats.dead_lettered() == 2,
@@ -393,9 +496,33 @@ pub async fn foreign_kafka_topic(
     count: usize,
     partitions: u32,
 ) -> std::collections::BTreeMap<u32, usize> {
+    fill_kafka_topic("fill", url, topic, count, partitions).await
+}
+
+/// Another team's Kafka topic of clicks, as the clicks reference system
+/// reads them: created with `partitions` partitions and filled with
+/// `count` clicks (ids `clk_py_<n>`, `count / 20` sessions as keys, each
+/// session's clicks in order) by the Python client. Returns how many
+/// records each partition got.
+pub async fn foreign_kafka_clicks(
+    url: &str,
+    topic: &str,
+    count: usize,
+    partitions: u32,
+) -> std::collections::BTreeMap<u32, usize> {
+    fill_kafka_topic("fill-clicks", url, topic, count, partitions).await
+}
+
+async fn fill_kafka_topic(
+    command: &str,
+    url: &str,
+    topic: &str,
+    count: usize,
+    partitions: u32,
+) -> std::collections::BTreeMap<u32, usize> {
     let what = format!("the Python Kafka client creating and filling {topic}");
     let (count, partitions) = (count.to_string(), partitions.to_string());
-    let stdout = run_client(&what, &["fill", "kafka", url, topic, &count, &partitions]).await;
+    let stdout = run_client(&what, &[command, "kafka", url, topic, &count, &partitions]).await;
     let placed: std::collections::BTreeMap<String, usize> = serde_json::from_slice(&stdout)
         .unwrap_or_else(|e| panic!("{what} printed {:?}: {e}", String::from_utf8_lossy(&stdout)));
     placed

@@ -196,6 +196,8 @@ pub trait StoreExt: Sized {
     async fn enqueue_all(&self, ms: &[OutgoingMessage]);
     /// The one `BIGINT` that `sql` selects.
     async fn count(&self, sql: &'static str) -> i64;
+    /// Every outbox row's body, in the order enqueued.
+    async fn outbox_bodies(&self) -> Vec<Vec<u8>>;
     /// Appends a raw body to the log with `statement` (a
     /// [`TestDb::LOG_APPEND_RAW`]) in a transaction held open for `hold`.
     async fn append_raw(
@@ -253,6 +255,20 @@ impl<D: Dialect> StoreExt for SqlStore<D> {
             .unwrap()
             .get(0)
             .unwrap()
+    }
+
+    async fn outbox_bodies(&self) -> Vec<Vec<u8>> {
+        let mut conn = self.conn("reading the outbox").await.unwrap();
+        Stmt::<D>::new(
+            "SELECT body FROM tidings_outbox ORDER BY seq",
+            "reading the outbox",
+        )
+        .fetch_all(&mut *conn)
+        .await
+        .unwrap()
+        .iter()
+        .map(|row| row.get(0).unwrap())
+        .collect()
     }
 
     async fn append_raw(

@@ -1,6 +1,12 @@
-//! Serving the inbox on a socket open to the internet: a client that is
+//! Serving an HTTP endpoint on a socket others reach (the webhook inbox
+//! faces the internet; the metrics endpoint a network): a client that is
 //! slow to send its headers is cut off, connections are capped, and a
-//! shutdown lets deliveries in flight finish for a bounded time.
+//! shutdown lets requests in flight finish for a bounded time.
+//!
+//! `axum::serve` has no header timeout: one client that opens a
+//! connection and never finishes its headers holds a connection, and a
+//! graceful shutdown, forever.
+#![warn(missing_docs, missing_debug_implementations, unreachable_pub)]
 
 use std::future::Future;
 use std::sync::Arc;
@@ -21,7 +27,7 @@ pub struct ServeLimits {
     pub header_timeout: Duration,
     /// Connections open at once; more are closed as they arrive.
     pub max_connections: usize,
-    /// How long a shutdown waits for deliveries in flight.
+    /// How long a shutdown waits for requests in flight.
     pub shutdown_grace: Duration,
 }
 
@@ -35,8 +41,9 @@ impl Default for ServeLimits {
     }
 }
 
-/// Serves `app` (the inbox's router, nested where it belongs) on
-/// `listener` with the default [`ServeLimits`] until `shutdown` completes.
+/// Serves `app` on `listener` with the default [`ServeLimits`] (a 10 s
+/// header timeout, 1024 connections, a 15 s shutdown grace) until
+/// `shutdown` completes.
 pub async fn serve(listener: TcpListener, app: Router, shutdown: impl Future<Output = ()> + Send) {
     serve_with(listener, app, shutdown, ServeLimits::default()).await;
 }
@@ -65,7 +72,7 @@ pub async fn serve_with(
             Ok((stream, _)) => stream,
             Err(e) => {
                 // Out of file descriptors, say: wait rather than spin.
-                tracing::warn!(error = %e, "the inbox could not accept a connection");
+                tracing::warn!(error = %e, "could not accept a connection");
                 tokio::time::sleep(Duration::from_millis(100)).await;
                 continue;
             }
@@ -73,7 +80,7 @@ pub async fn serve_with(
         let Ok(permit) = permits.clone().try_acquire_owned() else {
             tracing::warn!(
                 limit = limits.max_connections,
-                "the inbox is at its connection limit: a connection was closed"
+                "at the connection limit: a connection was closed"
             );
             continue;
         };
@@ -100,7 +107,7 @@ pub async fn serve_with(
     if drained.is_err() {
         tracing::warn!(
             open = connections.len(),
-            "inbox connections still open after the shutdown grace were closed"
+            "connections still open after the shutdown grace were closed"
         );
     }
     connections.abort_all();
