@@ -528,7 +528,12 @@ impl ParkedMessage {
 pub trait ParkingStore: FailureStore {
     /// Stores the dead letter and holds its key (consumer, topic, key), in
     /// one transaction. A key already held moves its hold to this message.
-    async fn dead_letter_holding_key(&self, letter: &DeadLetter) -> Result<()>;
+    ///
+    /// With a `fence`, only while the member still holds the partition's
+    /// lease: otherwise nothing is written and it returns `false`, so that
+    /// a member that stalled past its lease never holds a key its successor,
+    /// which loaded the holds when it took the partition, knows nothing of.
+    async fn dead_letter_holding_key(&self, letter: &DeadLetter, fence: Option<Fence<'_>>) -> Result<bool>;
 
     /// The keys `consumer` holds.
     async fn held_keys(&self, consumer: &str) -> Result<Vec<HeldKey>>;

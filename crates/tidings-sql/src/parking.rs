@@ -1,7 +1,7 @@
 //! Held keys and the messages parked behind them.
 
 use async_trait::async_trait;
-use tidings_core::{DeadLetter, HeldKey, ParkedMessage, ParkingStore, Result};
+use tidings_core::{ConsumerStore, DeadLetter, Fence, HeldKey, ParkedMessage, ParkingStore, Result};
 use uuid::Uuid;
 
 use crate::db::Stmt;
@@ -10,8 +10,16 @@ use crate::{Dialect, SqlStore};
 
 #[async_trait]
 impl<D: Dialect> ParkingStore for SqlStore<D> {
-    async fn dead_letter_holding_key(&self, letter: &DeadLetter) -> Result<()> {
+    async fn dead_letter_holding_key(&self, letter: &DeadLetter, fence: Option<Fence<'_>>) -> Result<bool> {
         let mut tx = self.begin_tx("starting a dead letter").await?;
+        // The lease first, held (FOR SHARE where the database can) until the
+        // commit: a successor's acquire waits for it, and loads the hold.
+        if let Some(f) = fence
+            && !self.holds_lease(&mut tx, f.scope, f.member, f.lease).await?
+        {
+            let _ = tx.rollback().await;
+            return Ok(false);
+        }
         Self::insert_dead_letter(&mut tx, letter).await?;
         if let (Some(id), Some(key)) = (letter.message_id, &letter.aggregate_key) {
             Stmt::<D>::new(D::SQL.hold, "holding a key")
@@ -25,7 +33,8 @@ impl<D: Dialect> ParkingStore for SqlStore<D> {
         }
         tx.commit()
             .await
-            .map_err(db_error::<D>("committing a dead letter"))
+            .map_err(db_error::<D>("committing a dead letter"))?;
+        Ok(true)
     }
 
     async fn held_keys(&self, consumer: &str) -> Result<Vec<HeldKey>> {

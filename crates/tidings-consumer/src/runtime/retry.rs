@@ -9,7 +9,7 @@ use std::time::Duration;
 use chrono::Utc;
 use tidings_core::Store;
 use tidings_core::cloudevents::{self, Binding};
-use tidings_core::{AckKind, DeadLetter, Delivery, Envelope, ErrorClass, Failure};
+use tidings_core::{AckKind, DeadLetter, Delivery, Envelope, ErrorClass, Failure, Fence};
 use tracing::Instrument;
 use uuid::Uuid;
 
@@ -34,7 +34,9 @@ impl<S: Store> Worker<S> {
             Err(e) => {
                 let failure = failure(1, ErrorClass::Permanent, &e.to_string());
                 tracing::warn!(consumer = %self.name, topic = %delivery.message.topic, error = %e, "undecodable message; dead-lettering");
-                return self.dead_letter(&delivery, None, vec![failure]).await;
+                return self
+                    .dead_letter(&delivery, None, vec![failure], claim.as_ref())
+                    .await;
             }
         };
         let span = handle_span(&self.name, &delivery.message.topic, &envelope);
@@ -70,6 +72,7 @@ impl<S: Store> Worker<S> {
                 &delivery,
                 Some(&envelope),
                 vec![failure(0, ErrorClass::Permanent, &error)],
+                claim.as_ref(),
             )
             .await
         } else {
@@ -134,7 +137,9 @@ impl<S: Store> Worker<S> {
             failures.push(failure(attempt, class, &message));
             if class == ErrorClass::Permanent || attempt >= self.config.max_attempts {
                 tracing::warn!(consumer = %self.name, message_id = %envelope.id, message_type = %envelope.message_type, attempts = attempt, error = %message, "dead-lettering");
-                return self.dead_letter(&delivery, Some(&envelope), failures).await;
+                return self
+                    .dead_letter(&delivery, Some(&envelope), failures, claim.as_ref())
+                    .await;
             }
             bump(&self.stats.retries);
             let delay = match class {
@@ -155,6 +160,7 @@ impl<S: Store> Worker<S> {
         delivery: &Delivery,
         envelope: Option<&Envelope>,
         errors: Vec<Failure>,
+        claim: Option<&Claim>,
     ) -> Settled {
         // A plain JSON record is kept as the CloudEvent it was read as (its
         // body unchanged), so that a redrive decodes it.
@@ -188,16 +194,29 @@ impl<S: Store> Worker<S> {
             _ => None,
         };
         // Retried until the store takes it: a message is never dropped.
+        let fence = claim.map(|c| Fence {
+            scope: &c.scope,
+            member: &self.member,
+            lease: c.lease,
+        });
         let stored = self
             .store_op("storing a dead letter", || async {
                 match hold {
-                    Some(_) => self.store.dead_letter_holding_key(&letter).await,
-                    None => self.store.dead_letter(&letter).await,
+                    Some(_) => self.store.dead_letter_holding_key(&letter, fence).await,
+                    None => self.store.dead_letter(&letter).await.map(|()| true),
                 }
             })
             .await;
-        if stored.is_none() {
-            return self.give_back(delivery).await;
+        match stored {
+            None => return self.give_back(delivery).await,
+            Some(false) => {
+                // Its successor reads the partition now: it handles the
+                // message again and holds the key itself.
+                tracing::info!(consumer = %self.name, "partition lease lost before dead-lettering; handing over");
+                self.stop.cancel();
+                return self.give_back(delivery).await;
+            }
+            Some(true) => {}
         }
         if let Some((key, message_id)) = hold {
             let hold = Hold {

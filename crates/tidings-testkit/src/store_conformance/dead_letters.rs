@@ -391,3 +391,66 @@ pub async fn a_consumer_may_continue_past_a_dead_letter<T: TestDb>(db: &T) {
     assert_eq!(stats.parked(), 0);
     assert!(store.lag().await.unwrap().parked.is_empty());
 }
+
+/// A member that lost its partition's lease (it stalled past it, and a
+/// successor took the partition and loaded the holds) writes no dead letter
+/// and holds no key: the successor handles the message again and holds the
+/// key itself, so a later message of the key is parked, never handled.
+pub async fn a_member_past_its_lease_holds_no_key<T: TestDb>(db: &T) {
+    use tidings_core::{Fence, LeaseStore, ParkingStore};
+    let store = setup(db).await;
+    let scope = "billing@test.events";
+    let ttl = Duration::from_millis(300);
+    let stale = store.acquire(scope, "m1", &[0], ttl).await.unwrap()[0];
+    tokio::time::sleep(Duration::from_millis(400)).await;
+    let live = store
+        .acquire(scope, "m2", &[0], Duration::from_secs(30))
+        .await
+        .unwrap()[0];
+    assert!(live.fence > stale.fence, "the successor has a new fencing token");
+
+    let envelope = message("k1", 1).envelope;
+    let letter = tidings_core::DeadLetter {
+        id: uuid::Uuid::now_v7(),
+        consumer: "billing".into(),
+        topic: TOPIC.into(),
+        message_id: Some(envelope.id),
+        message_type: Some(envelope.message_type.clone()),
+        aggregate_key: Some("k1".into()),
+        headers: Default::default(),
+        body: b"{}".to_vec(),
+        attempts: 1,
+        errors: Vec::new(),
+        created_at: chrono::Utc::now(),
+        redrives: 0,
+        redriven_at: None,
+        skipped_at: None,
+    };
+    let fence = |member, lease| Some(Fence { scope, member, lease });
+    assert!(
+        !store
+            .dead_letter_holding_key(&letter, fence("m1", stale))
+            .await
+            .unwrap(),
+        "refused to the member that lost the lease"
+    );
+    assert!(
+        store.held_keys("billing").await.unwrap().is_empty(),
+        "no key held"
+    );
+    let filter = DeadLetterFilter::default().consumer("billing");
+    assert!(
+        store.dead_letters(&filter).await.unwrap().is_empty(),
+        "no dead letter"
+    );
+
+    assert!(
+        store
+            .dead_letter_holding_key(&letter, fence("m2", live))
+            .await
+            .unwrap()
+    );
+    let held = store.held_keys("billing").await.unwrap();
+    assert_eq!(held.len(), 1, "the lease's holder holds the key");
+    assert_eq!(store.dead_letters(&filter).await.unwrap().len(), 1);
+}

@@ -86,6 +86,7 @@ macro_rules! store_conformance {
                 a_dead_letter_holds_its_key_until_redriven,
                 a_skipped_dead_letter_lets_its_key_go_on,
                 a_consumer_may_continue_past_a_dead_letter,
+                a_member_past_its_lease_holds_no_key,
             ],
             errors: [
                 a_lost_race_is_transient_and_bad_data_permanent,
