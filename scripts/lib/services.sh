@@ -54,6 +54,33 @@ ensure_postgres() {
   log "PostgreSQL ready on 127.0.0.1:5432"
 }
 
+# Logical replication on the PostgreSQL of ensure_postgres, for the CDC
+# relay: wal_level = logical and room for the tests' slots and streams. The
+# settings need a restart, done once; slots that interrupted runs left
+# behind (named tidings_test_*) are dropped, since a forgotten slot keeps
+# write-ahead log forever.
+ensure_logical_replication() {
+  local pg="psql -h 127.0.0.1 -U postgres -d postgres -tAc"
+  if [ "$($pg 'SHOW wal_level')" != logical ] ||
+     [ "$($pg 'SHOW max_replication_slots')" -lt 32 ] ||
+     [ "$($pg 'SHOW max_wal_senders')" -lt 32 ]; then
+    log "switching PostgreSQL to wal_level = logical (one restart)"
+    $pg "ALTER SYSTEM SET wal_level = logical" >/dev/null
+    $pg "ALTER SYSTEM SET max_replication_slots = 32" >/dev/null
+    $pg "ALTER SYSTEM SET max_wal_senders = 32" >/dev/null
+    local version
+    version=$(ls /etc/postgresql 2>/dev/null | sort -V | tail -n 1)
+    [ -n "$version" ] || die "PostgreSQL has no cluster under /etc/postgresql to restart"
+    as_root pg_ctlcluster --skip-systemctl-redirect "$version" main restart ||
+      die "could not restart PostgreSQL $version to apply wal_level = logical"
+    wait_until 60 "PostgreSQL on 127.0.0.1:5432" pg_ready
+    [ "$($pg 'SHOW wal_level')" = logical ] || die "PostgreSQL still runs with wal_level = $($pg 'SHOW wal_level') after a restart"
+  fi
+  $pg "SELECT pg_drop_replication_slot(slot_name) FROM pg_replication_slots
+       WHERE slot_name LIKE 'tidings_test_%' AND NOT active" >/dev/null
+  log "PostgreSQL logical replication ready (wal_level = logical)"
+}
+
 tcp_open() { (exec 3<>"/dev/tcp/$1/$2") 2>/dev/null; }
 
 # The MariaDB client over loopback TCP as the tests connect: user root, no

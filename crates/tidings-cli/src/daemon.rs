@@ -25,7 +25,8 @@ use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 
 use crate::connecting_to;
-use tidings_config::Loaded;
+use tidings_cdc_postgres::{CdcOptions, CdcStore};
+use tidings_config::{Loaded, RelayMode};
 
 /// Log entries deleted per statement by the housekeeping.
 const TRIM_BATCH: usize = 5000;
@@ -72,7 +73,21 @@ pub(crate) async fn run(loaded: Loaded, shutdown: CancellationToken) -> anyhow::
     if config.database.migrate {
         store.migrate().await.context("migrating Tidings' tables")?;
     }
-    with_store!(store, |s| run_on(s, &loaded, metrics, inbox, shutdown).await)
+    let cdc = match (config.relay_mode, &store) {
+        (RelayMode::Poll, _) => None,
+        (RelayMode::Cdc, tidings::AnyStore::Postgres(pg)) => {
+            let options = CdcOptions::default().group(&config.relay_group);
+            let cdc = CdcStore::new(pg.clone(), url, options).context("relay.mode = \"cdc\"")?;
+            // The slot is made now, so that what is committed from here on
+            // is streamed even if the relay is not running yet.
+            cdc.prepare()
+                .await
+                .context("preparing the CDC relay's slot and publication")?;
+            Some(cdc)
+        }
+        (RelayMode::Cdc, _) => anyhow::bail!("relay.mode = \"cdc\" needs a PostgreSQL database"),
+    };
+    with_store!(store, |s| run_on(s, &loaded, metrics, inbox, cdc, shutdown).await)
 }
 
 async fn run_on<S>(
@@ -80,6 +95,7 @@ async fn run_on<S>(
     loaded: &Loaded,
     metrics: Option<(TcpListener, tidings_prometheus::PrometheusHandle)>,
     inbox: Option<(TcpListener, Vec<Provider>)>,
+    cdc: Option<CdcStore>,
     shutdown: CancellationToken,
 ) -> anyhow::Result<()>
 where
@@ -142,10 +158,19 @@ where
     }
     if config.relay_enabled {
         let (publisher, label) = (opened.publisher.clone(), opened.label());
-        parts.push(format!("relay to {label}"));
-        let relay = Relay::new(store.clone(), publisher).config(config.relay.clone());
         let stop = shutdown.clone();
-        tasks.spawn(async move { relay.run(stop).await.context("the relay stopped") });
+        match cdc {
+            Some(cdc) => {
+                parts.push(format!("relay (cdc, slot {}) to {label}", cdc.slot()));
+                let relay = Relay::new(cdc, publisher).config(config.relay.clone());
+                tasks.spawn(async move { relay.run(stop).await.context("the relay stopped") });
+            }
+            None => {
+                parts.push(format!("relay to {label}"));
+                let relay = Relay::new(store.clone(), publisher).config(config.relay.clone());
+                tasks.spawn(async move { relay.run(stop).await.context("the relay stopped") });
+            }
+        }
     }
     if !config.log.retention.0.is_zero() {
         parts.push(format!("log retention {}", config.log.retention));

@@ -21,6 +21,7 @@ macro_rules! say_part {
 }
 
 mod cause;
+mod cdc;
 mod daemon;
 mod demo;
 mod dlq;
@@ -73,6 +74,14 @@ enum Command {
         database: DatabaseArg,
         #[command(subcommand)]
         command: dlq::Dlq,
+    },
+    /// The replication slot of a CDC relay group (`relay.mode = "cdc"`):
+    /// its state, or dropping it.
+    Cdc {
+        #[command(flatten)]
+        database: DatabaseArg,
+        #[command(subcommand)]
+        command: cdc::CdcCommand,
     },
     /// The outbox: pending records per partition, rates, and the relays holding them.
     Outbox {
@@ -239,6 +248,10 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Dlq { database, command } => {
             with_store!(open_existing(&database.url()).await?, |s| dlq::run(&s, command)
                 .await?);
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::Cdc { database, command } => {
+            cdc::run(open_existing(&database.url()).await?, command).await?;
             Ok(ExitCode::SUCCESS)
         }
         Command::Outbox { database, command } => {

@@ -48,6 +48,17 @@ impl fmt::Display for ConfigError {
 
 impl std::error::Error for ConfigError {}
 
+/// How the relay learns what was committed (`relay.mode`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum RelayMode {
+    /// It looks for unsent outbox records, woken by producers: any database.
+    #[default]
+    Poll,
+    /// It reads the outbox's inserts from PostgreSQL's logical replication
+    /// (`wal_level = logical`), one relay of the group at a time.
+    Cdc,
+}
+
 /// The whole file.
 #[derive(Debug, Clone, Deserialize)]
 #[serde(default, deny_unknown_fields)]
@@ -58,10 +69,17 @@ pub struct Config {
     pub broker: BrokerConfig,
     /// The relay: the relay's own configuration, read as it reads itself.
     pub relay: RelayConfig,
-    /// `relay.enabled`: whether this process runs the relay, the one key of
-    /// `[relay]` that is the daemon's rather than the relay's.
+    /// `relay.enabled`: whether this process runs the relay, one of the
+    /// keys of `[relay]` that are the daemon's rather than the relay's.
     #[serde(skip)]
     pub relay_enabled: bool,
+    /// `relay.mode`: how the relay learns what was committed.
+    #[serde(skip)]
+    pub relay_mode: RelayMode,
+    /// `relay.group`: the relay group of CDC mode, which names the
+    /// replication slot and the publication (`tidings_<group>`).
+    #[serde(skip)]
+    pub relay_group: String,
     /// The database-log transport's housekeeping.
     pub log: LogConfig,
     /// The consumers' records' housekeeping.
@@ -138,6 +156,8 @@ impl Default for Config {
             broker: BrokerConfig::default(),
             relay: RelayConfig::default(),
             relay_enabled: true,
+            relay_mode: RelayMode::Poll,
+            relay_group: "relay".into(),
             log: LogConfig::default(),
             consumer: ConsumerSection::default(),
             metrics: MetricsConfig::default(),
@@ -338,18 +358,37 @@ impl Loaded {
             path: var,
             reason,
         })?;
-        let relay_enabled = take_enabled(&mut table).map_err(|reason| {
-            let source = if from_env.contains("relay.enabled") {
-                format!("environment ({})", env_name("relay.enabled"))
+        let daemon_key = |key: &str, reason: String| {
+            let path = format!("relay.{key}");
+            let source = if from_env.contains(&path) {
+                format!("environment ({})", env_name(&path))
             } else {
                 source.to_owned()
             };
-            ConfigError {
-                source,
-                path: "relay.enabled".into(),
-                reason,
+            ConfigError { source, path, reason }
+        };
+        let relay_enabled = take_enabled(&mut table).map_err(|reason| daemon_key("enabled", reason))?;
+        let relay_mode = match take_relay_key(&mut table, "mode") {
+            None => RelayMode::Poll,
+            Some(toml::Value::String(mode)) if mode == "poll" => RelayMode::Poll,
+            Some(toml::Value::String(mode)) if mode == "cdc" => RelayMode::Cdc,
+            Some(other) => {
+                return Err(daemon_key(
+                    "mode",
+                    format!("{other} is not a mode: \"poll\" or \"cdc\""),
+                ));
             }
-        })?;
+        };
+        let relay_group = match take_relay_key(&mut table, "group") {
+            None => "relay".to_owned(),
+            Some(toml::Value::String(group)) => group,
+            Some(other) => {
+                return Err(daemon_key(
+                    "group",
+                    format!("invalid type: {}, expected a string", other.type_str()),
+                ));
+            }
+        };
         let mut config: Config =
             serde_path_to_error::deserialize(toml::Value::Table(table)).map_err(|e| {
                 let key = e.path().to_string();
@@ -366,6 +405,8 @@ impl Loaded {
                 }
             })?;
         config.relay_enabled = relay_enabled;
+        config.relay_mode = relay_mode;
+        config.relay_group = relay_group;
         let database_url = secret_url(
             &config.database.url,
             &config.database.url_file,
@@ -489,6 +530,38 @@ impl Loaded {
             1,
             1000,
         )?;
+        if c.relay_mode == RelayMode::Cdc {
+            let url = self.database_url.expose();
+            if !["postgres://", "postgresql://"]
+                .iter()
+                .any(|p| url.starts_with(p))
+            {
+                return Err((
+                    "relay.mode".into(),
+                    "cdc reads PostgreSQL's logical replication: database.url must be a postgres:// URL (or use mode = \"poll\")".into(),
+                ));
+            }
+            if c.relay.partition_count() != 1 {
+                return Err((
+                    "relay.partitions".into(),
+                    "cdc streams one replication slot, from one relay at a time: partitions must be 1".into(),
+                ));
+            }
+            let valid = !c.relay_group.is_empty()
+                && c.relay_group.len() <= 50
+                && c.relay_group
+                    .bytes()
+                    .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'_');
+            if !valid {
+                return Err((
+                    "relay.group".into(),
+                    format!(
+                        "{:?} cannot name a replication slot: use 1 to 50 lower-case letters, digits and underscores",
+                        c.relay_group
+                    ),
+                ));
+            }
+        }
         c.relay.check().map_err(|e| match e {
             tidings_core::Error::Config { key, reason } => (format!("relay.{key}"), reason),
             other => ("relay".to_owned(), other.to_string()),
@@ -591,14 +664,18 @@ fn hide_urls(text: &str) -> String {
     out
 }
 
-/// Takes `relay.enabled` out of the file's `[relay]` (default: on), so that
-/// the rest of the section is the relay's own configuration.
-fn take_enabled(table: &mut toml::Table) -> Result<bool, String> {
-    let value = table
+/// Takes a key of the daemon's out of the file's `[relay]`, so that the
+/// rest of the section is the relay's own configuration.
+fn take_relay_key(table: &mut toml::Table, key: &str) -> Option<toml::Value> {
+    table
         .get_mut("relay")
         .and_then(toml::Value::as_table_mut)
-        .and_then(|relay| relay.remove("enabled"));
-    match value {
+        .and_then(|relay| relay.remove(key))
+}
+
+/// Takes `relay.enabled` out of the file's `[relay]` (default: on).
+fn take_enabled(table: &mut toml::Table) -> Result<bool, String> {
+    match take_relay_key(table, "enabled") {
         None => Ok(true),
         Some(toml::Value::Boolean(on)) => Ok(on),
         Some(other) => Err(format!("invalid type: {}, expected a boolean", other.type_str())),
@@ -777,6 +854,8 @@ mod tests {
             "partitions",
             "content_mode",
             "enabled",
+            "mode",
+            "group",
             "batch_size",
             "poll_interval",
             "publish_timeout",
@@ -919,6 +998,50 @@ mod tests {
     }
 
     #[test]
+    fn cdc_mode_needs_postgresql_one_partition_and_a_group_that_names_a_slot() {
+        let pg = "[database]\nurl = \"postgres://u@db/app\"\n";
+        let loaded = load(&format!("{pg}[relay]\nmode = \"cdc\"\ngroup = \"orders\"\n"), &[]).unwrap();
+        assert_eq!(loaded.config.relay_mode, RelayMode::Cdc);
+        assert_eq!(loaded.config.relay_group, "orders");
+        assert_eq!(
+            loaded.config.relay,
+            RelayConfig::default(),
+            "mode and group are the daemon's keys"
+        );
+        let env = load(pg, &[("TIDINGS_RELAY__MODE", "cdc")]).unwrap();
+        assert_eq!(
+            (env.config.relay_mode, env.config.relay_group.as_str()),
+            (RelayMode::Cdc, "relay")
+        );
+        for (file, path, why) in [
+            (
+                "[database]\nurl = \"sqlite://a.db\"\n[relay]\nmode = \"cdc\"\n",
+                "relay.mode",
+                "must be a postgres:// URL",
+            ),
+            (
+                &format!("{pg}[relay]\nmode = \"cdc\"\npartitions = 4\n"),
+                "relay.partitions",
+                "partitions must be 1",
+            ),
+            (
+                &format!("{pg}[relay]\nmode = \"cdc\"\ngroup = \"Orders-1\"\n"),
+                "relay.group",
+                "cannot name a replication slot",
+            ),
+            (
+                &format!("{pg}[relay]\nmode = \"stream\"\n"),
+                "relay.mode",
+                "\"poll\" or \"cdc\"",
+            ),
+        ] {
+            let (p, reason) = refused(file, &[]);
+            assert_eq!(p, path, "{file}");
+            assert!(reason.contains(why), "{reason}");
+        }
+    }
+
+    #[test]
     fn relay_enabled_is_the_daemons_and_the_rest_of_relay_is_the_relays() {
         let db = "[database]\nurl = \"sqlite://a.db\"\n";
         let loaded = load(&format!("{db}[relay]\nenabled = false\nbatch_size = 20\n"), &[]).unwrap();
@@ -930,6 +1053,11 @@ mod tests {
         assert!(reason.contains("expected a boolean"), "{reason}");
         let e = load(db, &[("TIDINGS_RELAY__ENABLED", "maybe")]).unwrap_err();
         assert_eq!(e.path, "relay.enabled");
+        assert_eq!(
+            load(db, &[]).unwrap().config.relay_mode,
+            RelayMode::Poll,
+            "poll by default"
+        );
         let (path, reason) = refused(&format!("{db}[relay]\nlease_ttl = \"100ms\"\n"), &[]);
         assert_eq!(
             (path.as_str(), reason.as_str()),

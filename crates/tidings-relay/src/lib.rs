@@ -157,6 +157,11 @@ impl RelayConfig {
         self
     }
 
+    /// The outbox partitions set ([`partitions`](RelayConfig::partitions)).
+    pub fn partition_count(&self) -> u32 {
+        self.partitions
+    }
+
     /// How long a relay's partition leases last without renewal (renewed
     /// three times as often): a relay that dies is replaced after about this long.
     pub fn lease_ttl(mut self, d: Duration) -> Self {

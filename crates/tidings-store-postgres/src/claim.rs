@@ -1,6 +1,9 @@
 //! The relay's claim on PostgreSQL: `FOR UPDATE SKIP LOCKED` under the lease locks.
 
-use sqlx::Row;
+use std::collections::HashMap;
+
+use sqlx::postgres::PgRow;
+use sqlx::{Postgres, Row, Transaction};
 use tidings_core::{OutboxPartitions, OutboxRecord, Result};
 use tidings_sql::{CLAIM_SAVEPOINT, ClaimedRows, TxBatch, db_error};
 
@@ -61,11 +64,17 @@ const CLAIM_MARK_UNHELD: &str = claim!("UPDATE tidings_outbox SET published_at =
 // with BEGIN and end with the transaction.
 const CLAIM_BEGIN: &str = "BEGIN; SET LOCAL enable_bitmapscan = off; SET LOCAL enable_seqscan = off";
 
-/// Claims a batch: the rows stay locked until it is completed or released.
-pub(crate) async fn claim(store: &PgStore, limit: usize, held: &OutboxPartitions) -> Result<PgBatch> {
+/// A claim's transaction with the relay's live leases locked and the
+/// savepoint set: the partitions still held, and whether any key is held
+/// behind a record set aside. `None` when no lease is live any more.
+async fn lock_leases(
+    store: &PgStore,
+    begin: &'static str,
+    held: &OutboxPartitions,
+) -> Result<Option<(Transaction<'static, Postgres>, Vec<i32>, bool)>> {
     let mut tx = store
         .pool()
-        .begin_with(CLAIM_BEGIN)
+        .begin_with(begin)
         .await
         .map_err(db_error::<Pg>("starting an outbox claim"))?;
     let live: Vec<(i32, bool)> = sqlx::query_as(HOLD_LEASES)
@@ -78,7 +87,7 @@ pub(crate) async fn claim(store: &PgStore, limit: usize, held: &OutboxPartitions
         .map_err(db_error::<Pg>("checking the relay's leases"))?;
     if live.is_empty() {
         let _ = tx.rollback().await;
-        return Ok(PgBatch::empty());
+        return Ok(None);
     }
     let holds = live.iter().any(|&(_, holds)| holds);
     let live: Vec<i32> = live.into_iter().map(|(p, _)| p).collect();
@@ -88,6 +97,41 @@ pub(crate) async fn claim(store: &PgStore, limit: usize, held: &OutboxPartitions
         .execute(&mut *tx)
         .await
         .map_err(db_error::<Pg>("claiming an outbox batch"))?;
+    Ok(Some((tx, live, holds)))
+}
+
+fn record(r: PgRow) -> OutboxRecord {
+    OutboxRecord {
+        seq: r.get(0),
+        topic: r.get(1),
+        body: r.get(2),
+        id: r.get(3),
+        aggregate_key: r.get(4),
+        message_type: r.get(5),
+    }
+}
+
+/// Claims a batch: the rows stay locked until it is completed or released.
+pub(crate) async fn claim(store: &PgStore, limit: usize, held: &OutboxPartitions) -> Result<PgBatch> {
+    Ok(claim_oldest(store, limit, held)
+        .await?
+        .map_or_else(PgBatch::empty, |(batch, _)| batch))
+}
+
+/// Claims the oldest unsent records as [`RelayStore::claim`] does, saying
+/// more of what it found: `None` when the relay holds no live lease any
+/// more, else the batch (perhaps empty) and whether some key was held
+/// behind a record set aside when the claim began.
+///
+/// [`RelayStore::claim`]: tidings_core::RelayStore::claim
+pub async fn claim_oldest(
+    store: &PgStore,
+    limit: usize,
+    held: &OutboxPartitions,
+) -> Result<Option<(PgBatch, bool)>> {
+    let Some((mut tx, live, holds)) = lock_leases(store, CLAIM_BEGIN, held).await? else {
+        return Ok(None);
+    };
     let sql = match (store.options().retention_period().is_some(), holds) {
         (true, false) => CLAIM_MARK,
         (true, true) => CLAIM_MARK_UNHELD,
@@ -101,19 +145,61 @@ pub(crate) async fn claim(store: &PgStore, limit: usize, held: &OutboxPartitions
         .fetch_all(&mut *tx)
         .await
         .map_err(db_error::<Pg>("claiming an outbox batch"))?;
-    let mut rows: Vec<OutboxRecord> = rows
-        .into_iter()
-        .map(|r| OutboxRecord {
-            seq: r.get(0),
-            topic: r.get(1),
-            body: r.get(2),
-            id: r.get(3),
-            aggregate_key: r.get(4),
-            message_type: r.get(5),
-        })
-        .collect();
+    let mut rows: Vec<OutboxRecord> = rows.into_iter().map(record).collect();
     rows.sort_unstable_by_key(|r| r.seq);
     let mut claimed = ClaimedRows::with_capacity(rows.len());
     rows.into_iter().for_each(|r| claimed.push(r));
-    Ok(PgBatch::new(tx, claimed, store))
+    Ok(Some((PgBatch::new(tx, claimed, store), holds)))
+}
+
+// The claim of records named by their seq, in the order a change stream
+// committed them: only those still unsent, the others were sent already.
+const LISTED_DELETE: &str = "DELETE FROM tidings_outbox WHERE seq = ANY($1::int8[]) AND published_at IS NULL
+     RETURNING seq, topic, body, id, aggregate_key, message_type";
+const LISTED_MARK: &str = "UPDATE tidings_outbox SET published_at = now()
+     WHERE seq = ANY($1::int8[]) AND published_at IS NULL
+     RETURNING seq, topic, body, id, aggregate_key, message_type";
+
+/// What a claim of listed records found.
+#[derive(Debug)]
+pub enum Listed {
+    /// The relay no longer holds a live lease: nothing claimed.
+    LeaseLost,
+    /// Some key is held behind a record set aside: nothing claimed, since
+    /// the records of held keys must wait in the outbox, in order. Claim
+    /// the oldest records instead ([`tidings_core::RelayStore::claim`]).
+    KeysHeld,
+    /// The records of the list still unsent, in the list's order, locked
+    /// until the batch ends (none: every one was sent already).
+    Claimed(PgBatch),
+}
+
+/// Claims the unsent records among `seqs`, under the same lease locks and
+/// with the same completion as [`claim`]: what a relay reading the
+/// database's change stream calls with the seqs of the records committed,
+/// in commit order. A record already sent (by an earlier claim, or before
+/// a restart) is left out.
+pub async fn claim_listed(store: &PgStore, seqs: &[i64], held: &OutboxPartitions) -> Result<Listed> {
+    let Some((mut tx, _, holds)) = lock_leases(store, "BEGIN", held).await? else {
+        return Ok(Listed::LeaseLost);
+    };
+    if holds {
+        let _ = tx.rollback().await;
+        return Ok(Listed::KeysHeld);
+    }
+    let sql = match store.options().retention_period() {
+        Some(_) => LISTED_MARK,
+        None => LISTED_DELETE,
+    };
+    let rows = sqlx::query(sql)
+        .bind(seqs)
+        .fetch_all(&mut *tx)
+        .await
+        .map_err(db_error::<Pg>("claiming listed outbox records"))?;
+    let order: HashMap<i64, usize> = seqs.iter().enumerate().map(|(i, &s)| (s, i)).collect();
+    let mut rows: Vec<OutboxRecord> = rows.into_iter().map(record).collect();
+    rows.sort_unstable_by_key(|r| order.get(&r.seq).copied().unwrap_or(usize::MAX));
+    let mut claimed = ClaimedRows::with_capacity(rows.len());
+    rows.into_iter().for_each(|r| claimed.push(r));
+    Ok(Listed::Claimed(PgBatch::new(tx, claimed, store)))
 }

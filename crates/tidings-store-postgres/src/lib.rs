@@ -41,7 +41,7 @@ use tidings_sql::connect::probe;
 use tidings_sql::{Dialect, SqlStore, Statements, StoreOptions, db_error};
 use uuid::Uuid;
 
-pub use claim::PgBatch;
+pub use claim::{Listed, PgBatch, claim_listed, claim_oldest};
 
 /// A server not up yet: refused or reset, or `57P03` ("the database
 /// system is starting up").

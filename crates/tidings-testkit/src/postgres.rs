@@ -137,6 +137,9 @@ impl PrivatePostgres {
             .args(["-p", &self.port.to_string(), "-c", "listen_addresses=127.0.0.1"])
             .args(["-c", "unix_socket_directories=", "-c", "fsync=off"])
             .args(["-c", &format!("max_connections={}", self.max_connections)])
+            // What the CDC relay needs: logical decoding of the write-ahead log.
+            .args(["-c", "wal_level=logical", "-c", "max_replication_slots=16"])
+            .args(["-c", "max_wal_senders=16"])
             .process_group(0)
             // Into a file: a pipe nobody reads fills up with the server's
             // log (a line per client killed) and stalls it.

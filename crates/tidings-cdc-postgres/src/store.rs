@@ -1,0 +1,355 @@
+//! [`CdcStore`]: the relay's store when it reads the change stream.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use pgwire_replication::{Lsn, ReplicationConfig};
+use tidings_core::{ClaimedBatch, Lease, LeaseStore, OutboxPartitions, RelayStore, Result};
+use tidings_store_postgres::{Listed, PgStore, claim_listed, claim_oldest};
+use tokio::sync::Mutex;
+
+use crate::CdcOptions;
+use crate::batch::CdcBatch;
+use crate::slot::{self, SlotName};
+use crate::stream::{self, Committed, Stream};
+
+/// Where the relay takes its next records from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Mode {
+    /// The oldest unsent records of the outbox, as the polling relay
+    /// claims them: at each start (what was committed before the slot's
+    /// position), while a key is held behind a record set aside, and after
+    /// a batch that did not end whole.
+    Sweep,
+    /// The records the change stream says were committed, in commit order.
+    Stream,
+}
+
+struct State {
+    stream: Option<Stream>,
+    mode: Mode,
+    /// Counts the sessions started, so that a batch of an ended session
+    /// does not touch the next one.
+    session: u64,
+}
+
+struct Inner {
+    pg: PgStore,
+    slot: SlotName,
+    replication: ReplicationConfig,
+    state: Mutex<State>,
+}
+
+/// The relay's store in CDC mode, on PostgreSQL: a [`RelayStore`] that
+/// learns what was committed from the outbox table's inserts, streamed
+/// from a logical replication slot (pgoutput), instead of looking for
+/// unsent records; give it to a [`Relay`](https://docs.rs/tidings-relay)
+/// in place of the [`PgStore`].
+///
+/// The outbox table stays the source of truth: a record is claimed by its
+/// seq under the relay's lease, published, then deleted or stamped as the
+/// polling relay does, and only then is the slot's position confirmed past
+/// its transaction. A crash anywhere streams again from the last confirmed
+/// position, and records already sent are passed over: nothing is lost and
+/// nothing sent is claimed twice. When the stream cannot say everything (at
+/// each start, for what was committed before the slot's position; while a
+/// key waits behind a record set aside; after a batch that failed), the
+/// relay claims the oldest unsent records as the polling relay does, until
+/// none is left, then follows the stream again.
+///
+/// One relay streams the slot at a time: the one holding the relay lease
+/// (so [`RelayConfig::partitions`](https://docs.rs/tidings-relay) must be
+/// 1). A relay taking the lease over ends the stream of the one that lost
+/// it, which claims nothing more (its claims are fenced by the lease, as
+/// the polling relay's are).
+#[derive(Clone)]
+pub struct CdcStore {
+    inner: Arc<Inner>,
+}
+
+impl std::fmt::Debug for CdcStore {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("CdcStore")
+            .field("slot", &self.inner.slot)
+            .finish_non_exhaustive()
+    }
+}
+
+impl CdcStore {
+    /// The CDC store of `pg`, whose server `url` reaches (the URL the
+    /// store was opened with: the replication session logs in as it does).
+    pub fn new(pg: PgStore, url: &str, options: CdcOptions) -> Result<CdcStore> {
+        let slot = SlotName::of_group(&options.group)?;
+        let replication = stream::config(url, slot.as_str(), options.status_interval)?;
+        Ok(CdcStore {
+            inner: Arc::new(Inner {
+                pg,
+                slot,
+                replication,
+                state: Mutex::new(State {
+                    stream: None,
+                    mode: Mode::Sweep,
+                    session: 0,
+                }),
+            }),
+        })
+    }
+
+    /// The PostgreSQL store underneath.
+    pub fn pg(&self) -> &PgStore {
+        &self.inner.pg
+    }
+
+    /// The slot's (and the publication's) name.
+    pub fn slot(&self) -> &SlotName {
+        &self.inner.slot
+    }
+
+    /// Makes the publication and the slot where missing (a relay does it
+    /// at its first claim): `tidings migrate` in CDC mode.
+    pub async fn prepare(&self) -> Result<()> {
+        slot::ensure(self.inner.pg.pool(), &self.inner.slot)
+            .await
+            .map(|_| ())
+    }
+
+    /// Starts streaming the slot, ending another session's stream of it.
+    async fn start(&self, state: &mut State) -> Result<()> {
+        let pool = self.inner.pg.pool();
+        slot::ensure(pool, &self.inner.slot).await?;
+        let mut attempt = 0;
+        let stream = loop {
+            if slot::take_over(pool, &self.inner.slot).await? {
+                tracing::info!(slot = %self.inner.slot, "ended the stream of a relay that lost its lease");
+            }
+            match Stream::start(self.inner.replication.clone()).await {
+                Ok(stream) => break stream,
+                // The session ended is not gone at once: the slot stays
+                // active a moment longer.
+                Err(e) if attempt < 20 && is_active(&e) => {
+                    attempt += 1;
+                    tokio::time::sleep(Duration::from_millis(100)).await;
+                }
+                Err(e) => return Err(e),
+            }
+        };
+        tracing::info!(slot = %self.inner.slot, "streaming the outbox's inserts");
+        state.stream = Some(stream);
+        state.mode = Mode::Sweep;
+        state.session += 1;
+        Ok(())
+    }
+
+    /// The oldest unsent records, as the polling relay claims them; with
+    /// none left, everything the stream brought before is sent (or waits
+    /// behind a held key, in the outbox): its position is confirmed, and
+    /// the relay follows the stream again unless a key is held.
+    async fn sweep(&self, state: &mut State, limit: usize, held: &OutboxPartitions) -> Result<CdcBatch> {
+        let before = state.stream.as_ref().map_or(0, |s| s.ready.len());
+        // `holds` is looked at before the records are: a key released
+        // meanwhile (a redrive, a skip) is swept up at the next claim.
+        let Some((batch, holds)) = claim_oldest(&self.inner.pg, limit, held).await? else {
+            // Claimed nothing because the lease is gone, which says nothing
+            // of what the stream brought: leave the slot to the new holder.
+            state.stream = None;
+            return Ok(CdcBatch::empty());
+        };
+        if !batch.messages().is_empty() || !batch.undecodable().is_empty() {
+            return Ok(CdcBatch::swept(batch));
+        }
+        batch.release().await?;
+        if let Some(stream) = state.stream.as_mut() {
+            let end = stream.ready.drain(..before).next_back().map(|c| c.end);
+            if let Some(end) = end {
+                stream.confirm(end);
+            }
+            if !holds {
+                tracing::debug!(slot = %self.inner.slot, "outbox caught up; following the change stream");
+                state.mode = Mode::Stream;
+            }
+        }
+        Ok(CdcBatch::empty())
+    }
+
+    /// The records of the next transactions streamed, claimed by seq.
+    async fn streamed(
+        &self,
+        state: &mut State,
+        limit: usize,
+        held: &OutboxPartitions,
+    ) -> Result<Option<CdcBatch>> {
+        let session = state.session;
+        loop {
+            let Some(stream) = state.stream.as_mut() else {
+                return Ok(Some(CdcBatch::empty()));
+            };
+            let mut taken: Vec<Committed> = Vec::new();
+            let mut records = 0;
+            while records < limit {
+                let Some(next) = stream.ready.pop_front() else {
+                    break;
+                };
+                records += next.seqs.len();
+                taken.push(next);
+            }
+            let Some(end) = taken.last().map(|c| c.end) else {
+                return Ok(Some(CdcBatch::empty()));
+            };
+            if records == 0 {
+                stream.confirm(end);
+                return Ok(Some(CdcBatch::empty()));
+            }
+            let seqs: Vec<i64> = taken.iter().flat_map(|c| c.seqs.iter().copied()).collect();
+            let listed = claim_listed(&self.inner.pg, &seqs, held).await;
+            match listed {
+                Ok(Listed::Claimed(batch))
+                    if batch.messages().is_empty() && batch.undecodable().is_empty() =>
+                {
+                    // Every one was sent already (a stream started again
+                    // from an earlier position).
+                    batch.release().await?;
+                    stream.confirm(end);
+                }
+                Ok(Listed::Claimed(batch)) => {
+                    return Ok(Some(CdcBatch::streamed(batch, taken, self.clone(), session)));
+                }
+                Ok(Listed::KeysHeld) => {
+                    give_back(stream, taken);
+                    state.mode = Mode::Sweep;
+                    return Ok(None);
+                }
+                Ok(Listed::LeaseLost) => {
+                    state.stream = None;
+                    return Ok(Some(CdcBatch::empty()));
+                }
+                Err(e) => {
+                    give_back(stream, taken);
+                    return Err(e);
+                }
+            }
+        }
+    }
+
+    /// A streamed batch was sent whole: confirms its last transaction.
+    pub(crate) async fn sent(&self, session: u64, end: Lsn) {
+        let mut state = self.inner.state.lock().await;
+        if state.session == session
+            && let Some(stream) = state.stream.as_mut()
+        {
+            stream.confirm(end);
+        }
+    }
+
+    /// A streamed batch was given back unsent: its transactions are next again.
+    pub(crate) async fn unsent(&self, session: u64, taken: Vec<Committed>) {
+        let mut state = self.inner.state.lock().await;
+        if state.session == session
+            && let Some(stream) = state.stream.as_mut()
+        {
+            give_back(stream, taken);
+        }
+    }
+
+    /// A batch did not end whole (settled in part, or its end failed): the
+    /// records left are in the outbox, found by sweeping it.
+    pub(crate) async fn unsettled(&self) {
+        self.inner.state.lock().await.mode = Mode::Sweep;
+    }
+
+    /// The position this relay confirmed last (zero before its first).
+    pub async fn confirmed(&self) -> Option<Lsn> {
+        self.inner
+            .state
+            .lock()
+            .await
+            .stream
+            .as_ref()
+            .map(Stream::confirmed)
+    }
+}
+
+fn is_active(e: &tidings_core::Error) -> bool {
+    let text = e.report().to_string();
+    text.contains("55006") || text.contains("is active for PID")
+}
+
+fn give_back(stream: &mut Stream, taken: Vec<Committed>) {
+    for committed in taken.into_iter().rev() {
+        stream.ready.push_front(committed);
+    }
+}
+
+#[async_trait]
+impl RelayStore for CdcStore {
+    type Batch = CdcBatch;
+
+    async fn claim(&self, limit: usize, held: &OutboxPartitions) -> Result<CdcBatch> {
+        let mut state = self.inner.state.lock().await;
+        if held.leases.is_empty() {
+            state.stream = None;
+            return Ok(CdcBatch::empty());
+        }
+        if state.stream.is_none() {
+            // Only while the lease is this relay's: one that lost it must
+            // not take the slot back from its successor.
+            match claim_listed(&self.inner.pg, &[], held).await? {
+                Listed::LeaseLost => return Ok(CdcBatch::empty()),
+                Listed::Claimed(nothing) => nothing.release().await?,
+                Listed::KeysHeld => {}
+            }
+            self.start(&mut state).await?;
+        }
+        if let Some(stream) = state.stream.as_mut()
+            && let Err(e) = stream.pull()
+        {
+            state.stream = None;
+            return Err(e);
+        }
+        if state.mode == Mode::Stream
+            && let Some(batch) = self.streamed(&mut state, limit, held).await?
+        {
+            return Ok(batch);
+        }
+        self.sweep(&mut state, limit, held).await
+    }
+
+    async fn wait_for_work(&self, timeout: Duration) {
+        let mut state = self.inner.state.lock().await;
+        let Some(stream) = state.stream.as_mut() else {
+            drop(state);
+            tokio::time::sleep(timeout).await;
+            return;
+        };
+        if stream.ready.iter().any(|c| !c.seqs.is_empty()) {
+            return;
+        }
+        if let Err(e) = stream.wait(timeout).await {
+            tracing::warn!(error = %e.report(), "the change stream ended; starting it again");
+            state.stream = None;
+        }
+    }
+
+    async fn cleanup(&self) -> Result<u64> {
+        self.inner.pg.cleanup().await
+    }
+}
+
+#[async_trait]
+impl LeaseStore for CdcStore {
+    async fn heartbeat(&self, scope: &str, member: &str, ttl: Duration) -> Result<Vec<String>> {
+        self.inner.pg.heartbeat(scope, member, ttl).await
+    }
+
+    async fn acquire(&self, scope: &str, member: &str, wanted: &[u32], ttl: Duration) -> Result<Vec<Lease>> {
+        self.inner.pg.acquire(scope, member, wanted, ttl).await
+    }
+
+    async fn release(&self, scope: &str, member: &str, partitions: &[u32]) -> Result<()> {
+        self.inner.pg.release(scope, member, partitions).await
+    }
+
+    async fn leave(&self, scope: &str, member: &str) -> Result<()> {
+        self.inner.pg.leave(scope, member).await
+    }
+}

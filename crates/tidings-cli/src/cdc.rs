@@ -1,0 +1,62 @@
+//! `tidings cdc`: the replication slot and publication of a CDC relay group
+//! (`relay.mode = "cdc"`): their state, and dropping them.
+
+use anyhow::Context as _;
+use tidings::AnyStore;
+use tidings_cdc_postgres::slot::{self, SlotName};
+
+/// What to do with a CDC relay group's slot.
+#[derive(Debug, clap::Subcommand)]
+pub(crate) enum CdcCommand {
+    /// The slot's state: whether a relay streams it, and how much
+    /// write-ahead log the server keeps for it.
+    Status(GroupArg),
+    /// Drops the slot and the publication, ending the stream of a relay
+    /// still reading it. Nothing is lost: the outbox keeps every record not
+    /// sent, and a CDC relay started afterwards makes both again and sends
+    /// those records first. Run it when leaving CDC mode, or for a relay
+    /// group that is gone (its slot keeps the server's log forever).
+    Drop(GroupArg),
+}
+
+#[derive(Debug, clap::Args)]
+pub(crate) struct GroupArg {
+    /// The relay group (`relay.group`): the slot is `tidings_<group>`.
+    #[arg(long, default_value = "relay", env = "TIDINGS_RELAY__GROUP")]
+    group: String,
+}
+
+pub(crate) async fn run(store: AnyStore, command: CdcCommand) -> anyhow::Result<()> {
+    let AnyStore::Postgres(pg) = store else {
+        anyhow::bail!("CDC relays read PostgreSQL's logical replication: pass a postgres:// --database");
+    };
+    match command {
+        CdcCommand::Status(arg) => {
+            let name = SlotName::of_group(&arg.group)?;
+            match slot::status(pg.pool(), &name).await? {
+                None => say!(
+                    "no slot {name}: no CDC relay of group {:?} has started here",
+                    arg.group
+                ),
+                Some(s) => {
+                    say!("slot              {name}");
+                    say!("streamed now      {}", if s.active { "yes" } else { "no" });
+                    say!("log retained      {} bytes", s.retained_bytes);
+                    say!("not confirmed     {} bytes", s.unconfirmed_bytes);
+                }
+            }
+        }
+        CdcCommand::Drop(arg) => {
+            let name = SlotName::of_group(&arg.group)?;
+            let dropped = slot::drop(pg.pool(), &name)
+                .await
+                .with_context(|| format!("dropping the slot and publication {name}"))?;
+            if dropped {
+                say!("dropped the slot and the publication {name}");
+            } else {
+                say!("no slot {name}; the publication {name} is dropped if it was there");
+            }
+        }
+    }
+    Ok(())
+}
