@@ -6,7 +6,8 @@ use std::time::Duration;
 use async_trait::async_trait;
 use pgwire_replication::{Lsn, ReplicationConfig};
 use tidings_core::{ClaimedBatch, Lease, LeaseStore, OutboxPartitions, RelayStore, Result};
-use tidings_store_postgres::{Listed, PgStore, claim_listed, claim_oldest};
+use tidings_sql::db_error;
+use tidings_store_postgres::{Listed, Pg, PgStore, claim_listed, claim_oldest};
 use tokio::sync::Mutex;
 
 use crate::CdcOptions;
@@ -201,17 +202,36 @@ impl CdcStore {
                 return Ok(Some(CdcBatch::empty()));
             }
             let seqs: Vec<i64> = taken.iter().flat_map(|c| c.seqs.iter().copied()).collect();
+            let xids: Vec<i64> = taken
+                .iter()
+                .filter(|c| !c.seqs.is_empty())
+                .map(|c| i64::from(c.xid))
+                .collect();
+            // A transaction is in the log a moment before other sessions
+            // see it: a record not visible yet must not pass for sent.
+            if let Err(e) = self.until_visible(&xids).await {
+                give_back(stream, taken);
+                return Err(e);
+            }
             let listed = claim_listed(&self.inner.pg, &seqs, held).await;
             match listed {
                 Ok(Listed::Claimed(batch))
                     if batch.messages().is_empty() && batch.undecodable().is_empty() =>
                 {
                     // Every one was sent already (a stream started again
-                    // from an earlier position).
+                    // from an earlier position): the outbox confirms it.
                     batch.release().await?;
                     stream.confirm(end);
+                    state.mode = Mode::Sweep;
+                    return Ok(None);
                 }
                 Ok(Listed::Claimed(batch)) => {
+                    let claimed = batch.messages().len() + batch.undecodable().len();
+                    if claimed < seqs.len() {
+                        // Some were sent already, or are not what the
+                        // stream said: the outbox says which, swept next.
+                        state.mode = Mode::Sweep;
+                    }
                     return Ok(Some(CdcBatch::streamed(batch, taken, self.clone(), session)));
                 }
                 Ok(Listed::KeysHeld) => {
@@ -229,6 +249,28 @@ impl CdcStore {
                 }
             }
         }
+    }
+
+    /// Waits until every transaction of `xids` (32-bit ids, as streamed)
+    /// is visible to new snapshots: its commit is in the log slightly
+    /// before. Gives up after a second, leaving the check to the outbox
+    /// (a record not claimed makes the relay sweep).
+    async fn until_visible(&self, xids: &[i64]) -> Result<()> {
+        if xids.is_empty() {
+            return Ok(());
+        }
+        for _ in 0..200 {
+            let visible: Option<bool> = sqlx::query_scalar(VISIBLE)
+                .bind(xids)
+                .fetch_one(self.inner.pg.pool())
+                .await
+                .map_err(db_error::<Pg>("waiting for streamed transactions to be visible"))?;
+            if visible.unwrap_or(true) {
+                return Ok(());
+            }
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+        Ok(())
     }
 
     /// A streamed batch was sent whole: confirms its last transaction.
@@ -268,6 +310,15 @@ impl CdcStore {
             .map(Stream::confirmed)
     }
 }
+
+/// Whether every transaction id of `$1` (32 bits, widened with the epoch
+/// of the current snapshot's xmax) is visible to a snapshot taken now.
+const VISIBLE: &str = "WITH s AS (SELECT pg_current_snapshot() AS snap),
+          m AS (SELECT snap, pg_snapshot_xmax(snap)::text::int8 AS xmax FROM s)
+     SELECT bool_and(pg_visible_in_snapshot(
+         (CASE WHEN x <= (xmax & 4294967295) THEN ((xmax >> 32) << 32) | x
+               ELSE (((xmax >> 32) - 1) << 32) | x END)::text::xid8, snap))
+     FROM m, unnest($1::int8[]) AS x";
 
 fn is_active(e: &tidings_core::Error) -> bool {
     let text = e.report().to_string();

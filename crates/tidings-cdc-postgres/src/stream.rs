@@ -22,6 +22,9 @@ pub(crate) const SOURCE: &str = "pg-cdc";
 pub(crate) struct Committed {
     /// The records' seqs, in the order they were inserted.
     pub(crate) seqs: Vec<i64>,
+    /// The transaction's id (32 bits, as the stream gives it; 0 for a
+    /// position with nothing to send).
+    pub(crate) xid: u32,
     /// Where the server resumes a stream started past this transaction.
     pub(crate) end: Lsn,
 }
@@ -31,8 +34,8 @@ pub(crate) struct Stream {
     client: ReplicationClient,
     /// Each outbox table's OID, with the position of its `seq` column.
     seq_columns: HashMap<u32, usize>,
-    /// The transaction being received.
-    open: Option<Vec<i64>>,
+    /// The transaction being received: its id and seqs.
+    open: Option<(u32, Vec<i64>)>,
     /// Transactions received and not yet taken, oldest first.
     pub(crate) ready: VecDeque<Committed>,
     confirmed: Lsn,
@@ -153,11 +156,15 @@ impl Stream {
 
     fn handle(&mut self, event: ReplicationEvent) -> Result<()> {
         match event {
-            ReplicationEvent::Begin { .. } => self.open = Some(Vec::new()),
+            ReplicationEvent::Begin { xid, .. } => self.open = Some((xid, Vec::new())),
             ReplicationEvent::XLogData { data, .. } => self.change(&data)?,
             ReplicationEvent::Commit { end_lsn, .. } => {
-                let seqs = self.open.take().unwrap_or_default();
-                self.push(Committed { seqs, end: end_lsn });
+                let (xid, seqs) = self.open.take().unwrap_or_default();
+                self.push(Committed {
+                    seqs,
+                    xid,
+                    end: end_lsn,
+                });
             }
             // Heartbeats outside a transaction, and the server's position
             // when it has nothing to send: nothing of the outbox before it.
@@ -167,10 +174,12 @@ impl Stream {
                 ..
             } if self.open.is_none() => self.push(Committed {
                 seqs: Vec::new(),
+                xid: 0,
                 end: lsn,
             }),
             ReplicationEvent::KeepAlive { wal_end, .. } if self.open.is_none() => self.push(Committed {
                 seqs: Vec::new(),
+                xid: 0,
                 end: wal_end,
             }),
             _ => {}
@@ -222,7 +231,7 @@ impl Stream {
                     )
                 })?;
                 let seq = pgoutput::seq_of(&columns, at).map_err(malformed)?;
-                self.open.get_or_insert_with(Vec::new).push(seq);
+                self.open.get_or_insert_with(Default::default).1.push(seq);
             }
             Change::Other(_) => {}
         }

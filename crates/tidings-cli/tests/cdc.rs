@@ -1,0 +1,91 @@
+//! `tidings run` with `relay.mode = "cdc"` on PostgreSQL: the daemon makes
+//! its slot and publication, relays what the checkout producer commits by
+//! reading the outbox's inserts from logical replication (to the database
+//! log, where the consumers read it), and stops cleanly; `tidings cdc
+//! status` shows the slot streamed, then `tidings cdc drop` removes it.
+
+mod common;
+
+use std::time::{Duration, Instant};
+
+use common::{produce, start_consumers, start_daemon, tidings};
+use tidings_testkit::services::PgTestDb;
+
+async fn count(db: &PgTestDb, sql: &str) -> i64 {
+    sqlx::query_scalar::<_, i64>(sqlx::AssertSqlSafe(sql.to_owned()))
+        .fetch_one(db.store.pool())
+        .await
+        .unwrap()
+}
+
+fn cdc(db: &PgTestDb, args: &[&str]) -> String {
+    let out = tidings()
+        .arg("cdc")
+        .args(args)
+        .args(["--database", &db.url])
+        .output()
+        .expect("running tidings cdc");
+    let (stdout, stderr) = (
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr),
+    );
+    assert!(out.status.success(), "tidings cdc {args:?}: {stdout}{stderr}");
+    stdout
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn the_daemon_relays_from_logical_replication_and_its_slot_is_dropped_by_command() {
+    let db = PgTestDb::new().await;
+    let group = format!("test_{}", uuid::Uuid::new_v4().simple());
+    let mut daemon = start_daemon(
+        &db.url,
+        &[
+            ("TIDINGS_RELAY__MODE", "cdc".to_owned()),
+            ("TIDINGS_RELAY__GROUP", group.clone()),
+            ("TIDINGS_RELAY__PARTITIONS", "1".to_owned()),
+        ],
+    );
+    let mut consumers = start_consumers(&db.url, &[]);
+    produce(&db.url, 100, 0.05);
+
+    let deadline = Instant::now() + Duration::from_secs(120);
+    loop {
+        let unsent = count(&db, "SELECT count(*) FROM tidings_outbox").await;
+        let logged = count(&db, "SELECT count(*) FROM tidings_log").await;
+        if unsent == 0 && logged >= 300 {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "after 120 s: {unsent} unsent, {logged} logged\n{}",
+            daemon.stderr()
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    let log = daemon.stderr();
+    assert!(
+        log.contains(&format!("relay (cdc, slot tidings_{group})")),
+        "{log}"
+    );
+    let status = cdc(&db, &["status", "--group", &group]);
+    assert!(
+        status.contains(&format!("slot              tidings_{group}")),
+        "{status}"
+    );
+    assert!(status.contains("streamed now      yes"), "{status}");
+
+    assert!(daemon.terminate().success(), "{}", daemon.stderr());
+    consumers.terminate();
+    // Each record went to the log once: one relay streamed through.
+    let ids = count(&db, "SELECT count(DISTINCT md5(body)) FROM tidings_log").await;
+    assert_eq!(ids, count(&db, "SELECT count(*) FROM tidings_log").await);
+
+    let dropped = cdc(&db, &["drop", "--group", &group]);
+    assert!(
+        dropped.contains(&format!("dropped the slot and the publication tidings_{group}")),
+        "{dropped}"
+    );
+    let status = cdc(&db, &["status", "--group", &group]);
+    assert!(status.contains("no slot"), "{status}");
+    db.drop_schema().await;
+}
