@@ -181,72 +181,68 @@ impl CdcStore {
         held: &OutboxPartitions,
     ) -> Result<Option<CdcBatch>> {
         let session = state.session;
-        loop {
-            let Some(stream) = state.stream.as_mut() else {
-                return Ok(Some(CdcBatch::empty()));
+        let Some(stream) = state.stream.as_mut() else {
+            return Ok(Some(CdcBatch::empty()));
+        };
+        let mut taken: Vec<Committed> = Vec::new();
+        let mut records = 0;
+        while records < limit {
+            let Some(next) = stream.ready.pop_front() else {
+                break;
             };
-            let mut taken: Vec<Committed> = Vec::new();
-            let mut records = 0;
-            while records < limit {
-                let Some(next) = stream.ready.pop_front() else {
-                    break;
-                };
-                records += next.seqs.len();
-                taken.push(next);
-            }
-            let Some(end) = taken.last().map(|c| c.end) else {
-                return Ok(Some(CdcBatch::empty()));
-            };
-            if records == 0 {
+            records += next.seqs.len();
+            taken.push(next);
+        }
+        let Some(end) = taken.last().map(|c| c.end) else {
+            return Ok(Some(CdcBatch::empty()));
+        };
+        if records == 0 {
+            stream.confirm(end);
+            return Ok(Some(CdcBatch::empty()));
+        }
+        let seqs: Vec<i64> = taken.iter().flat_map(|c| c.seqs.iter().copied()).collect();
+        let xids: Vec<i64> = taken
+            .iter()
+            .filter(|c| !c.seqs.is_empty())
+            .map(|c| i64::from(c.xid))
+            .collect();
+        // A transaction is in the log a moment before other sessions
+        // see it: a record not visible yet must not pass for sent.
+        if let Err(e) = self.until_visible(&xids).await {
+            give_back(stream, taken);
+            return Err(e);
+        }
+        let listed = claim_listed(&self.inner.pg, &seqs, held).await;
+        match listed {
+            Ok(Listed::Claimed(batch)) if batch.messages().is_empty() && batch.undecodable().is_empty() => {
+                // Every one was sent already (a stream started again
+                // from an earlier position): the outbox confirms it.
+                batch.release().await?;
                 stream.confirm(end);
-                return Ok(Some(CdcBatch::empty()));
+                state.mode = Mode::Sweep;
+                Ok(None)
             }
-            let seqs: Vec<i64> = taken.iter().flat_map(|c| c.seqs.iter().copied()).collect();
-            let xids: Vec<i64> = taken
-                .iter()
-                .filter(|c| !c.seqs.is_empty())
-                .map(|c| i64::from(c.xid))
-                .collect();
-            // A transaction is in the log a moment before other sessions
-            // see it: a record not visible yet must not pass for sent.
-            if let Err(e) = self.until_visible(&xids).await {
+            Ok(Listed::Claimed(batch)) => {
+                let claimed = batch.messages().len() + batch.undecodable().len();
+                if claimed < seqs.len() {
+                    // Some were sent already, or are not what the
+                    // stream said: the outbox says which, swept next.
+                    state.mode = Mode::Sweep;
+                }
+                Ok(Some(CdcBatch::streamed(batch, taken, self.clone(), session)))
+            }
+            Ok(Listed::KeysHeld) => {
                 give_back(stream, taken);
-                return Err(e);
+                state.mode = Mode::Sweep;
+                Ok(None)
             }
-            let listed = claim_listed(&self.inner.pg, &seqs, held).await;
-            match listed {
-                Ok(Listed::Claimed(batch))
-                    if batch.messages().is_empty() && batch.undecodable().is_empty() =>
-                {
-                    // Every one was sent already (a stream started again
-                    // from an earlier position): the outbox confirms it.
-                    batch.release().await?;
-                    stream.confirm(end);
-                    state.mode = Mode::Sweep;
-                    return Ok(None);
-                }
-                Ok(Listed::Claimed(batch)) => {
-                    let claimed = batch.messages().len() + batch.undecodable().len();
-                    if claimed < seqs.len() {
-                        // Some were sent already, or are not what the
-                        // stream said: the outbox says which, swept next.
-                        state.mode = Mode::Sweep;
-                    }
-                    return Ok(Some(CdcBatch::streamed(batch, taken, self.clone(), session)));
-                }
-                Ok(Listed::KeysHeld) => {
-                    give_back(stream, taken);
-                    state.mode = Mode::Sweep;
-                    return Ok(None);
-                }
-                Ok(Listed::LeaseLost) => {
-                    state.stream = None;
-                    return Ok(Some(CdcBatch::empty()));
-                }
-                Err(e) => {
-                    give_back(stream, taken);
-                    return Err(e);
-                }
+            Ok(Listed::LeaseLost) => {
+                state.stream = None;
+                Ok(Some(CdcBatch::empty()))
+            }
+            Err(e) => {
+                give_back(stream, taken);
+                Err(e)
             }
         }
     }
