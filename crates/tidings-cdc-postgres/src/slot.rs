@@ -83,6 +83,27 @@ pub async fn ensure(pool: &PgPool, name: &SlotName) -> Result<bool> {
         {
             return Err(db_error::<Pg>("creating the CDC publication")(e));
         }
+    } else {
+        // Exactly this outbox: a publication left by a deployment in
+        // another schema would stream another table's seqs.
+        let (ours, all): (i64, i64) = sqlx::query_as(
+            "SELECT count(*) FILTER (WHERE schemaname = current_schema() AND tablename = 'tidings_outbox'),
+                    count(*)
+             FROM pg_publication_tables WHERE pubname = $1",
+        )
+        .bind(name.as_str())
+        .fetch_one(pool)
+        .await
+        .map_err(db_error::<Pg>("reading the CDC publication's tables"))?;
+        if (ours, all) != (1, 1) {
+            tracing::warn!(publication = %name, tables = all, "the CDC publication named other tables: it now names this outbox alone");
+            sqlx::raw_sql(sqlx::AssertSqlSafe(format!(
+                "ALTER PUBLICATION {name} SET TABLE tidings_outbox"
+            )))
+            .execute(pool)
+            .await
+            .map_err(db_error::<Pg>("setting the CDC publication's table"))?;
+        }
     }
     let slotted: bool =
         sqlx::query_scalar("SELECT EXISTS (SELECT 1 FROM pg_replication_slots WHERE slot_name = $1)")

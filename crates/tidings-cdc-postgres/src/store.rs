@@ -295,6 +295,15 @@ impl CdcStore {
         self.inner.state.lock().await.mode = Mode::Sweep;
     }
 
+    /// Ends the stream, if one runs (the relay using this store has
+    /// stopped): the slot is free for another session, or to be dropped.
+    pub async fn close(&self) {
+        let stream = self.inner.state.lock().await.stream.take();
+        if let Some(stream) = stream {
+            stream.close().await;
+        }
+    }
+
     /// The position this relay confirmed last (zero before its first).
     pub async fn confirmed(&self) -> Option<Lsn> {
         self.inner

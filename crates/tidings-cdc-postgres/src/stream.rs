@@ -247,6 +247,13 @@ impl Stream {
         }
     }
 
+    /// Ends the session, waiting for the server to let the slot go.
+    pub(crate) async fn close(mut self) {
+        if let Err(e) = self.client.shutdown().await {
+            tracing::debug!(error = %e, "ending the change stream");
+        }
+    }
+
     /// The position confirmed last by this session.
     pub(crate) fn confirmed(&self) -> Lsn {
         self.confirmed

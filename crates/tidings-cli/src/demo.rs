@@ -43,6 +43,11 @@ pub(crate) enum Demo {
         /// (this process's relays and consumers, and lag measured every second).
         #[arg(long, value_name = "ADDR")]
         metrics: Option<SocketAddr>,
+        /// How the relays learn what was committed: `poll` the outbox, or
+        /// `cdc`, PostgreSQL's logical replication (wal_level = logical),
+        /// through the slot `tidings_demo`, dropped when a whole run ends.
+        #[arg(long, value_enum, default_value_t = RelayModeArg::Poll)]
+        relay_mode: RelayModeArg,
         #[command(flatten)]
         system: SystemArgs,
     },
@@ -184,6 +189,15 @@ impl From<RoleArg> for Role {
     }
 }
 
+/// `--relay-mode`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub(crate) enum RelayModeArg {
+    /// Claim unsent outbox records, woken by producers.
+    Poll,
+    /// Read the outbox's inserts from PostgreSQL's logical replication.
+    Cdc,
+}
+
 pub(crate) fn fraction(s: &str) -> Result<f64, String> {
     let f: f64 = s.parse().map_err(|_| format!("{s:?} is not a number"))?;
     if (0.0..=1.0).contains(&f) {
@@ -211,6 +225,7 @@ pub(crate) async fn run(demo: Demo) -> anyhow::Result<ExitCode> {
             warehouse_fixed,
             role,
             metrics,
+            relay_mode,
             system,
         } => {
             if let Some(addr) = metrics {
@@ -231,6 +246,7 @@ pub(crate) async fn run(demo: Demo) -> anyhow::Result<ExitCode> {
                 partitions: scale.partitions,
                 sample_lag: metrics.map(|_| Duration::from_secs(1)),
                 max_connections: system.max_connections,
+                cdc_group: (relay_mode == RelayModeArg::Cdc).then(|| "demo".to_owned()),
                 ..DemoOptions::default()
             };
             if !matches!(role, RoleArg::All) {

@@ -89,3 +89,47 @@ async fn the_daemon_relays_from_logical_replication_and_its_slot_is_dropped_by_c
     assert!(status.contains("no slot"), "{status}");
     db.drop_schema().await;
 }
+
+/// `tidings demo checkout --relay-mode cdc` on PostgreSQL over the
+/// database log, NATS, RabbitMQ and Kafka, with poisoned orders: nothing
+/// lost, no order violated, no effect twice, and no slot left behind.
+#[tokio::test(flavor = "multi_thread")]
+async fn the_checkout_demo_relays_from_logical_replication_over_every_transport() {
+    let brokers = [
+        None,
+        Some(tidings_testkit::nats::nats_url()),
+        Some(tidings_testkit::rabbitmq::amqp_url()),
+        Some(tidings_testkit::kafka::kafka_url()),
+    ];
+    for broker in brokers {
+        let db = PgTestDb::new().await;
+        let mut command = tidings();
+        command
+            .env("RUST_LOG", "error")
+            .args(["demo", "checkout", "--json", "--relay-mode", "cdc"])
+            .args(["--orders", "200", "--poison-rate", "0.05", "--timeout", "120"])
+            .args(["--database", &db.url]);
+        if let Some(broker) = &broker {
+            command.args(["--broker", broker]);
+        }
+        let out = command.output().expect("running tidings demo");
+        let s = common::summary_of(&out);
+        let over = broker.as_deref().unwrap_or("the database log");
+        assert_eq!(s["drained"], true, "{over}: {s:#}");
+        for invariant in ["lost", "order_violations", "duplicated_effects"] {
+            assert_eq!(common::n(&s, invariant), 0, "{over}: {invariant} in {s:#}");
+        }
+        assert_eq!(common::n(&s, "events_committed"), 600, "{over}: {s:#}");
+        assert_eq!(
+            s["dead_lettered"]["inventory"], s["poisoned_orders"],
+            "{over}: each poisoned order is dead-lettered: {s:#}"
+        );
+        let slots = count(
+            &db,
+            "SELECT count(*) FROM pg_replication_slots WHERE slot_name = 'tidings_demo'",
+        )
+        .await;
+        assert_eq!(slots, 0, "{over}: a whole run drops its slot");
+        db.drop_schema().await;
+    }
+}

@@ -12,6 +12,7 @@ use rand::Rng;
 use serde::Serialize;
 use tidings::AnyStore;
 use tidings::sql::StoreOptions;
+use tidings_cdc_postgres::{CdcOptions, CdcStore};
 use tidings_consumer::{ConsumerStats, Handler};
 use tidings_core::retry::Retry;
 use tidings_core::{Envelope, Message, OutgoingMessage};
@@ -86,6 +87,10 @@ pub struct DemoOptions {
     /// lanes of the process (default: the store's, 32). The simulated
     /// email provider keeps 4 connections of its own.
     pub max_connections: Option<u32>,
+    /// On PostgreSQL, relay from logical replication (CDC) as this relay
+    /// group (slot and publication `tidings_<group>`, dropped when a whole
+    /// run ends) rather than by polling the outbox.
+    pub cdc_group: Option<String>,
 }
 
 impl Default for DemoOptions {
@@ -105,6 +110,7 @@ impl Default for DemoOptions {
             partitions: 4,
             sample_lag: None,
             max_connections: None,
+            cdc_group: None,
         }
     }
 }
@@ -267,15 +273,41 @@ async fn open_and_run(
     // The email provider is another system: connections (or a file) of its own.
     let provider = ThirdParty::new(SidePool::open(&url, "provider").await?, "email");
     let label = tidings_demo_kit::label(&url);
-    match store {
-        AnyStore::Postgres(store) => run_on(store, provider, options, label, role, shutdown).await,
-        AnyStore::MySql(store) => run_on(store, provider, options, label, role, shutdown).await,
-        AnyStore::Sqlite(store) => run_on(store, provider, options, label, role, shutdown).await,
+    let cdc = match (&options.cdc_group, &store) {
+        (None, _) => None,
+        (Some(group), AnyStore::Postgres(pg)) => {
+            let cdc = CdcStore::new(pg.clone(), &url, CdcOptions::default().group(group))?;
+            // The publication names the outbox table: it must be there.
+            pg.migrate().await.context("migrating Tidings' tables")?;
+            cdc.prepare().await.context("preparing the CDC relay's slot")?;
+            Some(cdc)
+        }
+        (Some(_), other) => anyhow::bail!(
+            "--relay-mode cdc reads PostgreSQL's logical replication, not {}",
+            other.database()
+        ),
+    };
+    let whole = role == Role::All;
+    let summary = match store {
+        AnyStore::Postgres(store) => {
+            run_on(store, provider, options, label, role, cdc.clone(), shutdown).await
+        }
+        AnyStore::MySql(store) => run_on(store, provider, options, label, role, None, shutdown).await,
+        AnyStore::Sqlite(store) => run_on(store, provider, options, label, role, None, shutdown).await,
         other => anyhow::bail!(
             "the demo runs on PostgreSQL, MySQL or SQLite, not {}",
             other.database()
         ),
+    };
+    // A whole run leaves no slot behind: a slot nobody reads keeps the
+    // server's log. A relay of a run spread over processes keeps it.
+    if let (Some(cdc), true) = (cdc, whole) {
+        cdc.close().await;
+        tidings_cdc_postgres::slot::drop(cdc.pg().pool(), cdc.slot())
+            .await
+            .context("dropping the CDC relay's slot")?;
     }
+    summary
 }
 
 async fn run_on<S>(
@@ -284,6 +316,7 @@ async fn run_on<S>(
     options: DemoOptions,
     label: String,
     role: Role,
+    cdc: Option<CdcStore>,
     shutdown: CancellationToken,
 ) -> anyhow::Result<Option<Summary>>
 where
@@ -328,8 +361,10 @@ where
         duplicate_rate: options.duplicate_rate,
     };
     let mut system = Runner::new(store.clone(), &transport, scale, shutdown);
-    if relays {
-        system.relays();
+    match (relays, cdc) {
+        (false, _) => {}
+        (true, Some(cdc)) => system.relays_on(cdc, 1),
+        (true, None) => system.relays(),
     }
     if let Some(every) = options.sample_lag {
         system.sample_lag(every);

@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 use anyhow::Context as _;
 use tidings_consumer::{Consumer, ConsumerConfig, ConsumerStats, Handler};
 use tidings_core::duplicating::Duplicating;
-use tidings_core::{Backoff, Outbox, Publisher, Store, Subscriber};
+use tidings_core::{Backoff, LeaseStore, Outbox, Publisher, RelayStore, Store, Subscriber};
 use tidings_relay::{Relay, RelayConfig, RelayStats};
 use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
@@ -101,11 +101,17 @@ impl<S: Store> Runner<S> {
 
     /// Starts `scale.relays` relays sharing the outbox's partitions.
     pub fn relays(&mut self) {
+        self.relays_on(self.store.clone(), self.scale.partitions);
+    }
+
+    /// Starts `scale.relays` relays claiming from `store` (a CDC store, say:
+    /// one partition, one relay streaming at a time, the others standing by).
+    pub fn relays_on<R: RelayStore + LeaseStore + Clone>(&mut self, store: R, partitions: u32) {
         for _ in 0..self.scale.relays.max(1) {
-            let relay = Relay::new(self.store.clone(), self.publisher.clone()).config(
+            let relay = Relay::new(store.clone(), self.publisher.clone()).config(
                 RelayConfig::default()
                     .poll_interval(Duration::from_millis(100))
-                    .partitions(self.scale.partitions)
+                    .partitions(partitions)
                     .lease_ttl(Duration::from_secs(3)),
             );
             self.relays.push(relay.stats());
