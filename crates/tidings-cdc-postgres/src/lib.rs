@@ -30,6 +30,7 @@
 #![warn(missing_docs, missing_debug_implementations, unreachable_pub)]
 
 mod batch;
+mod guard;
 pub mod pgoutput;
 pub mod slot;
 mod store;
@@ -38,6 +39,7 @@ mod stream;
 use std::time::Duration;
 
 pub use batch::CdcBatch;
+pub use guard::sample_slot;
 pub use pgwire_replication::Lsn;
 pub use store::CdcStore;
 

@@ -162,6 +162,13 @@ where
         match cdc {
             Some(cdc) => {
                 parts.push(format!("relay (cdc, slot {}) to {label}", cdc.slot()));
+                let guard = tidings_cdc_postgres::sample_slot(
+                    cdc.pg().pool().clone(),
+                    cdc.slot().clone(),
+                    config.metrics.lag_interval.0,
+                    shutdown.clone(),
+                );
+                tasks.spawn(guard.map(Ok));
                 let relay = Relay::new(cdc, publisher).config(config.relay.clone());
                 tasks.spawn(async move { relay.run(stop).await.context("the relay stopped") });
             }

@@ -8,7 +8,7 @@ mod common;
 
 use std::time::{Duration, Instant};
 
-use common::{produce, start_consumers, start_daemon, tidings};
+use common::{free_port, produce, sample, scrape, start_consumers, start_daemon, tidings, wait_for_endpoint};
 use tidings_testkit::services::PgTestDb;
 
 async fn count(db: &PgTestDb, sql: &str) -> i64 {
@@ -37,14 +37,17 @@ fn cdc(db: &PgTestDb, args: &[&str]) -> String {
 async fn the_daemon_relays_from_logical_replication_and_its_slot_is_dropped_by_command() {
     let db = PgTestDb::new().await;
     let group = format!("test_{}", uuid::Uuid::new_v4().simple());
+    let port = free_port();
     let mut daemon = start_daemon(
         &db.url,
         &[
             ("TIDINGS_RELAY__MODE", "cdc".to_owned()),
             ("TIDINGS_RELAY__GROUP", group.clone()),
             ("TIDINGS_RELAY__PARTITIONS", "1".to_owned()),
+            ("TIDINGS_METRICS__LISTEN", format!("127.0.0.1:{port}")),
         ],
     );
+    wait_for_endpoint(port, &mut daemon);
     let mut consumers = start_consumers(&db.url, &[]);
     produce(&db.url, 100, 0.05);
 
@@ -73,6 +76,38 @@ async fn the_daemon_relays_from_logical_replication_and_its_slot_is_dropped_by_c
         "{status}"
     );
     assert!(status.contains("streamed now      yes"), "{status}");
+
+    // The slot guard's figures, and every one the alert rules use.
+    let slot = format!("{{slot=\"tidings_{group}\"}}");
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let metrics = loop {
+        let metrics = scrape(port).expect("the daemon serves its metrics");
+        if sample(&metrics, &format!("tidings_cdc_slot_active{slot}")) == 1.0 {
+            break metrics;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the slot is not seen streamed:\n{metrics}"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    };
+    assert!(
+        sample(&metrics, &format!("tidings_cdc_slot_retained_bytes{slot}")) > 0.0,
+        "{metrics}"
+    );
+    assert!(
+        sample(&metrics, &format!("tidings_cdc_slot_stalled_seconds{slot}")) < 60.0,
+        "{metrics}"
+    );
+    for name in tidings_prometheus::metrics_named_in(tidings_prometheus::ALERT_RULES)
+        .into_iter()
+        .filter(|name| name.starts_with("tidings_cdc_"))
+    {
+        assert!(
+            metrics.contains(&format!("\n{name}")),
+            "the alert rules use {name}, not served"
+        );
+    }
 
     assert!(daemon.terminate().success(), "{}", daemon.stderr());
     consumers.terminate();

@@ -109,6 +109,12 @@ catalog! {
         "Webhook deliveries the inbox answered, by outcome: accepted, duplicate, unsigned, malformed, too_large, timeout, refused, failed.";
     LAG_SAMPLE_ERRORS = "tidings_lag_sample_errors_total", Counter, [],
         "Lag measurements that failed (the gauges keep their last value).";
+    CDC_SLOT_RETAINED = "tidings_cdc_slot_retained_bytes", Gauge, ["slot"],
+        "Write-ahead log the server keeps for a CDC relay's replication slot, in bytes.";
+    CDC_SLOT_ACTIVE = "tidings_cdc_slot_active", Gauge, ["slot"],
+        "Whether a relay streams the CDC replication slot now (1) or none does (0).";
+    CDC_SLOT_STALLED = "tidings_cdc_slot_stalled_seconds", Gauge, ["slot"],
+        "How long the CDC slot's confirmed position has not moved while the server's log moved past it (0 when it follows).";
 }
 
 /// Registers every metric's help text with the installed recorder.
