@@ -27,7 +27,7 @@ pub(crate) struct DoctorArgs {
     /// A dead letter may wait this long for a decision (redrive or skip).
     #[arg(long, default_value = "1h", value_parser = parse_duration)]
     max_dead_letter_age: Duration,
-    /// An inactive replication slot may hold this many MiB of write-ahead log.
+    /// A replication slot may hold this many MiB of write-ahead log.
     #[arg(long, default_value_t = 1024)]
     max_retained_wal_mib: u64,
     /// Where Prometheus answers (`http://host:9090`): checks that it has
@@ -131,7 +131,7 @@ async fn checks<S: Inspect + FailureStore + ReplayStore + ConsumerStore>(
     checks.push(dedupe_horizon(store, &lag, &members).await?);
     checks.push(schemas(args));
     checks.push(alert_rules(args));
-    checks.push(replication_slots(store, args).await?);
+    checks.push(replication_slots(store, args, &members).await?);
     Ok(checks)
 }
 
@@ -525,7 +525,14 @@ fn loaded_alerts(url: &str) -> anyhow::Result<BTreeSet<String>> {
         .collect())
 }
 
-async fn replication_slots<S: Inspect>(store: &S, args: &DoctorArgs) -> anyhow::Result<Check> {
+/// Every replication slot keeps write-ahead log until its reader confirms:
+/// a slot past the cap fails (read or not), and so does a CDC relay's slot
+/// (`tidings_<group>`) that no relay streams while no relay runs at all.
+async fn replication_slots<S: Inspect>(
+    store: &S,
+    args: &DoctorArgs,
+    members: &[tidings_core::inspect::MemberStatus],
+) -> anyhow::Result<Check> {
     let slots = store.replication_slots().await?;
     if slots.is_empty() {
         return Ok(check(
@@ -535,23 +542,35 @@ async fn replication_slots<S: Inspect>(store: &S, args: &DoctorArgs) -> anyhow::
         ));
     }
     let limit = args.max_retained_wal_mib * 1024 * 1024;
-    let stuck: Vec<String> = slots
-        .iter()
-        .filter(|s| !s.active && s.retained_bytes > limit)
-        .map(|s| {
-            format!(
-                "{} retains {} MiB with no reader",
+    let relays = members.iter().filter(|m| m.scope == tidings_relay::SCOPE).count();
+    let mib = |bytes: u64| bytes / (1024 * 1024);
+    let mut wrong: Vec<String> = Vec::new();
+    for s in &slots {
+        if s.retained_bytes > limit {
+            let reader = if s.active {
+                "its reader confirms nothing"
+            } else {
+                "with no reader"
+            };
+            wrong.push(format!(
+                "{} retains {} MiB, {reader}",
                 s.name,
-                s.retained_bytes / (1024 * 1024)
-            )
-        })
-        .collect();
-    Ok(if stuck.is_empty() {
+                mib(s.retained_bytes)
+            ));
+        } else if !s.active && relays == 0 && s.name.starts_with("tidings_") {
+            let group = &s.name["tidings_".len()..];
+            wrong.push(format!(
+                "{} has no reader and no relay runs: start the CDC relay, or `tidings cdc drop --group {group}` if it is gone",
+                s.name
+            ));
+        }
+    }
+    Ok(if wrong.is_empty() {
         check(
             "replication slots",
             Verdict::Pass,
             format!(
-                "{} slot(s), {} with a reader; none retains over {} MiB unread",
+                "{} slot(s), {} with a reader; none retains over {} MiB",
                 slots.len(),
                 slots.iter().filter(|s| s.active).count(),
                 args.max_retained_wal_mib
@@ -561,7 +580,7 @@ async fn replication_slots<S: Inspect>(store: &S, args: &DoctorArgs) -> anyhow::
         check(
             "replication slots",
             Verdict::Fail,
-            format!("{} (drop the slot or start its reader)", stuck.join("; ")),
+            format!("{} (drop the slot or start its reader)", wrong.join("; ")),
         )
     })
 }

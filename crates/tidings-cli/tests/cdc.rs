@@ -115,6 +115,30 @@ async fn the_daemon_relays_from_logical_replication_and_its_slot_is_dropped_by_c
     let ids = count(&db, "SELECT count(DISTINCT md5(body)) FROM tidings_log").await;
     assert_eq!(ids, count(&db, "SELECT count(*) FROM tidings_log").await);
 
+    // The daemon gone, its slot has no reader: the doctor says so, and how
+    // to drop it.
+    let doctor = |db: &PgTestDb| {
+        let out = tidings()
+            .args(["doctor", "--database", &db.url])
+            .output()
+            .expect("running tidings doctor");
+        String::from_utf8_lossy(&out.stdout)
+            .lines()
+            .find(|l| l.contains("replication slots"))
+            .unwrap_or_default()
+            .to_owned()
+    };
+    let line = doctor(&db);
+    assert!(line.starts_with("FAIL"), "{line}");
+    assert!(
+        line.contains(&format!("tidings_{group} has no reader and no relay runs")),
+        "{line}"
+    );
+    assert!(
+        line.contains(&format!("tidings cdc drop --group {group}")),
+        "{line}"
+    );
+
     let dropped = cdc(&db, &["drop", "--group", &group]);
     assert!(
         dropped.contains(&format!("dropped the slot and the publication tidings_{group}")),
@@ -122,6 +146,8 @@ async fn the_daemon_relays_from_logical_replication_and_its_slot_is_dropped_by_c
     );
     let status = cdc(&db, &["status", "--group", &group]);
     assert!(status.contains("no slot"), "{status}");
+    let line = doctor(&db);
+    assert!(!line.contains(&format!("tidings_{group}")), "{line}");
     db.drop_schema().await;
 }
 
