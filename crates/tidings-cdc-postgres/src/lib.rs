@@ -48,15 +48,18 @@ pub use store::CdcStore;
 pub struct CdcOptions {
     group: String,
     status_interval: Duration,
+    heartbeat_interval: Duration,
 }
 
 impl Default for CdcOptions {
     /// The group `relay` (slot and publication `tidings_relay`); positions
-    /// confirmed to the server at most every second.
+    /// confirmed to the server at most every second; a heartbeat every 10 s
+    /// while idle.
     fn default() -> Self {
         CdcOptions {
             group: "relay".into(),
             status_interval: Duration::from_secs(1),
+            heartbeat_interval: Duration::from_secs(10),
         }
     }
 }
@@ -67,6 +70,14 @@ impl CdcOptions {
     /// a time.
     pub fn group(mut self, group: impl Into<String>) -> Self {
         self.group = group.into();
+        self
+    }
+
+    /// How often an idle relay writes a heartbeat, a logical message of its
+    /// own (`pg_logical_emit_message`), so that the slot's position moves
+    /// on while the server's log grows with other work.
+    pub fn heartbeat_interval(mut self, d: Duration) -> Self {
+        self.heartbeat_interval = d.max(Duration::from_millis(10));
         self
     }
 

@@ -1,7 +1,7 @@
 //! [`CdcStore`]: the relay's store when it reads the change stream.
 
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
 use pgwire_replication::{Lsn, ReplicationConfig};
@@ -33,12 +33,15 @@ struct State {
     /// Counts the sessions started, so that a batch of an ended session
     /// does not touch the next one.
     session: u64,
+    /// When the last heartbeat was written.
+    heartbeat: Instant,
 }
 
 struct Inner {
     pg: PgStore,
     slot: SlotName,
     replication: ReplicationConfig,
+    heartbeat_interval: Duration,
     state: Mutex<State>,
 }
 
@@ -88,10 +91,12 @@ impl CdcStore {
                 pg,
                 slot,
                 replication,
+                heartbeat_interval: options.heartbeat_interval,
                 state: Mutex::new(State {
                     stream: None,
                     mode: Mode::Sweep,
                     session: 0,
+                    heartbeat: Instant::now(),
                 }),
             }),
         })
@@ -380,6 +385,20 @@ impl RelayStore for CdcStore {
         if stream.ready.iter().any(|c| !c.seqs.is_empty()) {
             return;
         }
+        // Idle: a message of its own in the log keeps the slot's position
+        // moving while the server's log grows with other work.
+        if state.heartbeat.elapsed() >= self.inner.heartbeat_interval {
+            state.heartbeat = Instant::now();
+            if let Err(e) = sqlx::query("SELECT pg_logical_emit_message(false, 'tidings.heartbeat', '')")
+                .execute(self.inner.pg.pool())
+                .await
+            {
+                tracing::debug!(error = %e, "writing a CDC heartbeat failed");
+            }
+        }
+        let Some(stream) = state.stream.as_mut() else {
+            return;
+        };
         if let Err(e) = stream.wait(timeout).await {
             tracing::warn!(error = %e.report(), "the change stream ended; starting it again");
             state.stream = None;

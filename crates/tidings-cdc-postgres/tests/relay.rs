@@ -442,3 +442,28 @@ async fn a_broker_away_delays_the_stream_and_the_backlog_drains_in_order() {
     relay.await.unwrap().unwrap();
     fixture.end().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn an_idle_slot_keeps_following_the_servers_log() {
+    let fixture = Fixture::new().await;
+    let publisher = Recorded::default();
+    let (stop, relay) = fixture.relay("r1", publisher.clone());
+    fixture.commit(&[("k".into(), 1)]).await;
+    drained(&fixture, &publisher, 1).await;
+    // Other work grows the server's log; the outbox stays idle.
+    sqlx::raw_sql("CREATE TABLE other_work (n int)")
+        .execute(fixture.pg().pool())
+        .await
+        .unwrap();
+    for n in 0..50 {
+        sqlx::query("INSERT INTO other_work VALUES ($1)")
+            .bind(n)
+            .execute(fixture.pg().pool())
+            .await
+            .unwrap();
+    }
+    fixture.confirmed_past_now().await;
+    stop.cancel();
+    relay.await.unwrap().unwrap();
+    fixture.end().await;
+}
