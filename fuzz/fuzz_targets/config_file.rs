@@ -40,6 +40,7 @@ const KEYS: &[&str] = &[
     "enabled",
     "mode",
     "group",
+    "slot_wal_cap_mib",
     "batch_size",
     "poll_interval",
     "publish_timeout",

@@ -49,17 +49,21 @@ pub struct CdcOptions {
     group: String,
     status_interval: Duration,
     heartbeat_interval: Duration,
+    wal_cap: Option<u64>,
+    guard_interval: Duration,
 }
 
 impl Default for CdcOptions {
     /// The group `relay` (slot and publication `tidings_relay`); positions
     /// confirmed to the server at most every second; a heartbeat every 10 s
-    /// while idle.
+    /// while idle; the slot may keep 4 GiB of log, measured every 10 s.
     fn default() -> Self {
         CdcOptions {
             group: "relay".into(),
             status_interval: Duration::from_secs(1),
             heartbeat_interval: Duration::from_secs(10),
+            wal_cap: Some(4096 * 1024 * 1024),
+            guard_interval: Duration::from_secs(10),
         }
     }
 }
@@ -78,6 +82,23 @@ impl CdcOptions {
     /// on while the server's log grows with other work.
     pub fn heartbeat_interval(mut self, d: Duration) -> Self {
         self.heartbeat_interval = d.max(Duration::from_millis(10));
+        self
+    }
+
+    /// The write-ahead log the slot may keep, in bytes (`None`: no cap).
+    /// Past it, while the relay cannot confirm (a broker away, a relay
+    /// stuck), the relay drops the slot rather than let it fill the
+    /// server's disk, sends from the outbox as the polling relay does
+    /// until nothing is left, then makes a new slot: nothing is lost, and
+    /// the relay polls meanwhile.
+    pub fn wal_cap(mut self, bytes: Option<u64>) -> Self {
+        self.wal_cap = bytes;
+        self
+    }
+
+    /// How often the slot's log is measured against the cap.
+    pub fn guard_interval(mut self, d: Duration) -> Self {
+        self.guard_interval = d.max(Duration::from_millis(10));
         self
     }
 

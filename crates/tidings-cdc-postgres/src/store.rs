@@ -25,6 +25,9 @@ enum Mode {
     Sweep,
     /// The records the change stream says were committed, in commit order.
     Stream,
+    /// No slot: it kept more log than the cap allows and was dropped. The
+    /// outbox is swept until nothing is left, then a new slot is made.
+    Unslotted,
 }
 
 struct State {
@@ -35,6 +38,8 @@ struct State {
     session: u64,
     /// When the last heartbeat was written.
     heartbeat: Instant,
+    /// When the slot's log was last measured against the cap.
+    guarded: Instant,
 }
 
 struct Inner {
@@ -42,6 +47,9 @@ struct Inner {
     slot: SlotName,
     replication: ReplicationConfig,
     heartbeat_interval: Duration,
+    /// The log the slot may keep, in bytes, and how often to look.
+    wal_cap: Option<u64>,
+    guard_interval: Duration,
     state: Mutex<State>,
 }
 
@@ -92,11 +100,14 @@ impl CdcStore {
                 slot,
                 replication,
                 heartbeat_interval: options.heartbeat_interval,
+                wal_cap: options.wal_cap,
+                guard_interval: options.guard_interval,
                 state: Mutex::new(State {
                     stream: None,
                     mode: Mode::Sweep,
                     session: 0,
                     heartbeat: Instant::now(),
+                    guarded: Instant::now(),
                 }),
             }),
         })
@@ -274,6 +285,57 @@ impl CdcStore {
         Ok(())
     }
 
+    /// The slot guard: a slot keeping more log than the cap is dropped
+    /// rather than left to fill the server's disk. Nothing is lost: every
+    /// record not sent is in the outbox, swept until none is left, and a
+    /// new slot is made then.
+    async fn guard(&self, state: &mut State) -> Result<()> {
+        let Some(cap) = self.inner.wal_cap else {
+            return Ok(());
+        };
+        if state.mode == Mode::Unslotted || state.guarded.elapsed() < self.inner.guard_interval {
+            return Ok(());
+        }
+        state.guarded = Instant::now();
+        let pool = self.inner.pg.pool();
+        let Some(status) = slot::status(pool, &self.inner.slot).await? else {
+            return Ok(());
+        };
+        let retained = u64::try_from(status.retained_bytes).unwrap_or(0);
+        if retained <= cap {
+            return Ok(());
+        }
+        tracing::error!(
+            slot = %self.inner.slot,
+            retained_mib = retained / (1024 * 1024),
+            cap_mib = cap / (1024 * 1024),
+            "the CDC slot keeps more log than relay.slot_wal_cap_mib allows: dropping it and sending from the outbox until it is caught up, then making a new slot (nothing is lost)"
+        );
+        if let Some(stream) = state.stream.take() {
+            stream.close().await;
+        }
+        slot::drop(pool, &self.inner.slot).await?;
+        state.mode = Mode::Unslotted;
+        Ok(())
+    }
+
+    /// Without a slot: the oldest unsent records; with none left, a new
+    /// slot, swept once more past its position before the stream is
+    /// followed.
+    async fn unslotted(&self, state: &mut State, limit: usize, held: &OutboxPartitions) -> Result<CdcBatch> {
+        let Some((batch, _)) = claim_oldest(&self.inner.pg, limit, held).await? else {
+            return Ok(CdcBatch::empty());
+        };
+        if !batch.messages().is_empty() || !batch.undecodable().is_empty() {
+            return Ok(CdcBatch::swept(batch));
+        }
+        batch.release().await?;
+        tracing::info!(slot = %self.inner.slot, "the outbox is caught up: making a new CDC slot");
+        self.start(state).await?;
+        state.guarded = Instant::now();
+        Ok(CdcBatch::empty())
+    }
+
     /// A streamed batch was sent whole: confirms its last transaction.
     pub(crate) async fn sent(&self, session: u64, end: Lsn) {
         let mut state = self.inner.state.lock().await;
@@ -297,7 +359,10 @@ impl CdcStore {
     /// A batch did not end whole (settled in part, or its end failed): the
     /// records left are in the outbox, found by sweeping it.
     pub(crate) async fn unsettled(&self) {
-        self.inner.state.lock().await.mode = Mode::Sweep;
+        let mut state = self.inner.state.lock().await;
+        if state.mode == Mode::Stream {
+            state.mode = Mode::Sweep;
+        }
     }
 
     /// Ends the stream, if one runs (the relay using this store has
@@ -350,6 +415,10 @@ impl RelayStore for CdcStore {
         if held.leases.is_empty() {
             state.stream = None;
             return Ok(CdcBatch::empty());
+        }
+        self.guard(&mut state).await?;
+        if state.mode == Mode::Unslotted {
+            return self.unslotted(&mut state, limit, held).await;
         }
         if state.stream.is_none() {
             // Only while the lease is this relay's: one that lost it must

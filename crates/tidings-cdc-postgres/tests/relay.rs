@@ -144,10 +144,7 @@ impl Fixture {
 
     async fn end(mut self) {
         self.ended = true;
-        assert!(
-            slot::drop(self.pg().pool(), &self.slot).await.unwrap(),
-            "the slot was there"
-        );
+        slot::drop(self.pg().pool(), &self.slot).await.unwrap();
         assert_eq!(slot::status(self.pg().pool(), &self.slot).await.unwrap(), None);
         let publications: i64 = sqlx::query_scalar("SELECT count(*) FROM pg_publication WHERE pubname = $1")
             .bind(self.slot.as_str())
@@ -463,6 +460,59 @@ async fn an_idle_slot_keeps_following_the_servers_log() {
             .unwrap();
     }
     fixture.confirmed_past_now().await;
+    stop.cancel();
+    relay.await.unwrap().unwrap();
+    fixture.end().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_slot_past_its_cap_is_dropped_and_made_again_losing_nothing() {
+    let mut fixture = Fixture::new().await;
+    fixture.options = fixture
+        .options
+        .clone()
+        .wal_cap(Some(1024 * 1024))
+        .guard_interval(Duration::from_millis(100));
+    let publisher = Recorded::default();
+    let (stop, relay) = fixture.relay("r1", publisher.clone());
+    let firsts: Vec<(String, i64)> = (0..8).map(|w| (format!("k{w:02}"), 1)).collect();
+    fixture.commit(&firsts).await;
+    drained(&fixture, &publisher, 8).await;
+
+    // The broker away, producers go on: the slot's log passes the cap and
+    // the relay drops the slot.
+    publisher.away.store(true, Ordering::SeqCst);
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let mut next = 2;
+    loop {
+        write(&fixture, 8, next, 20).await;
+        next += 20;
+        if slot::status(fixture.pg().pool(), &fixture.slot)
+            .await
+            .unwrap()
+            .is_none()
+        {
+            break;
+        }
+        assert!(Instant::now() < deadline, "the slot was never dropped");
+    }
+    // Back: the backlog goes out from the outbox, in order, then a new
+    // slot follows what comes next.
+    publisher.away.store(false, Ordering::SeqCst);
+    let per_key = next - 1;
+    drained(&fixture, &publisher, 8 * per_key as usize).await;
+    write(&fixture, 8, next, 5).await;
+    drained(&fixture, &publisher, 8 * (per_key + 5) as usize).await;
+    assert_in_order(&publisher.sent(), 8, per_key + 5);
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while !slot::status(fixture.pg().pool(), &fixture.slot)
+        .await
+        .unwrap()
+        .is_some_and(|s| s.active)
+    {
+        assert!(Instant::now() < deadline, "no new slot streamed");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
     stop.cancel();
     relay.await.unwrap().unwrap();
     fixture.end().await;

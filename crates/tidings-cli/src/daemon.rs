@@ -76,7 +76,8 @@ pub(crate) async fn run(loaded: Loaded, shutdown: CancellationToken) -> anyhow::
     let cdc = match (config.relay_mode, &store) {
         (RelayMode::Poll, _) => None,
         (RelayMode::Cdc, tidings::AnyStore::Postgres(pg)) => {
-            let options = CdcOptions::default().group(&config.relay_group);
+            let cap = Some(config.relay_slot_wal_cap_mib * 1024 * 1024).filter(|&b| b > 0);
+            let options = CdcOptions::default().group(&config.relay_group).wal_cap(cap);
             let cdc = CdcStore::new(pg.clone(), url, options).context("relay.mode = \"cdc\"")?;
             // The slot is made now, so that what is committed from here on
             // is streamed even if the relay is not running yet.

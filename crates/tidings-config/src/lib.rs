@@ -80,6 +80,11 @@ pub struct Config {
     /// replication slot and the publication (`tidings_<group>`).
     #[serde(skip)]
     pub relay_group: String,
+    /// `relay.slot_wal_cap_mib`: in CDC mode, the write-ahead log the slot
+    /// may keep, in MiB (0: no cap); past it the relay drops the slot and
+    /// polls until caught up, then makes a new one.
+    #[serde(skip)]
+    pub relay_slot_wal_cap_mib: u64,
     /// The database-log transport's housekeeping.
     pub log: LogConfig,
     /// The consumers' records' housekeeping.
@@ -158,6 +163,7 @@ impl Default for Config {
             relay_enabled: true,
             relay_mode: RelayMode::Poll,
             relay_group: "relay".into(),
+            relay_slot_wal_cap_mib: 4096,
             log: LogConfig::default(),
             consumer: ConsumerSection::default(),
             metrics: MetricsConfig::default(),
@@ -379,6 +385,16 @@ impl Loaded {
                 ));
             }
         };
+        let relay_slot_wal_cap_mib = match take_relay_key(&mut table, "slot_wal_cap_mib") {
+            None => 4096,
+            Some(toml::Value::Integer(mib)) if mib >= 0 => mib as u64,
+            Some(other) => {
+                return Err(daemon_key(
+                    "slot_wal_cap_mib",
+                    format!("{other} is not a size in MiB (0 or more; 0: no cap)"),
+                ));
+            }
+        };
         let relay_group = match take_relay_key(&mut table, "group") {
             None => "relay".to_owned(),
             Some(toml::Value::String(group)) => group,
@@ -407,6 +423,7 @@ impl Loaded {
         config.relay_enabled = relay_enabled;
         config.relay_mode = relay_mode;
         config.relay_group = relay_group;
+        config.relay_slot_wal_cap_mib = relay_slot_wal_cap_mib;
         let database_url = secret_url(
             &config.database.url,
             &config.database.url_file,
@@ -856,6 +873,7 @@ mod tests {
             "enabled",
             "mode",
             "group",
+            "slot_wal_cap_mib",
             "batch_size",
             "poll_interval",
             "publish_timeout",
@@ -1003,6 +1021,16 @@ mod tests {
         let loaded = load(&format!("{pg}[relay]\nmode = \"cdc\"\ngroup = \"orders\"\n"), &[]).unwrap();
         assert_eq!(loaded.config.relay_mode, RelayMode::Cdc);
         assert_eq!(loaded.config.relay_group, "orders");
+        assert_eq!(loaded.config.relay_slot_wal_cap_mib, 4096, "4 GiB unless set");
+        let capped = load(
+            &format!("{pg}[relay]\nmode = \"cdc\"\nslot_wal_cap_mib = 0\n"),
+            &[],
+        )
+        .unwrap();
+        assert_eq!(capped.config.relay_slot_wal_cap_mib, 0);
+        let (p, reason) = refused(&format!("{pg}[relay]\nslot_wal_cap_mib = -1\n"), &[]);
+        assert_eq!(p, "relay.slot_wal_cap_mib");
+        assert!(reason.contains("not a size in MiB"), "{reason}");
         assert_eq!(
             loaded.config.relay,
             RelayConfig::default(),
