@@ -40,6 +40,57 @@ pub(crate) struct DoctorArgs {
     /// Print as JSON on stdout.
     #[arg(long)]
     json: bool,
+    /// How the relays run (`relay.mode`): with `cdc`, checks that
+    /// PostgreSQL decodes its log (`wal_level = logical`) and that a relay
+    /// streams the group's slot.
+    #[arg(long, value_enum, env = "TIDINGS_RELAY__MODE", default_value = "poll")]
+    relay_mode: crate::demo::RelayModeArg,
+    /// The CDC relay group (`relay.group`): its slot is `tidings_<group>`.
+    #[arg(long, env = "TIDINGS_RELAY__GROUP", default_value = "relay")]
+    relay_group: String,
+}
+
+/// With `--relay-mode cdc`: the server decodes its log, and a relay
+/// streams the group's slot.
+pub(crate) async fn cdc(store: &tidings::AnyStore, args: &DoctorArgs) -> anyhow::Result<Option<Check>> {
+    use tidings_cdc_postgres::slot::{self, SlotName};
+    if args.relay_mode != crate::demo::RelayModeArg::Cdc {
+        return Ok(None);
+    }
+    let tidings::AnyStore::Postgres(pg) = store else {
+        return Ok(Some(check(
+            "cdc",
+            Verdict::Fail,
+            "relay.mode = \"cdc\" reads PostgreSQL's logical replication, and this database is not PostgreSQL",
+        )));
+    };
+    if let Err(e) = slot::check_wal_level(pg.pool()).await {
+        return Ok(Some(check("cdc", Verdict::Fail, e.to_string())));
+    }
+    let name = SlotName::of_group(&args.relay_group)?;
+    Ok(Some(match slot::status(pg.pool(), &name).await? {
+        None => check(
+            "cdc",
+            Verdict::Warn,
+            format!("wal_level = logical; no slot {name} yet: the CDC relay makes it at start"),
+        ),
+        Some(s) if !s.active => check(
+            "cdc",
+            Verdict::Fail,
+            format!(
+                "no relay streams the slot {name}, which keeps {} MiB of log: start the CDC relay",
+                s.retained_bytes / (1024 * 1024)
+            ),
+        ),
+        Some(s) => check(
+            "cdc",
+            Verdict::Pass,
+            format!(
+                "wal_level = logical; a relay streams {name} ({} MiB of log kept)",
+                s.retained_bytes / (1024 * 1024)
+            ),
+        ),
+    }))
 }
 
 /// An item's outcome.
@@ -82,8 +133,10 @@ impl fmt::Display for Check {
 pub(crate) async fn run<S: Inspect + FailureStore + ReplayStore + ConsumerStore>(
     store: &S,
     args: DoctorArgs,
+    cdc: Option<Check>,
 ) -> anyhow::Result<bool> {
-    let checks = checks(store, &args).await?;
+    let mut checks = checks(store, &args).await?;
+    checks.extend(cdc);
     if args.json {
         say!("{}", serde_json::to_string(&checks)?);
     } else {

@@ -262,8 +262,9 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             Ok(ExitCode::SUCCESS)
         }
         Command::Doctor { database, args } => {
-            let healthy = with_store!(open_existing(&database.url()).await?, |s| doctor::run(&s, args)
-                .await?);
+            let store = open_existing(&database.url()).await?;
+            let cdc = doctor::cdc(&store, &args).await?;
+            let healthy = with_store!(store, |s| doctor::run(&s, args, cdc).await?);
             Ok(if healthy {
                 ExitCode::SUCCESS
             } else {

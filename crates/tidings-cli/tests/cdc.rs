@@ -33,6 +33,42 @@ fn cdc(db: &PgTestDb, args: &[&str]) -> String {
     stdout
 }
 
+/// The line of `tidings doctor` about `item`, for a CDC relay of `group`.
+fn doctor(database: &str, item: &str, group: &str) -> String {
+    let out = tidings()
+        .args(["doctor", "--database", database])
+        .env("TIDINGS_RELAY__MODE", "cdc")
+        .env("TIDINGS_RELAY__GROUP", group)
+        .output()
+        .expect("running tidings doctor");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    stdout
+        .lines()
+        .find(|l| l.get(6..).is_some_and(|rest| rest.starts_with(item)))
+        .unwrap_or_else(|| panic!("no {item} line:\n{stdout}"))
+        .to_owned()
+}
+
+/// A server that does not decode its log cannot serve a CDC relay: the
+/// doctor fails it, saying what to change.
+#[tokio::test(flavor = "multi_thread")]
+async fn the_doctor_fails_cdc_on_a_server_without_logical_decoding() {
+    let server = tidings_testkit::postgres::PrivatePostgres::with_settings(&["wal_level=replica"]);
+    let url = server.url();
+    let migrated = tidings().args(["migrate", "--database", &url]).output().unwrap();
+    assert!(
+        migrated.status.success(),
+        "{}",
+        String::from_utf8_lossy(&migrated.stderr)
+    );
+    let line = doctor(&url, "cdc", "relay");
+    assert!(line.starts_with("FAIL"), "{line}");
+    assert!(
+        line.contains("wal_level = logical, and this server runs with wal_level = replica"),
+        "{line}"
+    );
+}
+
 #[tokio::test(flavor = "multi_thread")]
 async fn the_daemon_relays_from_logical_replication_and_its_slot_is_dropped_by_command() {
     let db = PgTestDb::new().await;
@@ -109,6 +145,13 @@ async fn the_daemon_relays_from_logical_replication_and_its_slot_is_dropped_by_c
         );
     }
 
+    let line = doctor(&db.url, "cdc", &group);
+    assert!(line.starts_with("pass"), "{line}");
+    assert!(
+        line.contains(&format!("a relay streams tidings_{group}")),
+        "{line}"
+    );
+
     assert!(daemon.terminate().success(), "{}", daemon.stderr());
     consumers.terminate();
     // Each record went to the log once: one relay streamed through.
@@ -117,18 +160,13 @@ async fn the_daemon_relays_from_logical_replication_and_its_slot_is_dropped_by_c
 
     // The daemon gone, its slot has no reader: the doctor says so, and how
     // to drop it.
-    let doctor = |db: &PgTestDb| {
-        let out = tidings()
-            .args(["doctor", "--database", &db.url])
-            .output()
-            .expect("running tidings doctor");
-        String::from_utf8_lossy(&out.stdout)
-            .lines()
-            .find(|l| l.contains("replication slots"))
-            .unwrap_or_default()
-            .to_owned()
-    };
-    let line = doctor(&db);
+    let cdc_line = doctor(&db.url, "cdc", &group);
+    assert!(cdc_line.starts_with("FAIL"), "{cdc_line}");
+    assert!(
+        cdc_line.contains(&format!("no relay streams the slot tidings_{group}")),
+        "{cdc_line}"
+    );
+    let line = doctor(&db.url, "replication slots", &group);
     assert!(line.starts_with("FAIL"), "{line}");
     assert!(
         line.contains(&format!("tidings_{group} has no reader and no relay runs")),
@@ -146,7 +184,7 @@ async fn the_daemon_relays_from_logical_replication_and_its_slot_is_dropped_by_c
     );
     let status = cdc(&db, &["status", "--group", &group]);
     assert!(status.contains("no slot"), "{status}");
-    let line = doctor(&db);
+    let line = doctor(&db.url, "replication slots", &group);
     assert!(!line.contains(&format!("tidings_{group}")), "{line}");
     db.drop_schema().await;
 }

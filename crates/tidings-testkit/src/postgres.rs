@@ -16,6 +16,8 @@ pub struct PrivatePostgres {
     dir: PathBuf,
     bin: PathBuf,
     max_connections: u32,
+    /// Settings of the test's own (`name=value`), after the defaults.
+    settings: Vec<String>,
 }
 
 /// The newest server binaries installed: `PG_BIN`, else
@@ -61,8 +63,18 @@ impl PrivatePostgres {
         Self::with_max_connections(200)
     }
 
+    /// [`PrivatePostgres::start`] with settings of the test's own
+    /// (`wal_level=replica`), which win over the defaults.
+    pub fn with_settings(settings: &[&str]) -> PrivatePostgres {
+        Self::create(200, settings.iter().map(|s| (*s).to_owned()).collect())
+    }
+
     /// [`PrivatePostgres::start`] with the server's `max_connections`.
     pub fn with_max_connections(max_connections: u32) -> PrivatePostgres {
+        Self::create(max_connections, Vec::new())
+    }
+
+    fn create(max_connections: u32, settings: Vec<String>) -> PrivatePostgres {
         let bin = binaries();
         let port = std::net::TcpListener::bind("127.0.0.1:0")
             .expect("a free port")
@@ -92,6 +104,7 @@ impl PrivatePostgres {
             dir,
             bin,
             max_connections,
+            settings,
         };
         pg.resume();
         pg
@@ -140,6 +153,7 @@ impl PrivatePostgres {
             // What the CDC relay needs: logical decoding of the write-ahead log.
             .args(["-c", "wal_level=logical", "-c", "max_replication_slots=16"])
             .args(["-c", "max_wal_senders=16"])
+            .args(self.settings.iter().flat_map(|s| ["-c", s.as_str()]))
             .process_group(0)
             // Into a file: a pipe nobody reads fills up with the server's
             // log (a line per client killed) and stalls it.
