@@ -4,13 +4,15 @@ use async_trait::async_trait;
 use tidings_core::{ClaimedBatch, OutgoingMessage, Result, Settlement, Undecodable};
 use tidings_store_postgres::PgBatch;
 
-use crate::store::CdcStore;
+use crate::store::{CatchUp, CdcStore};
 use crate::stream::Committed;
 
 /// Where a batch's records came from.
 enum Origin {
-    /// Found by sweeping the outbox: its end moves no stream position.
-    Swept,
+    /// Found by sweeping the outbox: its end moves no stream position,
+    /// unless it took every record unsent (then, sent whole, the outbox
+    /// has caught up with the stream).
+    Swept(Option<CatchUp>),
     /// The records of these streamed transactions still unsent.
     Streamed {
         taken: Vec<Committed>,
@@ -46,7 +48,14 @@ impl CdcBatch {
     pub(crate) fn swept(inner: PgBatch) -> CdcBatch {
         CdcBatch {
             inner,
-            origin: Origin::Swept,
+            origin: Origin::Swept(None),
+        }
+    }
+
+    pub(crate) fn swept_catching_up(inner: PgBatch, catch_up: CatchUp) -> CdcBatch {
+        CdcBatch {
+            inner,
+            origin: Origin::Swept(Some(catch_up)),
         }
     }
 
@@ -78,18 +87,19 @@ impl ClaimedBatch for CdcBatch {
 
     async fn complete(self) -> Result<()> {
         let done = self.inner.complete().await;
-        if let Origin::Streamed {
-            taken,
-            store,
-            session,
-        } = self.origin
-        {
-            match (&done, taken.last()) {
+        match self.origin {
+            Origin::Streamed {
+                taken,
+                store,
+                session,
+            } => match (&done, taken.last()) {
                 (Ok(()), Some(last)) => store.sent(session, last.end).await,
                 // Not marked: the records are unsent in the outbox, and
                 // the stream has moved past them.
                 _ => store.unsettled().await,
-            }
+            },
+            Origin::Swept(Some(catch_up)) if done.is_ok() => catch_up.sent_whole().await,
+            Origin::Swept(_) => {}
         }
         done
     }

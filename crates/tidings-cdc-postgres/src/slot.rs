@@ -114,11 +114,21 @@ pub async fn ensure(pool: &PgPool, name: &SlotName) -> Result<bool> {
     if slotted {
         return Ok(false);
     }
-    match sqlx::query("SELECT lsn::text FROM pg_create_logical_replication_slot($1, 'pgoutput')")
-        .bind(name.as_str())
-        .fetch_one(pool)
-        .await
-    {
+    // Making a slot waits for every transaction running to end: bounded,
+    // so that a long transaction is an error to retry, not a relay stuck.
+    let made = async {
+        let mut tx = pool.begin().await?;
+        sqlx::raw_sql("SET LOCAL statement_timeout = '30s'")
+            .execute(&mut *tx)
+            .await?;
+        let row = sqlx::query("SELECT lsn::text FROM pg_create_logical_replication_slot($1, 'pgoutput')")
+            .bind(name.as_str())
+            .fetch_one(&mut *tx)
+            .await?;
+        tx.commit().await?;
+        Ok::<_, sqlx::Error>(row)
+    };
+    match made.await {
         Ok(row) => {
             let lsn: String = row.get(0);
             tracing::info!(slot = %name, consistent_at = %lsn, "made the CDC replication slot");

@@ -1,6 +1,7 @@
 //! [`CdcStore`]: the relay's store when it reads the change stream.
 
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
@@ -14,6 +15,26 @@ use crate::CdcOptions;
 use crate::batch::CdcBatch;
 use crate::slot::{self, SlotName};
 use crate::stream::{self, Committed, Stream};
+
+/// What a sweep batch that took every unsent record tells once sent.
+pub(crate) struct CatchUp {
+    store: CdcStore,
+    session: u64,
+    /// The stream's transactions received before the claim.
+    before: usize,
+    /// Whether a key was held when the claim began.
+    holds: bool,
+}
+
+impl CatchUp {
+    /// The batch was sent whole.
+    pub(crate) async fn sent_whole(self) {
+        let mut state = self.store.inner.state.lock().await;
+        if state.session == self.session {
+            self.store.caught_up(&mut state, self.before, self.holds);
+        }
+    }
+}
 
 /// Where the relay takes its next records from.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -47,6 +68,9 @@ struct Inner {
     slot: SlotName,
     replication: ReplicationConfig,
     heartbeat_interval: Duration,
+    /// Records claimed as the stream named them, and by sweeping.
+    streamed: AtomicU64,
+    swept: AtomicU64,
     /// The log the slot may keep, in bytes, and how often to look.
     wal_cap: Option<u64>,
     guard_interval: Duration,
@@ -100,6 +124,8 @@ impl CdcStore {
                 slot,
                 replication,
                 heartbeat_interval: options.heartbeat_interval,
+                streamed: AtomicU64::new(0),
+                swept: AtomicU64::new(0),
                 wal_cap: options.wal_cap,
                 guard_interval: options.guard_interval,
                 state: Mutex::new(State {
@@ -135,12 +161,16 @@ impl CdcStore {
     async fn start(&self, state: &mut State) -> Result<()> {
         let pool = self.inner.pg.pool();
         slot::ensure(pool, &self.inner.slot).await?;
+        let schema: String = sqlx::query_scalar("SELECT current_schema()")
+            .fetch_one(pool)
+            .await
+            .map_err(db_error::<Pg>("reading the outbox's schema"))?;
         let mut attempt = 0;
         let stream = loop {
             if slot::take_over(pool, &self.inner.slot).await? {
                 tracing::info!(slot = %self.inner.slot, "ended the stream of a relay that lost its lease");
             }
-            match Stream::start(self.inner.replication.clone()).await {
+            match Stream::start(self.inner.replication.clone(), schema.clone()).await {
                 Ok(stream) => break stream,
                 // The session ended is not gone at once: the slot stays
                 // active a moment longer.
@@ -164,6 +194,17 @@ impl CdcStore {
     /// the relay follows the stream again unless a key is held.
     async fn sweep(&self, state: &mut State, limit: usize, held: &OutboxPartitions) -> Result<CdcBatch> {
         let before = state.stream.as_ref().map_or(0, |s| s.ready.len());
+        // What the stream brought before must be visible to the claim's
+        // snapshot for an empty claim to say it was all sent.
+        let xids: Vec<i64> = state.stream.as_ref().map_or_else(Vec::new, |s| {
+            s.ready
+                .iter()
+                .take(before)
+                .filter(|c| !c.seqs.is_empty())
+                .map(|c| i64::from(c.xid))
+                .collect()
+        });
+        let visible = self.until_visible(&xids).await?;
         // `holds` is looked at before the records are: a key released
         // meanwhile (a redrive, a skip) is swept up at the next claim.
         let Some((batch, holds)) = claim_oldest(&self.inner.pg, limit, held).await? else {
@@ -172,21 +213,45 @@ impl CdcStore {
             state.stream = None;
             return Ok(CdcBatch::empty());
         };
-        if !batch.messages().is_empty() || !batch.undecodable().is_empty() {
+        let claimed = batch.messages().len() + batch.undecodable().len();
+        if claimed > 0 {
+            self.count(&self.inner.swept, &batch);
+            // Fewer than asked: every record unsent at the claim's snapshot
+            // is in this batch (or waits behind a held key). Once it is
+            // sent, the outbox has caught up with the stream.
+            if claimed < limit && visible {
+                let catch_up = CatchUp {
+                    store: self.clone(),
+                    session: state.session,
+                    before,
+                    holds,
+                };
+                return Ok(CdcBatch::swept_catching_up(batch, catch_up));
+            }
             return Ok(CdcBatch::swept(batch));
         }
         batch.release().await?;
+        if visible {
+            self.caught_up(state, before, holds);
+        }
+        Ok(CdcBatch::empty())
+    }
+
+    /// Nothing unsent is left that the stream brought before its `before`
+    /// first transactions: they are confirmed, and the relay follows the
+    /// stream again unless a key is held.
+    fn caught_up(&self, state: &mut State, before: usize, holds: bool) {
         if let Some(stream) = state.stream.as_mut() {
+            let before = before.min(stream.ready.len());
             let end = stream.ready.drain(..before).next_back().map(|c| c.end);
             if let Some(end) = end {
                 stream.confirm(end);
             }
-            if !holds {
+            if !holds && state.mode == Mode::Sweep {
                 tracing::debug!(slot = %self.inner.slot, "outbox caught up; following the change stream");
                 state.mode = Mode::Stream;
             }
         }
-        Ok(CdcBatch::empty())
     }
 
     /// The records of the next transactions streamed, claimed by seq.
@@ -224,27 +289,33 @@ impl CdcStore {
             .collect();
         // A transaction is in the log a moment before other sessions
         // see it: a record not visible yet must not pass for sent.
-        if let Err(e) = self.until_visible(&xids).await {
-            give_back(stream, taken);
-            return Err(e);
+        match self.until_visible(&xids).await {
+            Ok(true) => {}
+            Ok(false) => {
+                give_back(stream, taken);
+                return Ok(Some(CdcBatch::empty()));
+            }
+            Err(e) => {
+                give_back(stream, taken);
+                return Err(e);
+            }
         }
         let listed = claim_listed(&self.inner.pg, &seqs, held).await;
         match listed {
             Ok(Listed::Claimed(batch)) if batch.messages().is_empty() && batch.undecodable().is_empty() => {
-                // Every one was sent already (a stream started again
-                // from an earlier position): the outbox confirms it.
-                batch.release().await?;
+                // Every one was sent already (by a sweep, or before a
+                // stream started again from an earlier position).
+                if let Err(e) = batch.release().await {
+                    give_back(stream, taken);
+                    return Err(e);
+                }
                 stream.confirm(end);
-                state.mode = Mode::Sweep;
-                Ok(None)
+                Ok(Some(CdcBatch::empty()))
             }
             Ok(Listed::Claimed(batch)) => {
-                let claimed = batch.messages().len() + batch.undecodable().len();
-                if claimed < seqs.len() {
-                    // Some were sent already, or are not what the
-                    // stream said: the outbox says which, swept next.
-                    state.mode = Mode::Sweep;
-                }
+                // Records missing were sent already: they are visible, so
+                // the claim would have found them unsent.
+                self.count(&self.inner.streamed, &batch);
                 Ok(Some(CdcBatch::streamed(batch, taken, self.clone(), session)))
             }
             Ok(Listed::KeysHeld) => {
@@ -265,11 +336,12 @@ impl CdcStore {
 
     /// Waits until every transaction of `xids` (32-bit ids, as streamed)
     /// is visible to new snapshots: its commit is in the log slightly
-    /// before. Gives up after a second, leaving the check to the outbox
-    /// (a record not claimed makes the relay sweep).
-    async fn until_visible(&self, xids: &[i64]) -> Result<()> {
+    /// before (for as long as a synchronous standby takes to answer, with
+    /// one). Says whether they are, after a second at most: the caller
+    /// tries again later rather than take an invisible record for sent.
+    async fn until_visible(&self, xids: &[i64]) -> Result<bool> {
         if xids.is_empty() {
-            return Ok(());
+            return Ok(true);
         }
         for _ in 0..200 {
             let visible: Option<bool> = sqlx::query_scalar(VISIBLE)
@@ -278,18 +350,18 @@ impl CdcStore {
                 .await
                 .map_err(db_error::<Pg>("waiting for streamed transactions to be visible"))?;
             if visible.unwrap_or(true) {
-                return Ok(());
+                return Ok(true);
             }
             tokio::time::sleep(Duration::from_millis(5)).await;
         }
-        Ok(())
+        Ok(false)
     }
 
     /// The slot guard: a slot keeping more log than the cap is dropped
     /// rather than left to fill the server's disk. Nothing is lost: every
     /// record not sent is in the outbox, swept until none is left, and a
     /// new slot is made then.
-    async fn guard(&self, state: &mut State) -> Result<()> {
+    async fn guard(&self, state: &mut State, held: &OutboxPartitions) -> Result<()> {
         let Some(cap) = self.inner.wal_cap else {
             return Ok(());
         };
@@ -301,15 +373,25 @@ impl CdcStore {
         let Some(status) = slot::status(pool, &self.inner.slot).await? else {
             return Ok(());
         };
-        let retained = u64::try_from(status.retained_bytes).unwrap_or(0);
+        // What the relay has not confirmed: the log before the slot's
+        // restart position may also be held by a long transaction, which
+        // dropping the slot would not free.
+        let retained = u64::try_from(status.unconfirmed_bytes).unwrap_or(0);
         if retained <= cap {
             return Ok(());
+        }
+        // Only the lease's holder: a relay that lost it must not end its
+        // successor's stream.
+        match claim_listed(&self.inner.pg, &[], held).await? {
+            Listed::LeaseLost => return Ok(()),
+            Listed::Claimed(nothing) => nothing.release().await?,
+            Listed::KeysHeld => {}
         }
         tracing::error!(
             slot = %self.inner.slot,
             retained_mib = retained / (1024 * 1024),
             cap_mib = cap / (1024 * 1024),
-            "the CDC slot keeps more log than relay.slot_wal_cap_mib allows: dropping it and sending from the outbox until it is caught up, then making a new slot (nothing is lost)"
+            "the CDC slot keeps more unconfirmed log than relay.slot_wal_cap_mib allows: dropping it and sending from the outbox until it is caught up, then making a new slot (nothing is lost)"
         );
         if let Some(stream) = state.stream.take() {
             stream.close().await;
@@ -327,6 +409,7 @@ impl CdcStore {
             return Ok(CdcBatch::empty());
         };
         if !batch.messages().is_empty() || !batch.undecodable().is_empty() {
+            self.count(&self.inner.swept, &batch);
             return Ok(CdcBatch::swept(batch));
         }
         batch.release().await?;
@@ -374,6 +457,20 @@ impl CdcStore {
         }
     }
 
+    fn count(&self, counter: &AtomicU64, batch: &impl ClaimedBatch) {
+        let n = batch.messages().len() + batch.undecodable().len();
+        counter.fetch_add(n as u64, Ordering::Relaxed);
+    }
+
+    /// Records claimed so far as the change stream named them, and by
+    /// sweeping the outbox (at starts, behind held keys, past the cap).
+    pub fn claimed(&self) -> (u64, u64) {
+        (
+            self.inner.streamed.load(Ordering::Relaxed),
+            self.inner.swept.load(Ordering::Relaxed),
+        )
+    }
+
     /// The position this relay confirmed last (zero before its first).
     pub async fn confirmed(&self) -> Option<Lsn> {
         self.inner
@@ -386,14 +483,15 @@ impl CdcStore {
     }
 }
 
-/// Whether every transaction id of `$1` (32 bits, widened with the epoch
-/// of the current snapshot's xmax) is visible to a snapshot taken now.
-const VISIBLE: &str = "WITH s AS (SELECT pg_current_snapshot() AS snap),
-          m AS (SELECT snap, pg_snapshot_xmax(snap)::text::int8 AS xmax FROM s)
+/// Whether every transaction id of `$1` (32 bits) is visible to a snapshot
+/// taken now. Each is widened to 64 bits as the id nearest the snapshot's
+/// xmax: its signed 32-bit distance from xmax's low half added to xmax.
+const VISIBLE: &str = "WITH m AS (SELECT snap, pg_snapshot_xmax(snap)::text::int8 AS xmax
+                    FROM (SELECT pg_current_snapshot() AS snap) s)
      SELECT bool_and(pg_visible_in_snapshot(
-         (CASE WHEN x <= (xmax & 4294967295) THEN ((xmax >> 32) << 32) | x
-               ELSE (((xmax >> 32) - 1) << 32) | x END)::text::xid8, snap))
-     FROM m, unnest($1::int8[]) AS x";
+         (CASE WHEN d < 2147483648 THEN xmax + d ELSE xmax + d - 4294967296 END)::text::xid8, snap))
+     FROM m, LATERAL (SELECT (x - (xmax & 4294967295)) & 4294967295 AS d
+                      FROM unnest($1::int8[]) AS x) t";
 
 fn is_active(e: &tidings_core::Error) -> bool {
     let text = e.report().to_string();
@@ -412,11 +510,20 @@ impl RelayStore for CdcStore {
 
     async fn claim(&self, limit: usize, held: &OutboxPartitions) -> Result<CdcBatch> {
         let mut state = self.inner.state.lock().await;
+        if held.count != 1 {
+            return Err(tidings_core::Error::Config {
+                key: "relay.partitions".into(),
+                reason: format!(
+                    "a CDC relay streams one slot, from one relay at a time: partitions must be 1, not {}",
+                    held.count
+                ),
+            });
+        }
         if held.leases.is_empty() {
             state.stream = None;
             return Ok(CdcBatch::empty());
         }
-        self.guard(&mut state).await?;
+        self.guard(&mut state, held).await?;
         if state.mode == Mode::Unslotted {
             return self.unslotted(&mut state, limit, held).await;
         }

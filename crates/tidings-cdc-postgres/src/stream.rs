@@ -13,6 +13,9 @@ use tidings_core::{Error, Result};
 
 use crate::pgoutput::{self, Change};
 
+/// Transactions received and not yet sent that the relay holds at most.
+const MAX_READY: usize = 20_000;
+
 /// The label of the stream's errors.
 pub(crate) const SOURCE: &str = "pg-cdc";
 
@@ -32,8 +35,11 @@ pub(crate) struct Committed {
 /// A stream of the slot.
 pub(crate) struct Stream {
     client: ReplicationClient,
-    /// Each outbox table's OID, with the position of its `seq` column.
-    seq_columns: HashMap<u32, usize>,
+    /// The outbox table's OID, with the position of its `seq` column, and
+    /// the OIDs of other tables, whose inserts are passed over.
+    seq_columns: HashMap<u32, Option<usize>>,
+    /// The schema of the outbox this relay sends.
+    schema: String,
     /// The transaction being received: its id and seqs.
     open: Option<(u32, Vec<i64>)>,
     /// Transactions received and not yet taken, oldest first.
@@ -106,7 +112,7 @@ fn stream_error(what: &str, e: PgWireError) -> Error {
 
 impl Stream {
     /// Starts streaming the slot from the position it confirmed last.
-    pub(crate) async fn start(config: ReplicationConfig) -> Result<Stream> {
+    pub(crate) async fn start(config: ReplicationConfig, schema: String) -> Result<Stream> {
         let mut client = ReplicationClient::connect(config)
             .await
             .map_err(|e| stream_error("starting the change stream", e))?;
@@ -119,6 +125,7 @@ impl Stream {
         let stream = Stream {
             client,
             seq_columns: HashMap::new(),
+            schema,
             open: None,
             ready: VecDeque::new(),
             confirmed: Lsn(0),
@@ -126,9 +133,14 @@ impl Stream {
         Ok(stream)
     }
 
-    /// Takes what has arrived, without waiting.
+    /// Takes what has arrived, without waiting, up to [`MAX_READY`]
+    /// transactions held: past that the server waits (the client stops
+    /// reading its socket) until the relay has taken some.
     pub(crate) fn pull(&mut self) -> Result<()> {
-        while let Some(next) = self.client.recv().now_or_never() {
+        while self.ready.len() < MAX_READY {
+            let Some(next) = self.client.recv().now_or_never() else {
+                break;
+            };
             self.received(next)?;
         }
         Ok(())
@@ -136,6 +148,9 @@ impl Stream {
 
     /// Waits up to `timeout` for something to arrive, then takes what has.
     pub(crate) async fn wait(&mut self, timeout: Duration) -> Result<()> {
+        if self.ready.len() >= MAX_READY {
+            return Ok(());
+        }
         if let Ok(next) = tokio::time::timeout(timeout, self.client.recv()).await {
             self.received(next)?;
         }
@@ -208,20 +223,22 @@ impl Stream {
                 name,
                 seq_column,
                 namespace,
-            } => match seq_column {
-                Some(at) => {
-                    self.seq_columns.insert(oid, at);
+            } => {
+                // Only this outbox: a publication once set to another
+                // schema's may still describe it in older log.
+                if name != "tidings_outbox" || namespace != self.schema {
+                    self.seq_columns.insert(oid, None);
+                    return Ok(());
                 }
-                None => {
+                let Some(at) = seq_column else {
                     return Err(Error::transport_reason(
                         SOURCE,
-                        format!(
-                            "the publication sends {namespace}.{name}, which has no column seq: it must publish only tidings_outbox"
-                        ),
+                        format!("{namespace}.{name} has no column seq: not a Tidings outbox"),
                         false,
                     ));
-                }
-            },
+                };
+                self.seq_columns.insert(oid, Some(at));
+            }
             Change::Insert { oid, columns } => {
                 let at = *self.seq_columns.get(&oid).ok_or_else(|| {
                     Error::transport_reason(
@@ -230,6 +247,9 @@ impl Stream {
                         true,
                     )
                 })?;
+                let Some(at) = at else {
+                    return Ok(());
+                };
                 let seq = pgoutput::seq_of(&columns, at).map_err(malformed)?;
                 self.open.get_or_insert_with(Default::default).1.push(seq);
             }
