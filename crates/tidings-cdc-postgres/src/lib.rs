@@ -56,7 +56,8 @@ pub struct CdcOptions {
 impl Default for CdcOptions {
     /// The group `relay` (slot and publication `tidings_relay`); positions
     /// confirmed to the server at most every second; a heartbeat every 10 s
-    /// while idle; the slot may keep 4 GiB of log, measured every 10 s.
+    /// while idle; the slot may hold 4 GiB of log past what the relay
+    /// confirmed, measured every 10 s.
     fn default() -> Self {
         CdcOptions {
             group: "relay".into(),
@@ -85,7 +86,8 @@ impl CdcOptions {
         self
     }
 
-    /// The write-ahead log the slot may keep, in bytes (`None`: no cap).
+    /// The write-ahead log the slot may hold past the position the relay
+    /// confirmed, in bytes (`None`: no cap).
     /// Past it, while the relay cannot confirm (a broker away, a relay
     /// stuck), the relay drops the slot rather than let it fill the
     /// server's disk, sends from the outbox as the polling relay does

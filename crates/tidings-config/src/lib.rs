@@ -81,8 +81,9 @@ pub struct Config {
     #[serde(skip)]
     pub relay_group: String,
     /// `relay.slot_wal_cap_mib`: in CDC mode, the write-ahead log the slot
-    /// may keep, in MiB (0: no cap); past it the relay drops the slot and
-    /// polls until caught up, then makes a new one.
+    /// may hold past what its relay confirmed, in MiB (0: no cap); past it
+    /// the relay drops the slot and polls until caught up, then makes a new
+    /// one.
     #[serde(skip)]
     pub relay_slot_wal_cap_mib: u64,
     /// The database-log transport's housekeeping.
