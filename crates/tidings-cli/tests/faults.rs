@@ -16,8 +16,6 @@
 //! store with its history (and its orders' later events parked behind
 //! it), nothing left in the outbox, and producers having committed while
 //! the broker was down. The broker is NATS, RabbitMQ or the Kafka protocol.
-//! One scenario runs the relays in CDC mode, reading the outbox from
-//! PostgreSQL's logical replication through the crash.
 //!
 //! Each scenario writes its figures to `target/tmp/fault-suite-*.txt`,
 //! which `scripts/test` prints at the end.
@@ -71,7 +69,7 @@ async fn checkout_processes_survive_a_database_crash_kills_freezes_and_a_nats_ou
     let _one = ONE_AT_A_TIME.lock().await;
     let nats = PrivateNats::start();
     let url = nats.url();
-    run_scenario::<PrivatePgTestDb>("nats", Box::new(nats), url, &WITH_DATABASE_CRASH, Relays::Poll).await;
+    run_scenario::<PrivatePgTestDb>("nats", Box::new(nats), url, &WITH_DATABASE_CRASH).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -79,7 +77,7 @@ async fn checkout_processes_on_mysql_survive_kills_freezes_and_a_nats_outage() {
     let _one = ONE_AT_A_TIME.lock().await;
     let nats = PrivateNats::start();
     let url = nats.url();
-    run_scenario::<MySqlTestDb>("mysql-nats", Box::new(nats), url, &FAULTS, Relays::Poll).await;
+    run_scenario::<MySqlTestDb>("mysql-nats", Box::new(nats), url, &FAULTS).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -88,7 +86,7 @@ async fn checkout_processes_survive_kills_freezes_and_a_rabbitmq_outage() {
     // The transport is not told: the broker's refusal names the record.
     let rabbit = PrivateRabbit::start_with(&format!("max_message_size = {}\n", 1 << 20));
     let url = rabbit.url();
-    run_scenario::<PgTestDb>("rabbitmq", Box::new(rabbit), url, &FAULTS, Relays::Poll).await;
+    run_scenario::<PgTestDb>("rabbitmq", Box::new(rabbit), url, &FAULTS).await;
 }
 
 /// Over the Kafka protocol the broker's outage is a freeze: the private
@@ -98,27 +96,7 @@ async fn checkout_processes_survive_kills_freezes_and_a_frozen_kafka_broker() {
     let _one = ONE_AT_A_TIME.lock().await;
     let kafka = PrivateTansu::start();
     let url = kafka.url();
-    run_scenario::<PgTestDb>("kafka", Box::new(kafka), url, &FAULTS, Relays::Poll).await;
-}
-
-/// The relays read the outbox from PostgreSQL's logical replication (CDC),
-/// on a private server the test crashes: the stream ends with it and is
-/// started again from the slot's confirmed position.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn cdc_relays_survive_a_database_crash_kills_freezes_and_a_nats_outage() {
-    let _one = ONE_AT_A_TIME.lock().await;
-    let nats = PrivateNats::start();
-    let url = nats.url();
-    run_scenario::<PrivatePgTestDb>("cdc-nats", Box::new(nats), url, &WITH_DATABASE_CRASH, Relays::Cdc).await;
-}
-
-/// How the scenario's relays learn what was committed.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Relays {
-    /// Claiming unsent outbox records.
-    Poll,
-    /// From logical replication (`--relay-mode cdc`).
-    Cdc,
+    run_scenario::<PgTestDb>("kafka", Box::new(kafka), url, &FAULTS).await;
 }
 
 /// A process of the system.
@@ -130,7 +108,6 @@ struct Process {
 struct System {
     database: String,
     broker: String,
-    relay_mode: Relays,
     logs: std::path::PathBuf,
     relays: Vec<Process>,
     consumers: Vec<Process>,
@@ -151,10 +128,6 @@ impl System {
             .args(["--database", &self.database, "--broker", &self.broker])
             .args(["--orders", &orders().to_string(), "--poison-rate", "0.01"])
             .args(["--duplicate-rate", "0.05"])
-            .args(match (role, self.relay_mode) {
-                ("relay", Relays::Cdc) => &["--relay-mode", "cdc"][..],
-                _ => &[][..],
-            })
             .stdout(Stdio::piped())
             .stderr(log)
             .spawn()
@@ -313,7 +286,6 @@ async fn run_scenario<T>(
     mut broker: Box<dyn PrivateBroker + Send>,
     broker_url: String,
     schedule: &[Fault],
-    relay_mode: Relays,
 ) where
     T: ScenarioDb,
     T::Dialect: CheckoutDialect,
@@ -326,7 +298,6 @@ async fn run_scenario<T>(
     let mut system = System {
         database: db.url(),
         broker: broker_url,
-        relay_mode,
         logs: logs.clone(),
         relays: Vec::new(),
         consumers: Vec::new(),
