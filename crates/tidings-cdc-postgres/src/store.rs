@@ -382,10 +382,8 @@ impl CdcStore {
         }
         // Only the lease's holder: a relay that lost it must not end its
         // successor's stream.
-        match claim_listed(&self.inner.pg, &[], held).await? {
-            Listed::LeaseLost => return Ok(()),
-            Listed::Claimed(nothing) => nothing.release().await?,
-            Listed::KeysHeld => {}
+        if !self.holds_lease(held).await? {
+            return Ok(());
         }
         tracing::error!(
             slot = %self.inner.slot,
@@ -417,6 +415,15 @@ impl CdcStore {
         self.start(state).await?;
         state.guarded = Instant::now();
         Ok(CdcBatch::empty())
+    }
+
+    /// Whether the relay's lease is still live (an empty claim under it).
+    async fn holds_lease(&self, held: &OutboxPartitions) -> Result<bool> {
+        match claim_listed(&self.inner.pg, &[], held).await? {
+            Listed::LeaseLost => Ok(false),
+            Listed::Claimed(nothing) => nothing.release().await.map(|()| true),
+            Listed::KeysHeld => Ok(true),
+        }
     }
 
     /// A streamed batch was sent whole: confirms its last transaction.
@@ -530,10 +537,8 @@ impl RelayStore for CdcStore {
         if state.stream.is_none() {
             // Only while the lease is this relay's: one that lost it must
             // not take the slot back from its successor.
-            match claim_listed(&self.inner.pg, &[], held).await? {
-                Listed::LeaseLost => return Ok(CdcBatch::empty()),
-                Listed::Claimed(nothing) => nothing.release().await?,
-                Listed::KeysHeld => {}
+            if !self.holds_lease(held).await? {
+                return Ok(CdcBatch::empty());
             }
             self.start(&mut state).await?;
         }
