@@ -98,6 +98,11 @@ impl<S: Store> Consumer<S> {
         &self.name
     }
 
+    /// The topics it reads.
+    pub fn topics(&self) -> &[String] {
+        &self.topics
+    }
+
     /// Runs one message through the stack below the key lanes (retry, dead
     /// letter, transaction and idempotency, timeout, handler) as if a
     /// transport had delivered it on `topic`, and says how it ended. It runs

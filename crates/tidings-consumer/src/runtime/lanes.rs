@@ -34,6 +34,55 @@ pub(super) enum Job {
     Drain { key: HoldKey, claim: Claim },
 }
 
+/// How long a stopping session waits between two warnings that it is still stopping.
+const SLOW_STOP: std::time::Duration = std::time::Duration::from_secs(10);
+
+/// How long a stopping session waits for a subscription to close.
+const CLOSE_LIMIT: std::time::Duration = std::time::Duration::from_secs(30);
+
+/// What each lane is at, to say what holds up a session that is stopping.
+#[derive(Clone, Default)]
+struct Busy(Arc<std::sync::Mutex<Vec<Option<AtWork>>>>);
+
+/// The keys a lane took, and when.
+type AtWork = (Vec<String>, tokio::time::Instant);
+
+impl Busy {
+    /// A lane takes `keys`; returns its slot.
+    fn start(&self, keys: &[String]) -> usize {
+        let mut lanes = self.0.lock().expect("busy lock");
+        let entry = Some((keys.to_vec(), tokio::time::Instant::now()));
+        match lanes.iter().position(Option::is_none) {
+            Some(slot) => {
+                lanes[slot] = entry;
+                slot
+            }
+            None => {
+                lanes.push(entry);
+                lanes.len() - 1
+            }
+        }
+    }
+
+    fn end(&self, slot: usize) {
+        self.0.lock().expect("busy lock")[slot] = None;
+    }
+
+    /// The keys at work and for how long.
+    fn describe(&self) -> String {
+        let lanes = self.0.lock().expect("busy lock");
+        let at_work: Vec<String> = lanes
+            .iter()
+            .flatten()
+            .map(|(keys, since)| {
+                let keys: Vec<String> = keys.iter().map(|k| k.replace('\u{1f}', "/")).collect();
+                format!("{} for {} s", keys.join(", "), since.elapsed().as_secs())
+            })
+            .collect();
+        at_work.join("; ")
+    }
+}
+
 /// A key of the lanes' queue: the topic and the aggregate key.
 fn queue_key(topic: &str, key: &str) -> String {
     format!("{topic}\u{1f}{key}")
@@ -73,11 +122,14 @@ impl<S: Store> Worker<S> {
             self.config.lanes * self.config.lane_capacity,
         ));
         let mut tasks = JoinSet::new();
+        let busy = Busy::default();
         for _ in 0..self.config.lanes {
-            let (worker, queue) = (self.clone(), queue.clone());
+            let (worker, queue, busy) = (self.clone(), queue.clone(), busy.clone());
             tasks.spawn(async move {
                 while let Some((keys, jobs)) = queue.take(worker.config.batch).await {
+                    let lane = busy.start(&keys);
                     worker.run_jobs(jobs.into_iter()).await;
+                    busy.end(lane);
                     queue.done(keys);
                 }
             });
@@ -142,14 +194,58 @@ impl<S: Store> Worker<S> {
         }
         self.stop.cancel();
         queue.close();
-        while tasks.join_next().await.is_some() {}
+        self.finish_lanes(&mut tasks, &busy).await;
         // Every lane is done: let the transport store the final acknowledgements.
         for part in deliveries {
-            if let Err(e) = part.subscription.close().await {
-                tracing::warn!(consumer = %self.name, error = %e.report(), "closing a subscription failed");
+            self.close_subscription(part.subscription).await;
+        }
+        tracing::debug!(consumer = %self.name, "session stopped");
+        Ok(())
+    }
+
+    /// Waits for the lanes to finish what they hold, saying what holds
+    /// them up every [`SLOW_STOP`]. A lane still at work a handler timeout
+    /// and a lease after the stop is stuck on something that will not
+    /// answer: it is abandoned, its transaction rolled back and its
+    /// messages left unsettled for the transport to deliver again, because
+    /// the partition's next reader may be waiting for this one to let go
+    /// (RabbitMQ's single active consumer, a JetStream pull).
+    async fn finish_lanes(&self, tasks: &mut JoinSet<()>, busy: &Busy) {
+        let stopped = tokio::time::Instant::now();
+        let give_up = self.config.handler_timeout + self.config.lease_ttl;
+        let mut slow = tokio::time::interval_at(stopped + SLOW_STOP, SLOW_STOP);
+        let abandon = tokio::time::sleep(give_up);
+        tokio::pin!(abandon);
+        loop {
+            tokio::select! {
+                next = tasks.join_next() => if next.is_none() { return },
+                _ = slow.tick() => {
+                    tracing::warn!(consumer = %self.name, waited_s = stopped.elapsed().as_secs(), busy = %busy.describe(), "the session is stopping and lanes are still at work");
+                }
+                _ = &mut abandon => {
+                    tracing::error!(consumer = %self.name, waited_s = stopped.elapsed().as_secs(), busy = %busy.describe(), "lanes still at work long after the session stopped; abandoning them (their messages will be delivered again)");
+                    tasks.abort_all();
+                    while tasks.join_next().await.is_some() {}
+                    return;
+                }
             }
         }
-        Ok(())
+    }
+
+    /// Closes a subscription, so that the transport stores the last
+    /// acknowledgements and lets the partition go. A close the transport
+    /// does not finish within [`CLOSE_LIMIT`] is dropped: what it held comes
+    /// back to the next reader as the transport gives up on this one.
+    async fn close_subscription(&self, subscription: tidings_core::Subscription) {
+        match tokio::time::timeout(CLOSE_LIMIT, subscription.close()).await {
+            Ok(Ok(())) => {}
+            Ok(Err(e)) => {
+                tracing::warn!(consumer = %self.name, error = %e.report(), "closing a subscription failed");
+            }
+            Err(_) => {
+                tracing::error!(consumer = %self.name, waited_s = CLOSE_LIMIT.as_secs(), "closing a subscription did not finish; dropping it");
+            }
+        }
     }
 
     /// Runs a lane's jobs in order, batching the deliveries that may share a

@@ -225,6 +225,74 @@ pub async fn a_handler_past_its_timeout_is_rolled_back_and_retried<T: TestDb>(db
     );
 }
 
+/// A lane stuck where no timeout of the handler reaches it (here a
+/// transport whose acknowledgement never returns) does not keep its session
+/// from ending: a handler timeout and a lease after the stop it is
+/// abandoned, and its message, never acknowledged, is read again by the
+/// next session.
+pub async fn a_lane_stuck_in_the_transport_does_not_hold_its_session<T: TestDb>(db: &T) {
+    let store = setup(db).await;
+    store.enqueue_in_tx(&message("stuck", 1), true).await;
+    let config = quick()
+        .handler_timeout(Duration::from_millis(200))
+        .lease_ttl(Duration::from_millis(500));
+    let consumer = Consumer::new("stuck", store.clone(), Recorder::default())
+        .topic(TOPIC)
+        .config(config.clone());
+    let stats = consumer.stats();
+    let pipeline = Pipeline::start(&store, consumer, NeverAcknowledged(subscriber(&store)));
+    eventually(WAIT, "the message handled", || async { stats.handled() == 1 }).await;
+    tokio::time::timeout(WAIT, pipeline.stop())
+        .await
+        .expect("the consumer stopped although a lane was stuck acknowledging");
+
+    // Never acknowledged: the next session reads it again, and its marker
+    // keeps it from being handled twice.
+    let consumer = Consumer::new("stuck", store.clone(), Recorder::default())
+        .topic(TOPIC)
+        .config(config);
+    let again = consumer.stats();
+    let pipeline = Pipeline::start(&store, consumer, subscriber(&store));
+    eventually(WAIT, "the message read again and found handled", || async {
+        again.duplicates() == 1
+    })
+    .await;
+    pipeline.stop().await;
+    assert_eq!(again.handled(), 0);
+}
+
+/// `S`, whose deliveries' acknowledgements never return.
+struct NeverAcknowledged<S>(S);
+
+struct Hangs;
+
+#[async_trait::async_trait]
+impl tidings_core::Acker for Hangs {
+    async fn ack(&self, _: tidings_core::AckKind) -> tidings_core::Result<()> {
+        std::future::pending().await
+    }
+}
+
+#[async_trait::async_trait]
+impl<S: tidings_core::Subscriber> tidings_core::Subscriber for NeverAcknowledged<S> {
+    fn partitions(&self, topic: &str) -> u32 {
+        self.0.partitions(topic)
+    }
+
+    async fn subscribe_partition(
+        &self,
+        group: &str,
+        topic: &str,
+        partition: tidings_core::Partition,
+    ) -> tidings_core::Result<tidings_core::Subscription> {
+        use futures::StreamExt;
+        let inner = self.0.subscribe_partition(group, topic, partition).await?;
+        Ok(tidings_core::Subscription::new(inner.map(|d| {
+            d.map(|d| tidings_core::Delivery::new(d.message.clone(), d.delivery_count, Hangs))
+        })))
+    }
+}
+
 const BATCH_KEYS: usize = 5;
 const BATCH_PER_KEY: i64 = 60;
 

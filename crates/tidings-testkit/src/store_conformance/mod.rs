@@ -78,6 +78,7 @@ macro_rules! store_conformance {
                 a_handler_past_its_timeout_is_rolled_back_and_retried,
                 batches_handle_each_message_once_in_key_order,
                 a_failing_batch_falls_back_to_one_message_at_a_time,
+                a_lane_stuck_in_the_transport_does_not_hold_its_session,
             ],
             dead_letters: [
                 poison_is_dead_lettered_without_blocking_other_keys,
