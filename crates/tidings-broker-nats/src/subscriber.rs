@@ -171,16 +171,39 @@ impl Subscriber for NatsTransport {
                         Some(Ok(m)) => {
                             failures = 0;
                             let mut missing = 0;
+                            let mut went_back = false;
                             if let Ok(info) = m.info() {
                                 missing = info.consumer_sequence.saturating_sub(next_delivery);
-                                // Also when the numbers went back: a restarted server's older state.
+                                went_back = info.consumer_sequence < next_delivery;
                                 next_delivery = info.consumer_sequence + 1;
+                            }
+                            if went_back {
+                                // The numbers went back: the server restarted with an older
+                                // state of the consumer than what it delivered. What it holds
+                                // as unacknowledged from before comes back only after its ack
+                                // wait, and newer messages are handed out meanwhile: hold
+                                // those as after a gap, until the older ones are back.
+                                missing = match this
+                                    .unacknowledged_before(&group, &topic, partition, &m)
+                                    .await
+                                {
+                                    Ok(n) => n as u64,
+                                    Err(e) => {
+                                        tracing::warn!(%group, %topic, error = &e as &dyn std::error::Error, "reading the consumer's state after the server restarted failed; holding newer messages for a while");
+                                        1
+                                    }
+                                };
+                                if missing > 0 {
+                                    tracing::info!(%group, %topic, unacknowledged = missing, "the server came back with an older state of the consumer; holding newer messages back until the unacknowledged ones return");
+                                }
                             }
                             let taking_over = takeover.is_some() || missing > 0;
                             let ready = match takeover.as_mut() {
                                 _ if missing > 0 => {
                                     let _ = m.ack_with(jetstream::AckKind::Progress).await;
-                                    tracing::info!(%group, %topic, missing, "deliveries went to another reader; holding newer messages back until they return");
+                                    if !went_back {
+                                        tracing::info!(%group, %topic, missing, "deliveries went to another reader; holding newer messages back until they return");
+                                    }
                                     let (t, ready) =
                                         Takeover::after_gap(takeover.take(), missing as usize, m, patience);
                                     takeover = Some(t);
@@ -229,6 +252,34 @@ impl Subscriber for NatsTransport {
 }
 
 impl NatsTransport {
+    /// After the server came back with an older state of the consumer
+    /// (its deliveries numbered from `first` again): how many messages it
+    /// holds as delivered and unacknowledged from before `first`, to be
+    /// redelivered once their ack wait runs out. Every delivery since
+    /// `first` is in this reader's hands and unacknowledged too: counted
+    /// out, except `first` itself when it is such a redelivery.
+    async fn unacknowledged_before(
+        &self,
+        group: &str,
+        topic: &str,
+        partition: Partition,
+        first: &jetstream::Message,
+    ) -> Result<usize> {
+        let (number, redelivered) = first
+            .info()
+            .map(|i| (i.consumer_sequence, i.delivered > 1))
+            .map_err(|e| {
+                Error::transport_reason(TRANSPORT, format!("reading a delivery's numbers: {e}"), true)
+            })?;
+        let mut consumer = self.durable(group, topic, partition).await?;
+        let info = consumer
+            .info()
+            .await
+            .map_err(|e| Error::transport(TRANSPORT, "reading consumer info", e, true))?;
+        let since = info.delivered.consumer_sequence.saturating_sub(number) + 1 - u64::from(redelivered);
+        Ok(info.num_ack_pending.saturating_sub(since as usize))
+    }
+
     /// Creates (or finds) the durable consumer of the group's partition and starts pulling.
     async fn pull(&self, group: &str, topic: &str, partition: Partition) -> Result<consumer::pull::Stream> {
         let consumer = self.durable(group, topic, partition).await?;

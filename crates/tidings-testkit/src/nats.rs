@@ -69,6 +69,28 @@ impl PrivateNats {
         }
     }
 
+    /// Stops the server the way an operator does (SIGTERM): it writes its
+    /// state out before it exits.
+    pub fn stop_gracefully(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = Command::new("kill")
+                .args(["-TERM", &child.id().to_string()])
+                .status();
+            let deadline = Instant::now() + Duration::from_secs(20);
+            while child.try_wait().ok().flatten().is_none() {
+                if Instant::now() > deadline {
+                    let _ = child.kill();
+                }
+                std::thread::sleep(Duration::from_millis(20));
+            }
+        }
+    }
+
+    /// The server's store directory (`-sd`): streams and consumers' state.
+    pub fn store_dir(&self) -> &std::path::Path {
+        &self.dir
+    }
+
     /// Starts the server again on the same port and store.
     pub fn resume(&mut self) {
         assert!(self.child.is_none(), "already running");
