@@ -9,7 +9,7 @@ use serde::Serialize;
 use tidings_consumer::{Consumer, Context, Handler, HandlerError};
 use tidings_core::{Outbox, OutgoingMessage};
 use tidings_relay::{Relay, RelayConfig};
-use tidings_sql::SqlStore;
+use tidings_sql::{Dialect, SqlStore};
 use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 
@@ -101,9 +101,9 @@ pub(crate) struct Latencies {
 }
 
 /// Notes when the transport confirmed each event the relay published.
-struct Confirmed {
-    inner: Arc<dyn tidings_core::Publisher>,
-    at: Arc<Mutex<HashMap<uuid::Uuid, Instant>>>,
+pub(crate) struct Confirmed {
+    pub(crate) inner: Arc<dyn tidings_core::Publisher>,
+    pub(crate) at: Arc<Mutex<HashMap<uuid::Uuid, Instant>>>,
 }
 
 #[async_trait::async_trait]
@@ -120,7 +120,7 @@ impl tidings_core::Publisher for Confirmed {
 }
 
 /// The times (ms) from `from` to `to`, per event id, sorted.
-fn spans(from: &HashMap<uuid::Uuid, Instant>, to: &HashMap<uuid::Uuid, Instant>) -> Vec<f64> {
+pub(crate) fn spans(from: &HashMap<uuid::Uuid, Instant>, to: &HashMap<uuid::Uuid, Instant>) -> Vec<f64> {
     let mut ms = from
         .iter()
         .filter_map(|(id, at)| {
@@ -132,7 +132,7 @@ fn spans(from: &HashMap<uuid::Uuid, Instant>, to: &HashMap<uuid::Uuid, Instant>)
     ms
 }
 
-fn percentile(sorted: &[f64], q: f64) -> f64 {
+pub(crate) fn percentile(sorted: &[f64], q: f64) -> f64 {
     sorted[((sorted.len() as f64 * q) as usize).min(sorted.len().saturating_sub(1))]
 }
 
@@ -277,36 +277,8 @@ async fn latency_run<D: BenchDialect>(
     // Let the relay and the consumer take their leases before the clock starts.
     tokio::time::sleep(Duration::from_secs(1)).await;
 
-    let committed: Arc<Mutex<HashMap<uuid::Uuid, Instant>>> = Arc::default();
     let total = (f64::from(rate) * bench.seconds) as usize;
-    let mut ticks = tokio::time::interval(Duration::from_secs_f64(1.0 / f64::from(rate)));
-    ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Burst);
-    let mut producers = JoinSet::new();
-    for seq in 0..total {
-        ticks.tick().await;
-        let (store, committed, topic) = (store.clone(), committed.clone(), topic.clone());
-        producers.spawn(async move {
-            let message = OutgoingMessage { topic, ..event(seq) };
-            let id = message.envelope.id;
-            let mut tx = store.pool().begin().await?;
-            store.enqueue_outgoing(&mut tx, &message).await?;
-            tx.commit().await?;
-            committed
-                .lock()
-                .expect("committed lock")
-                .insert(id, Instant::now());
-            if waking {
-                store.wake();
-            }
-            anyhow::Ok(())
-        });
-        while let Some(done) = producers.try_join_next() {
-            done??;
-        }
-    }
-    while let Some(done) = producers.join_next().await {
-        done??;
-    }
+    let committed = paced(store, &topic, rate, total, waking).await?;
     let deadline = Instant::now() + Duration::from_secs(60);
     while stopwatch.started.lock().expect("stopwatch lock").len() < total {
         anyhow::ensure!(
@@ -320,7 +292,6 @@ async fn latency_run<D: BenchDialect>(
     consumer.await??;
     transport.remove(&topic, &["latency"]).await?;
 
-    let committed = committed.lock().expect("committed lock");
     let confirmed = confirmed.lock().expect("confirmed lock");
     let started = stopwatch.started.lock().expect("stopwatch lock");
     let ms = spans(&committed, &started);
@@ -347,6 +318,49 @@ async fn latency_run<D: BenchDialect>(
             .collect(),
     };
     Ok((run, transport.label.clone()))
+}
+
+/// Commits `total` events to `topic` at `rate` per second, one transaction
+/// each (waking the relay after each commit when `wake`), and returns when
+/// each commit returned, by event id.
+pub(crate) async fn paced<D: Dialect>(
+    store: &SqlStore<D>,
+    topic: &str,
+    rate: u32,
+    total: usize,
+    wake: bool,
+) -> anyhow::Result<HashMap<uuid::Uuid, Instant>> {
+    let committed: Arc<Mutex<HashMap<uuid::Uuid, Instant>>> = Arc::default();
+    let mut ticks = tokio::time::interval(Duration::from_secs_f64(1.0 / f64::from(rate)));
+    ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Burst);
+    let mut producers = JoinSet::new();
+    for seq in 0..total {
+        ticks.tick().await;
+        let (store, committed, topic) = (store.clone(), committed.clone(), topic.to_owned());
+        producers.spawn(async move {
+            let message = OutgoingMessage { topic, ..event(seq) };
+            let id = message.envelope.id;
+            let mut tx = store.pool().begin().await?;
+            store.enqueue_outgoing(&mut tx, &message).await?;
+            tx.commit().await?;
+            committed
+                .lock()
+                .expect("committed lock")
+                .insert(id, Instant::now());
+            if wake {
+                store.wake();
+            }
+            anyhow::Ok(())
+        });
+        while let Some(done) = producers.try_join_next() {
+            done??;
+        }
+    }
+    while let Some(done) = producers.join_next().await {
+        done??;
+    }
+    let committed = std::mem::take(&mut *committed.lock().expect("committed lock"));
+    Ok(committed)
 }
 
 impl fmt::Display for Latencies {

