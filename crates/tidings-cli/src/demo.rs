@@ -110,9 +110,10 @@ pub(crate) struct SystemArgs {
     /// else TIDINGS_DATABASE__URL, else `sqlite://tidings-demo.db`.
     #[arg(long, env = "TIDINGS_DATABASE_URL")]
     database: Option<String>,
-    /// `nats://host:4222` (NATS JetStream), `amqp://user:pw@host:5672/%2f` (RabbitMQ)
-    /// or `kafka://host:9092` (Kafka); else TIDINGS_BROKER__URL; the
-    /// database log when left out.
+    /// `nats://host:4222` (NATS JetStream), `amqp://user:pw@host:5672/%2f` (RabbitMQ),
+    /// `kafka://host:9092` (Kafka) or `sqs://` (SNS and SQS, configured the
+    /// AWS way: AWS_REGION, AWS_ENDPOINT_URL, ...); else TIDINGS_BROKER__URL;
+    /// the database log when left out.
     #[arg(long, env = "TIDINGS_BROKER_URL")]
     broker: Option<String>,
     /// Fraction of deliveries to redeliver a second time (0 to 1).

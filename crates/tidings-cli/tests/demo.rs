@@ -15,6 +15,9 @@ use common::{n, summary_of};
 fn tidings() -> Command {
     let mut c = common::tidings();
     c.env("RUST_LOG", "error");
+    // moto takes any key; SNS and SQS are told the region by the URL.
+    c.env("AWS_ACCESS_KEY_ID", "test")
+        .env("AWS_SECRET_ACCESS_KEY", "test");
     c
 }
 
@@ -265,6 +268,60 @@ async fn checkout_on_postgres_over_kafka_with_two_relays_two_members_duplicates_
     assert_eq!(in_topic, listed);
     for topic in ["orders", "checkout.commands"] {
         kafka.delete_topic(topic).await.unwrap();
+    }
+    pg.drop_schema().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn checkout_on_postgres_over_sqs_with_duplicates_and_poison() {
+    // One relay and one member per group: moto's server, one Python
+    // process, is the bottleneck here long before Tidings is (with two of
+    // each it spends a core on polling alone).
+    let endpoint = tidings_testkit::sqs::sqs_endpoint();
+    let (s, pg) = faulty_demo_on_postgres(Some(tidings_testkit::sqs::sqs_url()), 1).await;
+    assert_eq!(
+        (n(&s, "relays"), n(&s, "members"), n(&s, "partitions")),
+        (1, 1, 4),
+        "{s:#}"
+    );
+    assert!(
+        s["transport"].as_str().unwrap().starts_with("SNS and SQS"),
+        "{s:#}"
+    );
+    let namespace = s["broker_namespace"]
+        .as_str()
+        .expect("a broker namespace")
+        .to_owned();
+    let options = tidings_broker_sqs::SqsOptions::default()
+        .prefix(&namespace)
+        .partitions(4)
+        .static_credentials("test", "test");
+    let sqs = tidings_broker_sqs::SqsTransport::connect_with(&tidings_testkit::sqs::sqs_url(), options)
+        .await
+        .unwrap_or_else(|e| panic!("moto at {endpoint}: {e}"));
+    // Each poisoned event was copied to the group's dead-letter queue.
+    let listed = tidings_core::FailureStore::dead_letters(
+        &pg.store,
+        &tidings_core::DeadLetterFilter::default().consumer("inventory"),
+    )
+    .await
+    .unwrap()
+    .len() as u64;
+    assert!(listed > 0, "the run dead-lettered poison: {s:#}");
+    let in_queue = sqs
+        .queue_depth(&sqs.dead_letter_queue("orders", "inventory"))
+        .await
+        .unwrap();
+    assert_eq!(in_queue, Some(listed), "{s:#}");
+    // The run's queues and topics belong to its database, which is dropped: drop them too.
+    for (topic, groups) in [
+        ("checkout.commands", &["checkout"][..]),
+        ("orders", &["inventory", "email", "analytics", "loyalty"][..]),
+    ] {
+        for group in groups {
+            sqs.delete_group(topic, group).await.unwrap();
+        }
+        sqs.delete_topic_of(topic).await.unwrap();
     }
     pg.drop_schema().await;
 }

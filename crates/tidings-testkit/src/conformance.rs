@@ -660,8 +660,6 @@ pub async fn parallel_handling_keeps_order_per_key<T: TransportUnderTest>(t: &T)
         .config(tidings_consumer::ConsumerConfig::default().lanes(8));
     let stop = tokio_util::sync::CancellationToken::new();
     let (stats, task) = start(t, consumer, stop.clone()).await;
-    // Give the group time to exist before publishing.
-    tokio::time::sleep(Duration::from_millis(300)).await;
     let sent = probes(&topic, 8, 15);
     t.publisher().await.publish(&sent).await.unwrap();
     eventually("every message handled", || stats.handled() == sent.len() as u64).await;
@@ -722,7 +720,6 @@ pub async fn events_without_a_key_are_handled_in_parallel<T: TransportUnderTest>
         .config(tidings_consumer::ConsumerConfig::default().lanes(4));
     let stop = tokio_util::sync::CancellationToken::new();
     let (stats, task) = start(t, consumer, stop.clone()).await;
-    tokio::time::sleep(Duration::from_millis(300)).await;
     // Both on one partition (one key, ""): only the lanes can run them side by side.
     let sent = vec![probe(&topic, "", 1), probe(&topic, "", 2)];
     t.publisher().await.publish(&sent).await.unwrap();
@@ -746,7 +743,13 @@ async fn start<T: TransportUnderTest, S: tidings_core::Store>(
     consumer: tidings_consumer::Consumer<S>,
     stop: tokio_util::sync::CancellationToken,
 ) -> Running {
-    start_on(t.subscriber().await, consumer, stop)
+    let subscriber = t.subscriber().await;
+    // The group exists before anything is published: on some brokers a
+    // queue only receives what is published after it exists.
+    for topic in consumer.topics() {
+        subscriber.ensure_group(consumer.name(), topic).await.unwrap();
+    }
+    start_on(subscriber, consumer, stop)
 }
 
 /// Runs `consumer` on `subscriber` until `stop`.
@@ -785,7 +788,6 @@ pub async fn poison_is_dead_lettered_and_never_redelivered<T: TransportUnderTest
     };
     let stop = tokio_util::sync::CancellationToken::new();
     let (stats, task) = run(stop.clone()).await;
-    tokio::time::sleep(Duration::from_millis(300)).await;
     let mut sent = vec![probe(&topic, "poison", 1)];
     sent.extend(probes(&topic, 3, 4));
     t.publisher().await.publish(&sent).await.unwrap();
@@ -840,7 +842,6 @@ pub async fn dead_letters_redrive_through_the_outbox<T: TransportUnderTest>(t: &
     .config(quick);
     let (failing, failing_task) = start(t, failing, stop.clone()).await;
     let (bystander, bystander_task) = start(t, bystander, stop.clone()).await;
-    tokio::time::sleep(Duration::from_millis(300)).await;
     let mut sent = vec![probe(&topic, "poison", 1)];
     sent.extend(probes(&topic, 3, 1));
     t.publisher().await.publish(&sent).await.unwrap();

@@ -29,4 +29,5 @@ pub mod outage;
 pub mod postgres;
 pub mod rabbitmq;
 pub mod services;
+pub mod sqs;
 pub mod store_conformance;

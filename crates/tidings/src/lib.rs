@@ -2,7 +2,7 @@
 //!
 //! Add this one crate to a service and pick the backends with features:
 //! `sqlite` (the default, embedded, no server), `postgres` and `mysql`
-//! (MySQL and MariaDB) for the store; `nats`, `rabbitmq` and `kafka` for brokers; `prometheus`, `otel`
+//! (MySQL and MariaDB) for the store; `nats`, `rabbitmq`, `kafka` and `sqs` for brokers; `prometheus`, `otel`
 //! and `schema` (on by default) for operations; `inbox` for the webhook inbox. Then:
 //!
 //! 1. write events to the outbox in the same transaction as the business
@@ -144,6 +144,12 @@ pub mod rabbitmq {
 #[cfg(feature = "kafka")]
 pub mod kafka {
     pub use tidings_broker_kafka::*;
+}
+
+/// Amazon SNS + SQS transport (feature `sqs`).
+#[cfg(feature = "sqs")]
+pub mod sqs {
+    pub use tidings_broker_sqs::*;
 }
 
 /// A Prometheus endpoint for Tidings' metrics (feature `prometheus`).

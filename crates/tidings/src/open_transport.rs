@@ -56,6 +56,9 @@ pub enum AnyBroker {
     /// Kafka (`kafka://`).
     #[cfg(feature = "kafka")]
     Kafka(crate::kafka::KafkaTransport),
+    /// Amazon SNS + SQS (`sqs://`).
+    #[cfg(feature = "sqs")]
+    Sqs(crate::sqs::SqsTransport),
 }
 
 impl fmt::Debug for AnyBroker {
@@ -65,7 +68,7 @@ impl fmt::Debug for AnyBroker {
 }
 
 impl AnyBroker {
-    /// The transport's name (`log`, `nats`, `rabbitmq`, `kafka`).
+    /// The transport's name (`log`, `nats`, `rabbitmq`, `kafka`, `sqs`).
     pub fn name(&self) -> &'static str {
         match self {
             AnyBroker::Log => "log",
@@ -75,6 +78,8 @@ impl AnyBroker {
             AnyBroker::RabbitMq(_) => "rabbitmq",
             #[cfg(feature = "kafka")]
             AnyBroker::Kafka(_) => "kafka",
+            #[cfg(feature = "sqs")]
+            AnyBroker::Sqs(_) => "sqs",
         }
     }
 
@@ -91,7 +96,7 @@ impl AnyBroker {
 /// each transport may keep a prefix of its own spelling.
 ///
 /// With the `serde` feature it reads from a configuration file:
-/// `topology = { partitions = 8 }`, `[nats]`, `[rabbitmq]`, `[kafka]`,
+/// `topology = { partitions = 8 }`, `[nats]`, `[rabbitmq]`, `[kafka]`, `[sqs]`,
 /// `[log]`, every key optional.
 #[derive(Debug, Clone, Default)]
 #[cfg_attr(
@@ -114,6 +119,9 @@ pub struct TransportOptions {
     /// Kafka's.
     #[cfg(feature = "kafka")]
     pub kafka: crate::kafka::KafkaOptions,
+    /// SNS and SQS's.
+    #[cfg(feature = "sqs")]
+    pub sqs: crate::sqs::SqsOptions,
 }
 
 impl TransportOptions {
@@ -128,8 +136,8 @@ impl TransportOptions {
 
 /// Opens the transport at `url` with `topology` (its partitions and
 /// prefix) and every transport's default options: `log` for the database
-/// log of `store`, `nats://host:4222`, `amqp://user@host:5672/%2f` or
-/// `kafka://host:9092`, as the build's features allow
+/// log of `store`, `nats://host:4222`, `amqp://user@host:5672/%2f`,
+/// `kafka://host:9092` or `sqs://` (SNS and SQS), as the build's features allow
 /// ([`transport_schemes`]).
 ///
 /// A URL no transport of this build opens is refused, naming the schemes
@@ -191,11 +199,22 @@ pub async fn open_transport_with<S: LogBackend + Clone>(
             label: format!("Kafka at {}", redact_url(url)),
         });
     }
+    #[cfg(feature = "sqs")]
+    if opens(crate::sqs::SCHEMES, url) {
+        let sqs_options = options.sqs.clone().topology(topology);
+        let sqs = crate::sqs::SqsTransport::connect_with(url, sqs_options).await?;
+        return Ok(Transport {
+            publisher: Arc::new(sqs.clone()),
+            subscriber: Arc::new(sqs.clone()),
+            label: format!("SNS and SQS at {}", sqs.place()),
+            broker: AnyBroker::Sqs(sqs),
+        });
+    }
     Err(Error::Config {
         key: "transport URL".into(),
         reason: format!(
             "no transport of this build opens {:?}; it opens {} (each broker is a feature of the \
-             tidings crate: nats, rabbitmq, kafka)",
+             tidings crate: nats, rabbitmq, kafka, sqs)",
             redact_url(url),
             transport_schemes().join(", ")
         ),
@@ -226,6 +245,10 @@ pub fn transport_addresses(
     if opens(crate::kafka::SCHEMES, url) {
         return Ok(Some(Arc::new(options.kafka.clone().topology(topology))));
     }
+    #[cfg(feature = "sqs")]
+    if opens(crate::sqs::SCHEMES, url) {
+        return Ok(Some(Arc::new(options.sqs.clone().topology(topology))));
+    }
     let _ = topology;
     Err(Error::Config {
         key: "transport URL".into(),
@@ -248,6 +271,8 @@ pub fn transport_schemes() -> Vec<&'static str> {
     schemes.extend(crate::rabbitmq::SCHEMES);
     #[cfg(feature = "kafka")]
     schemes.extend(crate::kafka::SCHEMES);
+    #[cfg(feature = "sqs")]
+    schemes.extend(crate::sqs::SCHEMES);
     schemes
 }
 

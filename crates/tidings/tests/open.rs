@@ -248,3 +248,31 @@ async fn enqueue_refuses_what_the_broker_would_refuse() {
         "only the small one"
     );
 }
+
+/// `sqs://` opens SNS and SQS with the topology and the `[sqs]` options;
+/// an endpoint nothing answers on is an error naming it.
+#[cfg(feature = "sqs")]
+#[tokio::test]
+async fn an_sqs_url_opens_sns_and_sqs() {
+    let db = TempDb::new("sqs");
+    let store = db.store().await;
+    let endpoint = std::env::var("SQS_ENDPOINT").unwrap_or_else(|_| "http://127.0.0.1:5000".to_owned());
+    let mut options = tidings::TransportOptions::new(tidings::Topology::default().partitions(3));
+    options.sqs = tidings::sqs::SqsOptions::default().static_credentials("test", "test");
+    let url = format!("sqs://us-east-1?endpoint={endpoint}");
+    let transport = tidings::open_transport_with(&url, &options, &store)
+        .await
+        .unwrap_or_else(|e| panic!("SNS and SQS (moto) at {endpoint}: {}", e.report()));
+    assert_eq!(transport.broker.name(), "sqs");
+    assert_eq!(transport.subscriber.partitions("orders"), 3);
+    assert!(transport.label().contains(&endpoint), "{}", transport.label());
+
+    let nowhere = "sqs://us-east-1?endpoint=http://127.0.0.1:9";
+    let err = tidings::open_transport_with(nowhere, &options, &store)
+        .await
+        .unwrap_err();
+    assert!(
+        err.to_string().contains("http://127.0.0.1:9"),
+        "names the endpoint: {err}"
+    );
+}

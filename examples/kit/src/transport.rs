@@ -7,6 +7,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::Context as _;
+use tidings::sqs::SqsOptions;
 use tidings::{AnyBroker, Topology, TransportOptions};
 use tidings_broker_kafka::KafkaOptions;
 use tidings_broker_nats::NatsOptions;
@@ -75,6 +76,10 @@ impl Transport {
             .ack_wait(Duration::from_secs(5));
         options.rabbitmq = RabbitOptions::default().prefix(format!("tidings-{system}"));
         options.kafka = KafkaOptions::default().prefix(format!("tidings-{system}."));
+        // A member that dies lets its messages go after 30 s.
+        options.sqs = SqsOptions::default()
+            .prefix(format!("tidings-{system}"))
+            .visibility_timeout(Duration::from_secs(30));
         if !foreign.is_empty() && !url.starts_with("kafka://") {
             anyhow::bail!(
                 "another team's topic ({}) is read from Kafka: give a kafka:// broker, not {}",
@@ -92,6 +97,7 @@ impl Transport {
             AnyBroker::Nats(_) => Some(nats),
             AnyBroker::RabbitMq(_) => Some(format!("tidings-{system}")),
             AnyBroker::Kafka(_) => Some(format!("tidings-{system}.")),
+            AnyBroker::Sqs(_) => Some(format!("tidings-{system}")),
             _ => None,
         };
         Ok(Transport {
@@ -122,6 +128,12 @@ impl Transport {
                 for group in groups {
                     rabbit.delete_group(topic, group).await?;
                 }
+            }
+            AnyBroker::Sqs(sqs) => {
+                for group in groups {
+                    sqs.delete_group(topic, group).await?;
+                }
+                sqs.delete_topic_of(topic).await?;
             }
             _ => {}
         }

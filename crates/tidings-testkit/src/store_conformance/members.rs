@@ -219,7 +219,12 @@ pub async fn members_split_the_partitions_and_keep_each_key_in_order<T: TestDb>(
         applied(&store).await == KEYS as i64 * 40
     })
     .await;
-    assert!(second.stats.handled() >= by_second + KEYS as u64 * 10);
+    // A member counts an event just after its transaction commits: the
+    // last ones may be applied a moment before they are counted.
+    eventually(WAIT, "the survivor counts the rest as its own", || async {
+        second.stats.handled() >= by_second + KEYS as u64 * 10
+    })
+    .await;
     second.stop().await;
     stop.cancel();
     relay.await.unwrap().unwrap();

@@ -1,0 +1,111 @@
+//! What operators and tests ask of the topology: names, and deleting what
+//! this transport made.
+
+use tidings_core::Result;
+
+use crate::SqsTransport;
+
+impl SqsTransport {
+    /// The SNS topic `topic` is published to.
+    pub fn topic(&self, topic: &str) -> String {
+        self.options.topic_name(topic)
+    }
+
+    /// The dead-letter queue of `group` on `topic`.
+    pub fn dead_letter_queue(&self, topic: &str, group: &str) -> String {
+        self.options.dead_queue_name(topic, group)
+    }
+
+    /// The SNS topics this transport made or found.
+    pub fn topics(&self) -> Vec<String> {
+        self.declared.topics.lock().unwrap().keys().cloned().collect()
+    }
+
+    /// The SQS queues this transport made or found.
+    pub fn queues(&self) -> Vec<String> {
+        self.declared.queues.lock().unwrap().keys().cloned().collect()
+    }
+
+    /// Messages waiting in queue `name` (approximately), `None` if it does not exist.
+    pub async fn queue_depth(&self, name: &str) -> Result<Option<u64>> {
+        let Some(url) = self.existing_queue(name).await? else {
+            return Ok(None);
+        };
+        let out = self
+            .sqs
+            .get_queue_attributes()
+            .queue_url(&url)
+            .attribute_names(aws_sdk_sqs::types::QueueAttributeName::ApproximateNumberOfMessages)
+            .send()
+            .await
+            .map_err(|e| self.error(&format!("counting the messages of SQS queue {name}"), e))?;
+        Ok(out
+            .attributes
+            .unwrap_or_default()
+            .values()
+            .filter_map(|v| v.parse::<u64>().ok())
+            .next())
+    }
+
+    /// Deletes SQS queue `name` and what it holds; a missing one is not an error.
+    pub async fn delete_queue(&self, name: &str) -> Result<()> {
+        let Some(url) = self.existing_queue(name).await? else {
+            return Ok(());
+        };
+        self.sqs
+            .delete_queue()
+            .queue_url(&url)
+            .send()
+            .await
+            .map_err(|e| self.error(&format!("deleting SQS queue {name}"), e))?;
+        self.declared.queues.lock().unwrap().remove(name);
+        self.declared.groups.lock().unwrap().clear();
+        Ok(())
+    }
+
+    /// Deletes the queues of `group` on `topic`: every partition's and the
+    /// dead-letter queue, with what they hold.
+    pub async fn delete_group(&self, topic: &str, group: &str) -> Result<()> {
+        for partition in tidings_core::Partition::all(self.options.partitions_of(topic)) {
+            self.delete_queue(&self.options.queue_name(topic, group, partition))
+                .await?;
+        }
+        self.delete_queue(&self.options.dead_queue_name(topic, group))
+            .await
+    }
+
+    /// Deletes the SNS topic of `topic` and its subscriptions.
+    pub async fn delete_topic_of(&self, topic: &str) -> Result<()> {
+        let arn = self.topic_arn(topic).await?;
+        self.sns
+            .delete_topic()
+            .topic_arn(&arn)
+            .send()
+            .await
+            .map_err(|e| self.error(&format!("deleting SNS topic {arn}"), e))?;
+        self.declared
+            .topics
+            .lock()
+            .unwrap()
+            .remove(&self.options.topic_name(topic));
+        self.declared.subscribed.lock().unwrap().remove(&arn);
+        self.declared.groups.lock().unwrap().clear();
+        Ok(())
+    }
+
+    /// Deletes SNS topic `name` (made by this transport) and its subscriptions.
+    pub async fn delete_topic(&self, name: &str) -> Result<()> {
+        let Some(arn) = self.declared.topics.lock().unwrap().remove(name) else {
+            return Ok(());
+        };
+        self.sns
+            .delete_topic()
+            .topic_arn(&arn)
+            .send()
+            .await
+            .map_err(|e| self.error(&format!("deleting SNS topic {name}"), e))?;
+        self.declared.subscribed.lock().unwrap().remove(&arn);
+        self.declared.groups.lock().unwrap().clear();
+        Ok(())
+    }
+}

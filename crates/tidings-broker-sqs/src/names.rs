@@ -1,0 +1,179 @@
+//! The names Tidings gives its SNS topics and SQS queues.
+//!
+//! SNS and SQS take letters, digits, `-` and `_` (and `.fifo` at the end).
+//! `-` separates the parts of a name; a topic or group name with any
+//! character but letters, digits and `_` has each such character made `_`
+//! and a hash of it appended, so that no two names share a queue. A name
+//! longer than SQS's 80 characters is cut, and ends with eight hex
+//! digits of a hash of the whole name so that two long names stay apart.
+
+use sha2::{Digest, Sha256};
+use tidings_core::Partition;
+use tidings_core::addresses::{Address, Addresses, type_as_is};
+
+use crate::SqsOptions;
+
+const FIFO: &str = ".fifo";
+/// SQS's longest queue name, `.fifo` included.
+const QUEUE_NAME_MAX: usize = 80;
+/// SNS's longest topic name, `.fifo` included.
+const TOPIC_NAME_MAX: usize = 256;
+
+/// `prefix` as SNS and SQS take it: letters, digits, `-` and `_`, any
+/// other character `_`.
+fn clean_prefix(prefix: &str) -> String {
+    prefix
+        .chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || c == '-' || c == '_' {
+                c
+            } else {
+                '_'
+            }
+        })
+        .collect()
+}
+
+/// A topic or group name as a part of a queue name that no other name
+/// shares: as it is when it holds only letters, digits and `_`; else with
+/// each other character `_` and a hash of the name after it. `-`, which
+/// separates the parts, never appears in one.
+fn part(name: &str) -> String {
+    if !name.is_empty() && name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_') {
+        return name.to_owned();
+    }
+    let cleaned: String = name
+        .chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || c == '_' {
+                c
+            } else {
+                '_'
+            }
+        })
+        .collect();
+    format!("{cleaned}_{}", hex::encode(&Sha256::digest(name.as_bytes())[..3]))
+}
+
+/// `base` with `.fifo`, cut to `max` characters with a hash where longer.
+fn fifo_name(base: &str, max: usize) -> String {
+    if base.len() + FIFO.len() <= max {
+        return format!("{base}{FIFO}");
+    }
+    let hash = hex::encode(&Sha256::digest(base.as_bytes())[..4]);
+    let keep = max - FIFO.len() - hash.len() - 1;
+    format!("{}-{hash}{FIFO}", &base[..keep])
+}
+
+impl SqsOptions {
+    fn base(&self, topic: &str) -> String {
+        if self.prefix.is_empty() {
+            part(topic)
+        } else {
+            format!("{}-{}", clean_prefix(&self.prefix), part(topic))
+        }
+    }
+
+    /// The SNS topic of `topic`: `<prefix>-<topic>.fifo`.
+    pub(crate) fn topic_name(&self, topic: &str) -> String {
+        fifo_name(&self.base(topic), TOPIC_NAME_MAX)
+    }
+
+    /// The queue of `group` for `partition` of `topic`:
+    /// `<prefix>-<topic>-<group>.fifo` for a topic of one partition,
+    /// `<prefix>-<topic>-<group>-<p>-of-<n>.fifo` otherwise.
+    pub(crate) fn queue_name(&self, topic: &str, group: &str, partition: Partition) -> String {
+        let mut base = format!("{}-{}", self.base(topic), part(group));
+        if partition.count > 1 {
+            base.push_str(&format!("-{}-of-{}", partition.index, partition.count));
+        }
+        fifo_name(&base, QUEUE_NAME_MAX)
+    }
+
+    /// The dead-letter queue of `group` on `topic`, for every partition:
+    /// `<prefix>-<topic>-<group>-dead.fifo`.
+    pub(crate) fn dead_queue_name(&self, topic: &str, group: &str) -> String {
+        fifo_name(
+            &format!("{}-{}-dead", self.base(topic), part(group)),
+            QUEUE_NAME_MAX,
+        )
+    }
+}
+
+/// A message group id for `key`: the key itself where SQS takes it (up to
+/// 128 printable ASCII characters), else `h-` and a hash of it; `fallback`
+/// (the message id) for a message without a key, which promises no order.
+pub(crate) fn message_group(key: &str, fallback: &str) -> String {
+    if key.is_empty() {
+        return fallback.to_owned();
+    }
+    if key.len() <= 128 && key.bytes().all(|b| b.is_ascii_graphic()) {
+        return key.to_owned();
+    }
+    format!("h-{}", hex::encode(Sha256::digest(key.as_bytes())))
+}
+
+impl Addresses for SqsOptions {
+    /// SNS, where messages are published; each group reads its own SQS queues.
+    fn protocol(&self) -> &'static str {
+        "sns"
+    }
+
+    fn content_mode(&self) -> tidings_core::cloudevents::ContentMode {
+        tidings_core::cloudevents::ContentMode::Structured
+    }
+
+    fn address(&self, topic: &str) -> Address {
+        Address {
+            address: self.topic_name(topic),
+            partitions: self.partitions_of(topic),
+            type_token: type_as_is,
+            channel_binding: None,
+            message_binding: None,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_keep_to_what_sns_and_sqs_take() {
+        let o = SqsOptions::default();
+        assert!(o.topic_name("orders.v1").starts_with("tidings-orders_v1_"));
+        assert_ne!(o.topic_name("orders.v1"), o.topic_name("orders_v1"));
+        assert_eq!(o.topic_name("orders_v1"), "tidings-orders_v1.fifo");
+        // `-` only ever separates: topic `a-b` with group `c` is not topic
+        // `a` with group `b-c`, and group `email-dead` is not `email`'s dead letters.
+        let whole = Partition { index: 0, count: 1 };
+        assert_ne!(o.queue_name("a-b", "c", whole), o.queue_name("a", "b-c", whole));
+        assert_ne!(
+            o.queue_name("orders", "email-dead", whole),
+            o.dead_queue_name("orders", "email")
+        );
+        assert_eq!(
+            o.queue_name("orders", "email", Partition { index: 1, count: 3 }),
+            "tidings-orders-email-1-of-3.fifo"
+        );
+        assert_eq!(
+            o.queue_name("orders", "email", Partition { index: 0, count: 1 }),
+            "tidings-orders-email.fifo"
+        );
+        let long = "g".repeat(100);
+        let a = o.queue_name("orders", &long, Partition { index: 0, count: 1 });
+        let b = o.queue_name("orders", &format!("{long}x"), Partition { index: 0, count: 1 });
+        assert_eq!(a.len(), 80);
+        assert_ne!(a, b);
+        assert!(a.ends_with(".fifo"));
+    }
+
+    #[test]
+    fn a_key_sqs_cannot_take_as_a_group_is_hashed() {
+        assert_eq!(message_group("o-1", "id"), "o-1");
+        assert_eq!(message_group("", "id"), "id");
+        let spaced = message_group("order 1", "id");
+        assert!(spaced.starts_with("h-") && spaced.len() == 66, "{spaced}");
+        assert_ne!(spaced, message_group("order 2", "id"));
+    }
+}

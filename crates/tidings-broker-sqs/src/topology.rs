@@ -1,0 +1,203 @@
+//! Declaring the topology: a FIFO SNS topic per topic, and per consumer
+//! group a FIFO SQS queue per partition subscribed to it (raw delivery,
+//! filtered on the partition), with a dead-letter queue.
+
+use aws_sdk_sns::error::ProvideErrorMetadata;
+use aws_sdk_sqs::types::QueueAttributeName;
+use tidings_core::{Error, Partition, Result};
+
+use crate::marshal::PARTITION_ATTRIBUTE;
+use crate::{SqsTransport, TRANSPORT};
+
+/// Fourteen days, SQS's longest retention: what the relay confirmed stays
+/// until a member settles it.
+const RETENTION_SECONDS: &str = "1209600";
+
+impl SqsTransport {
+    /// The ARN of `topic`'s SNS topic, created if need be.
+    pub(crate) async fn topic_arn(&self, topic: &str) -> Result<String> {
+        let name = self.options.topic_name(topic);
+        if let Some(arn) = self.declared.topics.lock().unwrap().get(&name) {
+            return Ok(arn.clone());
+        }
+        let created = self
+            .sns
+            .create_topic()
+            .name(&name)
+            .attributes("FifoTopic", "true")
+            .attributes("ContentBasedDeduplication", "false")
+            .send()
+            .await
+            .map_err(|e| self.error(&format!("creating SNS topic {name}"), e))?;
+        let arn = created.topic_arn.ok_or_else(|| {
+            Error::transport_reason(
+                TRANSPORT,
+                format!("SNS created topic {name} without an ARN"),
+                true,
+            )
+        })?;
+        self.declared.topics.lock().unwrap().insert(name, arn.clone());
+        Ok(arn)
+    }
+
+    /// The URL of queue `name`, created with `attributes` if missing (an
+    /// existing queue is taken as it is).
+    pub(crate) async fn queue(
+        &self,
+        name: &str,
+        attributes: &[(QueueAttributeName, String)],
+    ) -> Result<String> {
+        if let Some(url) = self.declared.queues.lock().unwrap().get(name) {
+            return Ok(url.clone());
+        }
+        let mut create = self
+            .sqs
+            .create_queue()
+            .queue_name(name)
+            .attributes(QueueAttributeName::FifoQueue, "true")
+            .attributes(QueueAttributeName::MessageRetentionPeriod, RETENTION_SECONDS);
+        for (k, v) in attributes {
+            create = create.attributes(k.clone(), v);
+        }
+        let url = match create.send().await {
+            Ok(out) => out.queue_url,
+            // Made earlier with other attributes (another visibility
+            // timeout): taken as it is.
+            Err(e) if e.as_service_error().is_some_and(|s| s.is_queue_name_exists()) => {
+                self.sqs
+                    .get_queue_url()
+                    .queue_name(name)
+                    .send()
+                    .await
+                    .map_err(|e| self.error(&format!("finding SQS queue {name}"), e))?
+                    .queue_url
+            }
+            Err(e) => return Err(self.error(&format!("creating SQS queue {name}"), e)),
+        };
+        let url = url.ok_or_else(|| {
+            Error::transport_reason(TRANSPORT, format!("SQS created queue {name} without a URL"), true)
+        })?;
+        self.declared
+            .queues
+            .lock()
+            .unwrap()
+            .insert(name.to_owned(), url.clone());
+        Ok(url)
+    }
+
+    /// The URL of queue `name` if it exists, without creating it.
+    pub(crate) async fn existing_queue(&self, name: &str) -> Result<Option<String>> {
+        if let Some(url) = self.declared.queues.lock().unwrap().get(name) {
+            return Ok(Some(url.clone()));
+        }
+        match self.sqs.get_queue_url().queue_name(name).send().await {
+            Ok(out) => Ok(out.queue_url),
+            Err(e) if e.as_service_error().is_some_and(|s| s.is_queue_does_not_exist()) => Ok(None),
+            Err(e) => Err(self.error(&format!("finding SQS queue {name}"), e)),
+        }
+    }
+
+    pub(crate) async fn queue_arn(&self, url: &str) -> Result<String> {
+        let attributes = self
+            .sqs
+            .get_queue_attributes()
+            .queue_url(url)
+            .attribute_names(QueueAttributeName::QueueArn)
+            .send()
+            .await
+            .map_err(|e| self.error(&format!("reading the ARN of SQS queue {url}"), e))?;
+        attributes
+            .attributes
+            .and_then(|mut a| a.remove(&QueueAttributeName::QueueArn))
+            .ok_or_else(|| Error::transport_reason(TRANSPORT, format!("SQS queue {url} has no ARN"), true))
+    }
+
+    /// The queues of `group` on every partition of `topic`, their
+    /// dead-letter queue, and their subscriptions to the topic, made if
+    /// missing.
+    pub(crate) async fn declare_group(&self, topic: &str, group: &str) -> Result<()> {
+        let id = (topic.to_owned(), group.to_owned());
+        if self.declared.groups.lock().unwrap().contains(&id) {
+            return Ok(());
+        }
+        let topic_arn = self.topic_arn(topic).await?;
+        let dead = self
+            .queue(&self.options.dead_queue_name(topic, group), &[])
+            .await?;
+        let dead_arn = self.queue_arn(&dead).await?;
+        let redrive = serde_json::json!({
+            "deadLetterTargetArn": dead_arn,
+            "maxReceiveCount": self.options.max_receive_count,
+        })
+        .to_string();
+        let count = self.options.partitions_of(topic);
+        for partition in Partition::all(count) {
+            let name = self.options.queue_name(topic, group, partition);
+            let url = self
+                .queue(
+                    &name,
+                    &[
+                        (
+                            QueueAttributeName::VisibilityTimeout,
+                            self.options.visibility_timeout.as_secs().to_string(),
+                        ),
+                        (QueueAttributeName::RedrivePolicy, redrive.clone()),
+                    ],
+                )
+                .await?;
+            let queue_arn = self.queue_arn(&url).await?;
+            // SNS may deliver to the queue: its policy lets this topic send.
+            let policy = serde_json::json!({
+                "Version": "2012-10-17",
+                "Statement": [{
+                    "Effect": "Allow",
+                    "Principal": {"Service": "sns.amazonaws.com"},
+                    "Action": "sqs:SendMessage",
+                    "Resource": queue_arn,
+                    "Condition": {"ArnEquals": {"aws:SourceArn": topic_arn}},
+                }],
+            })
+            .to_string();
+            self.sqs
+                .set_queue_attributes()
+                .queue_url(&url)
+                .attributes(QueueAttributeName::Policy, policy)
+                .send()
+                .await
+                .map_err(|e| self.error(&format!("letting SNS topic {topic_arn} send to {name}"), e))?;
+            let mut subscribe = self
+                .sns
+                .subscribe()
+                .topic_arn(&topic_arn)
+                .protocol("sqs")
+                .endpoint(&queue_arn)
+                .attributes("RawMessageDelivery", "true")
+                .return_subscription_arn(true);
+            if count > 1 {
+                let filter = serde_json::json!({ PARTITION_ATTRIBUTE: [partition.index.to_string()] });
+                subscribe = subscribe.attributes("FilterPolicy", filter.to_string());
+            }
+            subscribe.send().await.map_err(|e| {
+                let clash = e
+                    .as_service_error()
+                    .filter(|s| s.is_invalid_parameter_exception())
+                    .and_then(ProvideErrorMetadata::message)
+                    .map(str::to_owned);
+                match clash {
+                    Some(reason) => Error::transport_reason(
+                        TRANSPORT,
+                        format!(
+                            "subscribing SQS queue {name} to SNS topic {topic_arn}: {reason} (a \
+                             subscription with other settings exists: were the topic's partitions changed?)"
+                        ),
+                        false,
+                    ),
+                    None => self.error(&format!("subscribing SQS queue {name} to {topic_arn}"), e),
+                }
+            })?;
+        }
+        self.declared.subscribed.lock().unwrap().insert(topic_arn);
+        self.declared.groups.lock().unwrap().insert(id);
+        Ok(())
+    }
+}
