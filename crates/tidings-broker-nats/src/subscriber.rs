@@ -24,17 +24,7 @@ const PULL_EXPIRES: Duration = Duration::from_secs(5);
 /// it is public so that tools (and the fuzz targets) read NATS messages
 /// exactly as the subscriber does.
 pub fn raw_message(topic: &str, headers: Option<&HeaderMap>, payload: &[u8]) -> RawMessage {
-    let headers = headers_of(headers);
-    RawMessage {
-        topic: topic.to_owned(),
-        key: headers
-            .get("ce-partitionkey")
-            .or_else(|| headers.get("ce-subject"))
-            .cloned(),
-        headers,
-        body: payload.to_vec(),
-        refused: None,
-    }
+    RawMessage::from_headers(topic, headers_of(headers), payload.to_vec(), None)
 }
 
 fn headers_of(map: Option<&HeaderMap>) -> Headers {

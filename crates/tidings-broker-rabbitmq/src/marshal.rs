@@ -99,16 +99,7 @@ fn headers_of(properties: &BasicProperties) -> (Headers, Option<String>) {
 /// as the subscriber does.
 pub fn raw_message(topic: &str, properties: &BasicProperties, body: &[u8]) -> RawMessage {
     let (headers, refused) = headers_of(properties);
-    RawMessage {
-        topic: topic.to_owned(),
-        key: headers
-            .get("ce-partitionkey")
-            .or_else(|| headers.get("ce-subject"))
-            .cloned(),
-        headers,
-        body: body.to_vec(),
-        refused,
-    }
+    RawMessage::from_headers(topic, headers, body.to_vec(), refused)
 }
 
 pub(crate) fn delivery_count(d: &lapin::message::Delivery) -> u32 {

@@ -108,6 +108,24 @@ impl fmt::Debug for RawMessage {
 }
 
 impl RawMessage {
+    /// A message whose headers a transport read as text: its key is the
+    /// `ce-partitionkey` header, else `ce-subject` (what Tidings writes, and
+    /// what another team's CloudEvents producer most likely sets).
+    /// `refused` names a header the transport could not read as text.
+    pub fn from_headers(topic: &str, headers: Headers, body: Vec<u8>, refused: Option<String>) -> RawMessage {
+        let key = headers
+            .get("ce-partitionkey")
+            .or_else(|| headers.get("ce-subject"))
+            .cloned();
+        RawMessage {
+            topic: topic.to_owned(),
+            key,
+            headers,
+            body,
+            refused,
+        }
+    }
+
     /// A record whose headers are names and byte values, any of them
     /// repeated or without a value (Kafka's), read as text headers.
     ///
