@@ -11,6 +11,11 @@ impl SqsTransport {
         self.options.topic_name(topic)
     }
 
+    /// The queue of `group` on `topic`'s `partition`.
+    pub fn partition_queue(&self, topic: &str, group: &str, partition: tidings_core::Partition) -> String {
+        self.options.queue_name(topic, group, partition)
+    }
+
     /// The dead-letter queue of `group` on `topic`.
     pub fn dead_letter_queue(&self, topic: &str, group: &str) -> String {
         self.options.dead_queue_name(topic, group)

@@ -40,6 +40,27 @@ pub(crate) struct Declared {
     pub(crate) groups: Mutex<HashSet<(String, String)>>,
 }
 
+impl Declared {
+    /// Forgets `group`'s queues on `topic` (named `queues`) and the topic
+    /// itself, so that the next declaration asks SQS and SNS again: one of
+    /// them was deleted while in use.
+    pub(crate) fn forget_group(&self, topic_name: &str, group: (String, String), queues: &[String]) {
+        self.groups.lock().unwrap().remove(&group);
+        let mut known = self.queues.lock().unwrap();
+        for name in queues {
+            known.remove(name);
+        }
+        self.forget_topic(topic_name);
+    }
+
+    /// Forgets SNS topic `name` and that anything subscribes to it.
+    pub(crate) fn forget_topic(&self, name: &str) {
+        if let Some(arn) = self.topics.lock().unwrap().remove(name) {
+            self.subscribed.lock().unwrap().remove(&arn);
+        }
+    }
+}
+
 impl fmt::Debug for SqsTransport {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("SqsTransport")

@@ -112,16 +112,7 @@ pub fn raw_message(
             None => {}
         }
     }
-    RawMessage {
-        topic: topic.to_owned(),
-        key: headers
-            .get("ce-partitionkey")
-            .or_else(|| headers.get("ce-subject"))
-            .cloned(),
-        headers,
-        body: body.as_bytes().to_vec(),
-        refused,
-    }
+    RawMessage::from_headers(topic, headers, body.as_bytes().to_vec(), refused)
 }
 
 #[cfg(test)]

@@ -108,7 +108,15 @@ impl SqsTransport {
             .set_publish_batch_request_entries(Some(entries))
             .send()
             .await
-            .map_err(|e| self.error(&format!("publishing to SNS topic {arn}"), e))?;
+            .map_err(|e| {
+                if e.as_service_error().is_some_and(|s| s.is_not_found_exception()) {
+                    // Deleted while in use: made again on the next try,
+                    // which waits for the groups to subscribe again.
+                    self.declared
+                        .forget_topic(&self.options.topic_name(&chunk[0].topic));
+                }
+                self.error(&format!("publishing to SNS topic {arn}"), e)
+            })?;
         if let Some(failed) = out.failed().first() {
             let which = failed.id().parse::<usize>().ok().and_then(|i| chunk.get(i));
             return Err(Error::transport_reason(

@@ -78,6 +78,7 @@ impl Subscriber for SqsTransport {
         let reader = Reader {
             transport: self.clone(),
             topic: topic.to_owned(),
+            group: group.to_owned(),
             queue_url: queue_url.clone(),
             dead_queue: self.options.dead_queue_name(topic, group),
             held: held.clone(),
@@ -102,6 +103,7 @@ impl Subscriber for SqsTransport {
 struct Reader {
     transport: SqsTransport,
     topic: String,
+    group: String,
     queue_url: String,
     dead_queue: String,
     held: Held,
@@ -158,6 +160,9 @@ impl Reader {
                 }
                 Err(e) => {
                     failures += 1;
+                    if e.as_service_error().is_some_and(|s| s.is_queue_does_not_exist()) {
+                        self.declare_again().await;
+                    }
                     let e = self
                         .transport
                         .error(&format!("receiving from {}", self.queue_url), e);
@@ -220,6 +225,31 @@ impl Reader {
             if *stopped.borrow() {
                 return;
             }
+        }
+    }
+
+    /// The group's queue was deleted while this member read it: makes the
+    /// group's queues and subscriptions again (a queue made again under its
+    /// name has the same URL). What the topic took meanwhile did not reach
+    /// the group, and is said so.
+    async fn declare_again(&self) {
+        let transport = &self.transport;
+        let topic_name = transport.options.topic_name(&self.topic);
+        let mut queues: Vec<String> = Partition::all(transport.options.partitions_of(&self.topic))
+            .map(|p| transport.options.queue_name(&self.topic, &self.group, p))
+            .collect();
+        queues.push(transport.options.dead_queue_name(&self.topic, &self.group));
+        transport
+            .declared
+            .forget_group(&topic_name, (self.topic.clone(), self.group.clone()), &queues);
+        tracing::error!(
+            topic = %self.topic,
+            group = %self.group,
+            queue = %self.queue_url,
+            "SQS queue deleted while the group read it; making it again: what was published to the topic while it was gone did not reach this group (`tidings replay --consumer GROUP --since ...` re-delivers it from the outbox records kept for database.outbox_retention)"
+        );
+        if let Err(e) = transport.declare_group(&self.topic, &self.group).await {
+            tracing::warn!(topic = %self.topic, group = %self.group, error = %e, "making the group's SQS queues again failed; trying again");
         }
     }
 
