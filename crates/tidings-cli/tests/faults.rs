@@ -479,7 +479,10 @@ async fn run_scenario<T>(
     )
     .await;
     report.crash = crash;
-    let text = format!("{report}  faults {}\n", faults.join(" "));
+    if report.order_violations > 0 {
+        report.evidence = order_evidence(&store, &logs).await;
+    }
+    let text = format!("{report}  faults {} (seed {seed})\n", faults.join(" "));
     println!("{text}");
     let out = std::path::Path::new(env!("CARGO_TARGET_TMPDIR")).join(format!("fault-suite-{name}.txt"));
     std::fs::write(out, &text).unwrap();
@@ -497,6 +500,52 @@ struct Poisoned {
     key: String,
     original: Vec<u8>,
     oversized: bool,
+}
+
+/// The order violations the consumers recorded, and every log line that
+/// names their orders, for the failure message.
+async fn order_evidence<D: CheckoutDialect>(store: &SqlStore<D>, logs: &std::path::Path) -> String {
+    let violations = texts(
+        store,
+        "SELECT CONCAT(consumer, ' ', order_id, ' step ', step, ' after ', last_step) FROM order_violations",
+    )
+    .await;
+    let mut out = String::from("order violations:\n");
+    for v in &violations {
+        out += &format!("  {v}\n");
+    }
+    let ids: Vec<&str> = violations.iter().filter_map(|v| v.split(' ').nth(1)).collect();
+    let mut files: Vec<_> = std::fs::read_dir(logs)
+        .map(|dir| dir.filter_map(|e| e.ok().map(|e| e.path())).collect())
+        .unwrap_or_default();
+    files.sort();
+    for file in files {
+        let text = std::fs::read_to_string(&file).unwrap_or_default();
+        let lines: Vec<String> = text
+            .lines()
+            .filter(|l| {
+                ids.iter().any(|o| l.contains(o))
+                    || [
+                        "older state",
+                        "another reader",
+                        "did not come back",
+                        "abandoning",
+                        "lease lost",
+                    ]
+                    .iter()
+                    .any(|w| l.contains(w))
+            })
+            .map(strip_colours)
+            .collect();
+        if lines.is_empty() {
+            continue;
+        }
+        out += &format!("{}:\n", file.file_name().unwrap_or_default().to_string_lossy());
+        for line in lines.iter().take(60) {
+            out += &format!("  {}\n", line.chars().take(400).collect::<String>());
+        }
+    }
+    out
 }
 
 /// What a scenario that did not drain leaves to look at, for its failure
@@ -770,6 +819,8 @@ struct Report {
     relay_poison: Held,
     drained_in: Duration,
     elapsed: Duration,
+    /// What the logs say about the order violations, when there are some.
+    evidence: String,
 }
 
 impl Report {
@@ -805,6 +856,7 @@ impl Report {
             relay_poison,
             drained_in,
             elapsed,
+            evidence: String::new(),
         }
     }
 
@@ -954,6 +1006,7 @@ impl std::fmt::Display for Report {
             "  drained after last fault {:.1} s",
             self.drained_in.as_secs_f64()
         )?;
-        writeln!(f, "  elapsed                 {:.1} s", self.elapsed.as_secs_f64())
+        writeln!(f, "  elapsed                 {:.1} s", self.elapsed.as_secs_f64())?;
+        f.write_str(&self.evidence)
     }
 }
