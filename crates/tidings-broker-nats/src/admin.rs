@@ -122,24 +122,70 @@ impl NatsTransport {
         partition: Partition,
     ) -> Result<consumer::PullConsumer> {
         let stream = self.stream(topic).await?;
-        let durable = self.options.durable(group, topic, partition);
-        let filter_subject = self.options.filter_subject(topic, partition);
-        let consumer: consumer::PullConsumer = stream
-            .get_or_create_consumer(
-                &durable,
-                consumer::pull::Config {
-                    durable_name: Some(durable.clone()),
-                    ack_policy: consumer::AckPolicy::Explicit,
-                    deliver_policy: consumer::DeliverPolicy::All,
-                    ack_wait: self.options.ack_wait,
-                    max_ack_pending: self.options.max_ack_pending,
-                    max_deliver: -1,
-                    filter_subject,
-                    ..Default::default()
-                },
-            )
+        let config = self.durable_config(group, topic, partition, consumer::DeliverPolicy::All);
+        let durable = config.durable_name.clone().unwrap_or_default();
+        stream
+            .get_or_create_consumer(&durable, config)
             .await
-            .map_err(|e| Error::transport(TRANSPORT, format!("creating consumer {durable}"), e, true))?;
-        Ok(consumer)
+            .map_err(|e| Error::transport(TRANSPORT, format!("creating consumer {durable}"), e, true))
+    }
+
+    /// Makes the durable consumer of the group's partition anew, delivering
+    /// from stream sequence `from` on: what the one before had delivered
+    /// and not seen acknowledged comes again, in order.
+    pub(crate) async fn recreate_durable(
+        &self,
+        group: &str,
+        topic: &str,
+        partition: Partition,
+        from: u64,
+    ) -> Result<consumer::PullConsumer> {
+        let stream = self.stream(topic).await?;
+        let config = self.durable_config(
+            group,
+            topic,
+            partition,
+            consumer::DeliverPolicy::ByStartSequence { start_sequence: from },
+        );
+        let durable = config.durable_name.clone().unwrap_or_default();
+        match stream.delete_consumer(&durable).await {
+            Ok(_) => {}
+            // Gone already: another member made it anew first, or it never was.
+            Err(e)
+                if matches!(e.kind(), stream::ConsumerErrorKind::JetStream(j)
+                    if j.error_code() == async_nats::jetstream::ErrorCode::CONSUMER_NOT_FOUND) => {}
+            Err(e) => {
+                return Err(Error::transport(
+                    TRANSPORT,
+                    format!("deleting consumer {durable}"),
+                    e,
+                    true,
+                ));
+            }
+        }
+        stream
+            .create_consumer(config)
+            .await
+            .map_err(|e| Error::transport(TRANSPORT, format!("creating consumer {durable}"), e, true))
+    }
+
+    fn durable_config(
+        &self,
+        group: &str,
+        topic: &str,
+        partition: Partition,
+        deliver_policy: consumer::DeliverPolicy,
+    ) -> consumer::pull::Config {
+        let durable = self.options.durable(group, topic, partition);
+        consumer::pull::Config {
+            durable_name: Some(durable),
+            ack_policy: consumer::AckPolicy::Explicit,
+            deliver_policy,
+            ack_wait: self.options.ack_wait,
+            max_ack_pending: self.options.max_ack_pending,
+            max_deliver: -1,
+            filter_subject: self.options.filter_subject(topic, partition),
+            ..Default::default()
+        }
     }
 }

@@ -40,15 +40,17 @@
 //!
 //! A member that starts reading a partition whose durable consumer still
 //! has unacknowledged messages (its previous reader crashed, or handed over
-//! with a pull in flight) holds newer messages back until those come back
-//! (JetStream redelivers them once their [`NatsOptions::ack_wait`] runs
-//! out), so that each key stays in order; if some never return (deleted
-//! from the stream), it goes on after four ack waits. JetStream numbers
-//! every delivery, so a reader also sees when one went to someone else (a
-//! member frozen past its lease that woke up and pulled once more before it
-//! learnt the lease moved on, or a pull request the reader itself abandoned
-//! on a reconnect) and holds newer messages back the same way until it
-//! came back.
+//! with a pull in flight) would get them back only after their
+//! [`NatsOptions::ack_wait`], behind newer messages of their keys. So it
+//! reads the partition again from its first unacknowledged message: the
+//! durable consumer is made anew, starting after its ack floor, and
+//! everything since comes in stream order; what was handled already is
+//! taken out by the consumers' processed markers. JetStream numbers every
+//! delivery, so a reader also sees when one went to someone else (a member
+//! frozen past its lease that woke up and pulled once more before it learnt
+//! the lease moved on, a pull request abandoned on a reconnect) or when a
+//! restarted server came back with an older state of the consumer: it
+//! reads the partition again the same way before handing anything newer on.
 //!
 //! Acknowledgements map one to one: `Ack`, `Nak(delay)` (redelivered after
 //! the delay), `Progress` (extends the ack wait), `Term` (never again).
@@ -75,7 +77,6 @@ mod connection;
 mod options;
 mod publisher;
 mod subscriber;
-mod takeover;
 mod topology;
 
 pub use connection::NatsTransport;

@@ -13,7 +13,6 @@ use tokio::sync::mpsc;
 use tokio_stream::wrappers::ReceiverStream;
 
 use crate::acker::NatsAcker;
-use crate::takeover::Takeover;
 use crate::{NatsTransport, TRANSPORT};
 
 const PULL_EXPIRES: Duration = Duration::from_secs(5);
@@ -102,19 +101,25 @@ impl Subscriber for NatsTransport {
             }
             tokio::time::sleep(Duration::from_millis(100)).await;
         };
-        let patience = self.options.ack_wait * 4;
-        let mut takeover = Takeover::new(&info, patience);
+        // Up to this stream sequence, a message may have been handled
+        // before (a redelivery, whatever count JetStream gives it).
+        let mut seen_until = 0;
         // Deliveries are numbered, redeliveries included: a number skipped
         // went to another reader.
         let mut next_delivery = info.delivered.consumer_sequence + 1;
+        if info.num_ack_pending > 0 {
+            // The earlier reader crashed, or handed over with a pull in
+            // flight: what it left unacknowledged would come back only
+            // after its ack wait, behind newer messages of its keys.
+            tracing::info!(consumer = %info.name, unacknowledged = info.num_ack_pending, "an earlier reader left messages unacknowledged; reading again from the first of them, in order");
+            (consumer, seen_until) = self.rewind(group, topic, partition).await?;
+            next_delivery = 1;
+        }
         let first = self.messages(&consumer).await?;
         let (tx, rx) = mpsc::channel(self.options.prefetch.max(1));
         let this = self.clone();
         let (group, topic) = (group.to_owned(), topic.to_owned());
-        let every = (self.options.ack_wait / 2).max(Duration::from_millis(100));
         let task = tokio::spawn(async move {
-            let mut progress = tokio::time::interval_at(tokio::time::Instant::now() + every, every);
-            progress.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
             let mut messages = Some(first);
             let mut failures = 0u32;
             loop {
@@ -134,87 +139,47 @@ impl Subscriber for NatsTransport {
                     },
                 };
                 loop {
-                    let give_up = takeover.as_ref().map(|t| t.give_up_at);
                     let next = tokio::select! {
                         _ = tx.closed() => return,
                         next = current.next() => next,
-                        _ = progress.tick(), if takeover.is_some() => {
-                            // Held past an ack wait, a message would be sent
-                            // again, maybe to the other reader: keep it ours.
-                            for m in takeover.iter().flat_map(|t| &t.held) {
-                                let _ = m.ack_with(jetstream::AckKind::Progress).await;
-                            }
-                            continue;
-                        }
-                        _ = sleep_until(give_up), if give_up.is_some() => {
-                            let mut t = takeover.take().expect("a takeover in progress");
-                            tracing::warn!(%group, %topic, missing = t.waiting_for(), "messages an earlier reader left unacknowledged, or that went to another reader, did not come back; going on without them");
-                            for m in t.release() {
-                                if tx.send(Ok(delivery(&topic, m, true))).await.is_err() {
-                                    return;
-                                }
-                            }
-                            continue;
-                        }
                     };
                     match next {
                         Some(Ok(m)) => {
                             failures = 0;
-                            let mut missing = 0;
-                            let mut went_back = false;
-                            if let Ok(info) = m.info() {
-                                missing = info.consumer_sequence.saturating_sub(next_delivery);
-                                went_back = info.consumer_sequence < next_delivery;
-                                next_delivery = info.consumer_sequence + 1;
-                            }
-                            if went_back {
-                                // The numbers went back: the server restarted with an older
-                                // state of the consumer than what it delivered. What it holds
-                                // as unacknowledged from before comes back only after its ack
-                                // wait, and newer messages are handed out meanwhile: hold
-                                // those as after a gap, until the older ones are back.
-                                missing = match this
-                                    .unacknowledged_before(&group, &topic, partition, &m)
-                                    .await
-                                {
-                                    Ok(n) => n as u64,
+                            let number = m.info().map(|i| i.consumer_sequence).unwrap_or(next_delivery);
+                            if number != next_delivery {
+                                // A delivery went to someone else (a member frozen past its
+                                // lease that pulled once more, a pull request abandoned on a
+                                // reconnect), or the server came back with an older state of
+                                // the consumer: something older than this message may come
+                                // back after it. It is not handed on; the partition is read
+                                // again from its first unacknowledged message.
+                                tracing::info!(%group, %topic, expected = next_delivery, got = number, "deliveries out of sequence; reading again from the first unacknowledged message, in order");
+                                match this.rewind(&group, &topic, partition).await {
+                                    Ok((consumer, until)) => match this.messages(&consumer).await {
+                                        Ok(stream) => {
+                                            seen_until = seen_until.max(until);
+                                            next_delivery = 1;
+                                            messages = Some(stream);
+                                        }
+                                        Err(e) => {
+                                            tracing::warn!(%group, %topic, error = &e as &dyn std::error::Error, "pulling after reading again failed; retrying")
+                                        }
+                                    },
                                     Err(e) => {
-                                        tracing::warn!(%group, %topic, error = &e as &dyn std::error::Error, "reading the consumer's state after the server restarted failed; holding newer messages for a while");
-                                        1
+                                        tracing::warn!(%group, %topic, error = &e as &dyn std::error::Error, "reading the partition again failed; retrying");
+                                        tokio::select! {
+                                            _ = tx.closed() => return,
+                                            _ = tokio::time::sleep(Backoff::default().delay(1)) => {}
+                                        }
                                     }
-                                };
-                                if missing > 0 {
-                                    tracing::info!(%group, %topic, unacknowledged = missing, "the server came back with an older state of the consumer; holding newer messages back until the unacknowledged ones return");
                                 }
+                                break;
                             }
-                            let taking_over = takeover.is_some() || missing > 0;
-                            let ready = match takeover.as_mut() {
-                                _ if missing > 0 => {
-                                    let _ = m.ack_with(jetstream::AckKind::Progress).await;
-                                    if !went_back {
-                                        tracing::info!(%group, %topic, missing, "deliveries went to another reader; holding newer messages back until they return");
-                                    }
-                                    let (t, ready) =
-                                        Takeover::after_gap(takeover.take(), missing as usize, m, patience);
-                                    takeover = Some(t);
-                                    ready
-                                }
-                                Some(t) => {
-                                    // Held for a while: restart its ack wait, so that
-                                    // holding it does not make JetStream send it again.
-                                    let _ = m.ack_with(jetstream::AckKind::Progress).await;
-                                    t.admit(m)
-                                }
-                                None => vec![m],
-                            };
-                            if takeover.as_ref().is_some_and(Takeover::complete) {
-                                tracing::debug!(%group, %topic, "the earlier reader's unacknowledged messages are back");
-                                takeover = None;
-                            }
-                            for m in ready {
-                                if tx.send(Ok(delivery(&topic, m, taking_over))).await.is_err() {
-                                    return;
-                                }
+                            next_delivery = number + 1;
+                            let seen = m.info().is_ok_and(|i| i.stream_sequence <= seen_until);
+                            if tx.send(Ok(delivery(&topic, m, seen))).await.is_err() {
+                                return;
                             }
                         }
                         Some(Err(e)) => {
@@ -242,32 +207,38 @@ impl Subscriber for NatsTransport {
 }
 
 impl NatsTransport {
-    /// After the server came back with an older state of the consumer
-    /// (its deliveries numbered from `first` again): how many messages it
-    /// holds as delivered and unacknowledged from before `first`, to be
-    /// redelivered once their ack wait runs out. Every delivery since
-    /// `first` is in this reader's hands and unacknowledged too: counted
-    /// out, except `first` itself when it is such a redelivery.
-    async fn unacknowledged_before(
+    /// Reads the group's partition again from its first unacknowledged
+    /// message: the durable consumer is made anew, starting after its ack
+    /// floor (every message up to it was acknowledged). What was handed on
+    /// and not yet acknowledged comes again, in stream order, and the
+    /// processed markers take the copies out; nothing older can come after
+    /// something newer. Returns the new consumer and the stream's last
+    /// sequence, up to which a message may have been handled already.
+    async fn rewind(
         &self,
         group: &str,
         topic: &str,
         partition: Partition,
-        first: &jetstream::Message,
-    ) -> Result<usize> {
-        let (number, redelivered) = first
-            .info()
-            .map(|i| (i.consumer_sequence, i.delivered > 1))
-            .map_err(|e| {
-                Error::transport_reason(TRANSPORT, format!("reading a delivery's numbers: {e}"), true)
-            })?;
+    ) -> Result<(consumer::PullConsumer, u64)> {
         let mut consumer = self.durable(group, topic, partition).await?;
         let info = consumer
             .info()
             .await
-            .map_err(|e| Error::transport(TRANSPORT, "reading consumer info", e, true))?;
-        let since = info.delivered.consumer_sequence.saturating_sub(number) + 1 - u64::from(redelivered);
-        Ok(info.num_ack_pending.saturating_sub(since as usize))
+            .map_err(|e| Error::transport(TRANSPORT, "reading consumer info", e, true))?
+            .clone();
+        // Anything in the stream now may have been delivered before.
+        let mut stream = self.stream(topic).await?;
+        let last = stream
+            .info()
+            .await
+            .map_err(|e| Error::transport(TRANSPORT, "reading stream info", e, true))?
+            .state
+            .last_sequence
+            .max(info.delivered.stream_sequence);
+        let from = info.ack_floor.stream_sequence + 1;
+        let consumer = self.recreate_durable(group, topic, partition, from).await?;
+        tracing::info!(consumer = %info.name, from_stream_sequence = from, seen_until = last, "reading the partition again from its first unacknowledged message");
+        Ok((consumer, last))
     }
 
     /// Creates (or finds) the durable consumer of the group's partition and starts pulling.
@@ -291,18 +262,24 @@ impl NatsTransport {
     }
 }
 
-async fn sleep_until(at: Option<tokio::time::Instant>) {
-    match at {
-        Some(at) => tokio::time::sleep_until(at).await,
-        None => std::future::pending().await,
-    }
-}
-
 /// A delivery of `m`; a redelivery, whatever count JetStream gives it,
 /// when `taken_over` from a reader that left messages unacknowledged: it
 /// may have died in their handlers, and JetStream 2.9 numbers a message it
 /// offered to a reader that was gone as a first delivery again.
 fn delivery(topic: &str, m: jetstream::Message, taken_over: bool) -> Delivery {
+    if let Ok(i) = m.info() {
+        tracing::debug!(
+            %topic,
+            consumer = i.consumer,
+            stream_sequence = i.stream_sequence,
+            consumer_sequence = i.consumer_sequence,
+            delivered = i.delivered,
+            pending = i.pending,
+            message_id = m.headers.as_ref().and_then(|h| h.get("Nats-Msg-Id")).map(|v| v.as_str()).unwrap_or(""),
+            taken_over,
+            "handing a message on"
+        );
+    }
     let delivery_count = match m.info() {
         Ok(i) if taken_over => (i.delivered as u32).max(2),
         Ok(i) => i.delivered as u32,
