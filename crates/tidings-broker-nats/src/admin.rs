@@ -122,6 +122,17 @@ impl NatsTransport {
         partition: Partition,
     ) -> Result<consumer::PullConsumer> {
         let stream = self.stream(topic).await?;
+        self.durable_on(&stream, group, topic, partition).await
+    }
+
+    /// [`durable`](Self::durable) on `stream`, the topic's, already found.
+    pub(crate) async fn durable_on(
+        &self,
+        stream: &stream::Stream,
+        group: &str,
+        topic: &str,
+        partition: Partition,
+    ) -> Result<consumer::PullConsumer> {
         let config = self.durable_config(group, topic, partition, consumer::DeliverPolicy::All);
         let durable = config.durable_name.clone().unwrap_or_default();
         stream
@@ -132,15 +143,16 @@ impl NatsTransport {
 
     /// Makes the durable consumer of the group's partition anew, delivering
     /// from stream sequence `from` on: what the one before had delivered
-    /// and not seen acknowledged comes again, in order.
+    /// and not seen acknowledged comes again, in order. `stream` is the
+    /// topic's.
     pub(crate) async fn recreate_durable(
         &self,
+        stream: &stream::Stream,
         group: &str,
         topic: &str,
         partition: Partition,
         from: u64,
     ) -> Result<consumer::PullConsumer> {
-        let stream = self.stream(topic).await?;
         let config = self.durable_config(
             group,
             topic,

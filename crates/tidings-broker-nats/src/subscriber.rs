@@ -146,7 +146,13 @@ impl Subscriber for NatsTransport {
                     match next {
                         Some(Ok(m)) => {
                             failures = 0;
-                            let number = m.info().map(|i| i.consumer_sequence).unwrap_or(next_delivery);
+                            // JetStream's reply subject, parsed once: numbers and counts.
+                            let info = m.info().ok().map(|i| Numbers {
+                                consumer_sequence: i.consumer_sequence,
+                                stream_sequence: i.stream_sequence,
+                                delivered: i.delivered,
+                            });
+                            let number = info.map_or(next_delivery, |i| i.consumer_sequence);
                             if number != next_delivery {
                                 // A delivery went to someone else (a member frozen past its
                                 // lease that pulled once more, a pull request abandoned on a
@@ -156,16 +162,18 @@ impl Subscriber for NatsTransport {
                                 // again from its first unacknowledged message.
                                 tracing::info!(%group, %topic, expected = next_delivery, got = number, "deliveries out of sequence; reading again from the first unacknowledged message, in order");
                                 match this.rewind(&group, &topic, partition).await {
-                                    Ok((consumer, until)) => match this.messages(&consumer).await {
-                                        Ok(stream) => {
-                                            seen_until = seen_until.max(until);
-                                            next_delivery = 1;
-                                            messages = Some(stream);
+                                    Ok((consumer, until)) => {
+                                        // The consumer is new from here on, whether or not
+                                        // the first pull succeeds (the loop pulls again).
+                                        seen_until = seen_until.max(until);
+                                        next_delivery = 1;
+                                        match this.messages(&consumer).await {
+                                            Ok(stream) => messages = Some(stream),
+                                            Err(e) => {
+                                                tracing::warn!(%group, %topic, error = &e as &dyn std::error::Error, "pulling after reading again failed; retrying")
+                                            }
                                         }
-                                        Err(e) => {
-                                            tracing::warn!(%group, %topic, error = &e as &dyn std::error::Error, "pulling after reading again failed; retrying")
-                                        }
-                                    },
+                                    }
                                     Err(e) => {
                                         tracing::warn!(%group, %topic, error = &e as &dyn std::error::Error, "reading the partition again failed; retrying");
                                         tokio::select! {
@@ -177,8 +185,21 @@ impl Subscriber for NatsTransport {
                                 break;
                             }
                             next_delivery = number + 1;
-                            let seen = m.info().is_ok_and(|i| i.stream_sequence <= seen_until);
-                            if tx.send(Ok(delivery(&topic, m, seen))).await.is_err() {
+                            let seen = info.is_some_and(|i| i.stream_sequence <= seen_until);
+                            if let Some(i) = info {
+                                tracing::debug!(
+                                    %group,
+                                    %topic,
+                                    %partition,
+                                    stream_sequence = i.stream_sequence,
+                                    consumer_sequence = i.consumer_sequence,
+                                    delivered = i.delivered,
+                                    message_id = m.headers.as_ref().and_then(|h| h.get("Nats-Msg-Id")).map(|v| v.as_str()).unwrap_or(""),
+                                    taken_over = seen,
+                                    "handing a message on"
+                                );
+                            }
+                            if tx.send(Ok(delivery(&topic, m, info, seen))).await.is_err() {
                                 return;
                             }
                         }
@@ -220,14 +241,15 @@ impl NatsTransport {
         topic: &str,
         partition: Partition,
     ) -> Result<(consumer::PullConsumer, u64)> {
-        let mut consumer = self.durable(group, topic, partition).await?;
+        // One lookup of the stream serves its last sequence and both consumers.
+        let mut stream = self.stream(topic).await?;
+        let mut consumer = self.durable_on(&stream, group, topic, partition).await?;
         let info = consumer
             .info()
             .await
             .map_err(|e| Error::transport(TRANSPORT, "reading consumer info", e, true))?
             .clone();
         // Anything in the stream now may have been delivered before.
-        let mut stream = self.stream(topic).await?;
         let last = stream
             .info()
             .await
@@ -236,7 +258,9 @@ impl NatsTransport {
             .last_sequence
             .max(info.delivered.stream_sequence);
         let from = info.ack_floor.stream_sequence + 1;
-        let consumer = self.recreate_durable(group, topic, partition, from).await?;
+        let consumer = self
+            .recreate_durable(&stream, group, topic, partition, from)
+            .await?;
         tracing::info!(consumer = %info.name, from_stream_sequence = from, seen_until = last, "reading the partition again from its first unacknowledged message");
         Ok((consumer, last))
     }
@@ -262,28 +286,24 @@ impl NatsTransport {
     }
 }
 
-/// A delivery of `m`; a redelivery, whatever count JetStream gives it,
-/// when `taken_over` from a reader that left messages unacknowledged: it
-/// may have died in their handlers, and JetStream 2.9 numbers a message it
-/// offered to a reader that was gone as a first delivery again.
-fn delivery(topic: &str, m: jetstream::Message, taken_over: bool) -> Delivery {
-    if let Ok(i) = m.info() {
-        tracing::debug!(
-            %topic,
-            consumer = i.consumer,
-            stream_sequence = i.stream_sequence,
-            consumer_sequence = i.consumer_sequence,
-            delivered = i.delivered,
-            pending = i.pending,
-            message_id = m.headers.as_ref().and_then(|h| h.get("Nats-Msg-Id")).map(|v| v.as_str()).unwrap_or(""),
-            taken_over,
-            "handing a message on"
-        );
-    }
-    let delivery_count = match m.info() {
-        Ok(i) if taken_over => (i.delivered as u32).max(2),
-        Ok(i) => i.delivered as u32,
-        Err(_) => 0,
+/// What JetStream's reply subject numbers a delivery with.
+#[derive(Debug, Clone, Copy)]
+struct Numbers {
+    consumer_sequence: u64,
+    stream_sequence: u64,
+    delivered: i64,
+}
+
+/// A delivery of `m` (numbered `info`, when its reply subject parsed); a
+/// redelivery, whatever count JetStream gives it, when `taken_over` from a
+/// reader that left messages unacknowledged: it may have died in their
+/// handlers, and JetStream 2.9 numbers a message it offered to a reader
+/// that was gone as a first delivery again.
+fn delivery(topic: &str, m: jetstream::Message, info: Option<Numbers>, taken_over: bool) -> Delivery {
+    let delivery_count = match info {
+        Some(i) if taken_over => (i.delivered as u32).max(2),
+        Some(i) => i.delivered as u32,
+        None => 0,
     };
     let (message, acker) = m.split();
     let raw = raw_message(topic, message.headers.as_ref(), &message.payload);

@@ -85,8 +85,7 @@ async fn checkout_processes_on_mysql_survive_kills_freezes_and_a_nats_outage() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn checkout_processes_survive_kills_freezes_and_a_rabbitmq_outage() {
     let _one = ONE_AT_A_TIME.lock().await;
-    // The transport is not told: the broker's refusal names the record.
-    let rabbit = PrivateRabbit::start_with(&format!("max_message_size = {}\n", 1 << 20));
+    let rabbit = rabbit_refusing_large_records();
     let url = rabbit.url();
     run_scenario::<PgTestDb>("rabbitmq", Box::new(rabbit), url, &FAULTS, Relays::Poll).await;
 }
@@ -108,7 +107,7 @@ async fn checkout_processes_survive_kills_freezes_and_a_frozen_kafka_broker() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn cdc_relays_survive_a_database_crash_kills_freezes_and_a_rabbitmq_outage() {
     let _one = ONE_AT_A_TIME.lock().await;
-    let rabbit = PrivateRabbit::start_with(&format!("max_message_size = {}\n", 1 << 20));
+    let rabbit = rabbit_refusing_large_records();
     let url = rabbit.url();
     run_scenario::<PrivatePgTestDb>(
         "cdc-rabbitmq",
@@ -118,6 +117,12 @@ async fn cdc_relays_survive_a_database_crash_kills_freezes_and_a_rabbitmq_outage
         Relays::Cdc,
     )
     .await;
+}
+
+/// A private RabbitMQ that refuses messages over 1 MiB. The transport is
+/// not told: the broker's refusal names the record.
+fn rabbit_refusing_large_records() -> PrivateRabbit {
+    PrivateRabbit::start_with(&format!("max_message_size = {}\n", 1 << 20))
 }
 
 /// How the scenario's relays learn what was committed.
