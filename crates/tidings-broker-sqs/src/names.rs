@@ -10,6 +10,7 @@
 use sha2::{Digest, Sha256};
 use tidings_core::Partition;
 use tidings_core::addresses::{Address, Addresses, type_as_is};
+use tidings_core::names::{self, part};
 
 use crate::SqsOptions;
 
@@ -19,50 +20,9 @@ const QUEUE_NAME_MAX: usize = 80;
 /// SNS's longest topic name, `.fifo` included.
 const TOPIC_NAME_MAX: usize = 256;
 
-/// `prefix` as SNS and SQS take it: letters, digits, `-` and `_`, any
-/// other character `_`.
-fn clean_prefix(prefix: &str) -> String {
-    prefix
-        .chars()
-        .map(|c| {
-            if c.is_ascii_alphanumeric() || c == '-' || c == '_' {
-                c
-            } else {
-                '_'
-            }
-        })
-        .collect()
-}
-
-/// A topic or group name as a part of a queue name that no other name
-/// shares: as it is when it holds only letters, digits and `_`; else with
-/// each other character `_` and a hash of the name after it. `-`, which
-/// separates the parts, never appears in one.
-fn part(name: &str) -> String {
-    if !name.is_empty() && name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_') {
-        return name.to_owned();
-    }
-    let cleaned: String = name
-        .chars()
-        .map(|c| {
-            if c.is_ascii_alphanumeric() || c == '_' {
-                c
-            } else {
-                '_'
-            }
-        })
-        .collect();
-    format!("{cleaned}_{}", hex::encode(&Sha256::digest(name.as_bytes())[..3]))
-}
-
 /// `base` with `.fifo`, cut to `max` characters with a hash where longer.
 fn fifo_name(base: &str, max: usize) -> String {
-    if base.len() + FIFO.len() <= max {
-        return format!("{base}{FIFO}");
-    }
-    let hash = hex::encode(&Sha256::digest(base.as_bytes())[..4]);
-    let keep = max - FIFO.len() - hash.len() - 1;
-    format!("{}-{hash}{FIFO}", &base[..keep])
+    names::fit(base, FIFO, max)
 }
 
 impl SqsOptions {
@@ -70,7 +30,7 @@ impl SqsOptions {
         if self.prefix.is_empty() {
             part(topic)
         } else {
-            format!("{}-{}", clean_prefix(&self.prefix), part(topic))
+            format!("{}-{}", names::prefix(&self.prefix), part(topic))
         }
     }
 

@@ -53,6 +53,7 @@ pub mod lease;
 pub mod log;
 pub mod message;
 pub mod metrics;
+pub mod names;
 pub mod partition;
 pub mod plain;
 pub mod replay;

@@ -21,6 +21,7 @@
 pub mod conformance;
 pub mod database_log;
 pub mod faults;
+pub mod freezable;
 pub mod idempotency;
 pub mod kafka;
 pub mod nats;

@@ -6,8 +6,9 @@
 //! (SIGSTOP): clients see their requests time out, as in a network
 //! outage, and everything is still there when it thaws.
 
-use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Duration;
+
+use crate::freezable::FreezableServer;
 
 /// The endpoint tests use: `SQS_ENDPOINT`, else `AWS_ENDPOINT_URL`, else
 /// moto on `http://127.0.0.1:5000` (what `scripts/test` starts).
@@ -36,11 +37,7 @@ fn binary() -> String {
 
 /// A moto server of a test's own, on a free loopback port.
 #[derive(Debug)]
-pub struct PrivateMoto {
-    child: Child,
-    port: u16,
-    frozen: bool,
-}
+pub struct PrivateMoto(FreezableServer);
 
 impl PrivateMoto {
     /// Starts a server and waits until it answers.
@@ -49,82 +46,33 @@ impl PrivateMoto {
     ///
     /// If it cannot be started, naming the binary.
     pub fn start() -> PrivateMoto {
-        let port = std::net::TcpListener::bind("127.0.0.1:0")
-            .expect("a free port")
-            .local_addr()
-            .unwrap()
-            .port();
-        let bin = binary();
-        let child = Command::new(&bin)
-            .args(["-H", "127.0.0.1", "-p", &port.to_string()])
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .unwrap_or_else(|e| {
-                panic!(
-                    "cannot start moto's server ({bin}; run scripts/test once, or set MOTO_SERVER_BIN): {e}"
-                )
-            });
-        let mut moto = PrivateMoto {
-            child,
-            port,
-            frozen: false,
-        };
-        let deadline = Instant::now() + Duration::from_secs(60);
-        while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
-            if let Ok(Some(status)) = moto.child.try_wait() {
-                panic!("private moto server on port {port} exited ({status})");
-            }
-            assert!(
-                Instant::now() < deadline,
-                "private moto server on port {port} did not start within 60 s"
-            );
-            std::thread::sleep(Duration::from_millis(100));
-        }
-        moto.frozen = false;
-        moto
+        PrivateMoto(FreezableServer::start(
+            "moto server",
+            &binary(),
+            |port| vec!["-H".into(), "127.0.0.1".into(), "-p".into(), port.to_string()],
+            Duration::from_secs(60),
+            "run scripts/test once, or set MOTO_SERVER_BIN",
+        ))
     }
 
     /// Its endpoint.
     pub fn endpoint(&self) -> String {
-        format!("http://127.0.0.1:{}", self.port)
+        format!("http://127.0.0.1:{}", self.0.port())
     }
 
     /// The URL for `SqsTransport::connect`.
     pub fn url(&self) -> String {
         format!("sqs://us-east-1?endpoint={}", self.endpoint())
     }
-
-    fn signal(&self, signal: &str) {
-        let status = Command::new("kill")
-            .args([signal, &self.child.id().to_string()])
-            .status()
-            .expect("kill runs");
-        assert!(
-            status.success(),
-            "kill {signal} of the private moto server failed"
-        );
-    }
 }
 
 impl crate::outage::PrivateBroker for PrivateMoto {
     /// Freezes the server (SIGSTOP): its state would not survive a kill.
     fn stop(&mut self) {
-        self.signal("-STOP");
-        self.frozen = true;
+        self.0.stop();
     }
 
     fn resume(&mut self) {
-        if self.frozen {
-            self.signal("-CONT");
-            self.frozen = false;
-        }
-    }
-}
-
-impl Drop for PrivateMoto {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
+        self.0.resume();
     }
 }
