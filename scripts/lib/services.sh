@@ -276,6 +276,30 @@ ensure_moto() {
   log "SNS and SQS (moto) ready on 127.0.0.1:5000"
 }
 
+# Google Cloud Pub/Sub: the Cloud SDK's emulator (Debian package
+# google-cloud-cli-pubsub-emulator, on Java 17), on 127.0.0.1:8085, up in
+# about 5 s. It keeps everything in memory; the tests make fresh names.
+# Tests that take the service away start private ones (PUBSUB_EMULATOR_BIN).
+PUBSUB_EMULATOR_DEFAULT=/usr/lib/google-cloud-sdk/platform/pubsub-emulator/bin/cloud-pubsub-emulator
+ensure_pubsub() {
+  export PUBSUB_EMULATOR_BIN="${PUBSUB_EMULATOR_BIN:-$PUBSUB_EMULATOR_DEFAULT}"
+  if [ ! -x "$PUBSUB_EMULATOR_BIN" ]; then
+    apt_install google-cloud-cli-pubsub-emulator \
+      || die "the Pub/Sub emulator is missing at $PUBSUB_EMULATOR_BIN: install Debian's google-cloud-cli-pubsub-emulator (from Google's Cloud SDK repository), or set PUBSUB_EMULATOR_BIN"
+  fi
+  command -v java >/dev/null || die "the Pub/Sub emulator needs Java 17 (apt-get install openjdk-17-jre-headless)"
+  export PUBSUB_EMULATOR_HOST="${PUBSUB_EMULATOR_HOST:-127.0.0.1:8085}"
+  local port="${PUBSUB_EMULATOR_HOST##*:}"
+  if tcp_open 127.0.0.1 "$port"; then
+    log "Pub/Sub emulator ready on 127.0.0.1:$port"
+    return
+  fi
+  log "starting the Pub/Sub emulator on 127.0.0.1:$port"
+  nohup "$PUBSUB_EMULATOR_BIN" --host=127.0.0.1 --port="$port" >"$PWD/target/pubsub-emulator.log" 2>&1 &
+  wait_until 60 "the Pub/Sub emulator on 127.0.0.1:$port" tcp_open 127.0.0.1 "$port"
+  log "Pub/Sub emulator ready on 127.0.0.1:$port"
+}
+
 # Other teams' clients, for the interoperability checks: the official
 # CloudEvents SDK for Python with the plain clients of Kafka, RabbitMQ and
 # NATS, pinned, in a virtualenv under target/ (about 10 s to install).

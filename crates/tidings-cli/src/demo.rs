@@ -111,8 +111,9 @@ pub(crate) struct SystemArgs {
     #[arg(long, env = "TIDINGS_DATABASE_URL")]
     database: Option<String>,
     /// `nats://host:4222` (NATS JetStream), `amqp://user:pw@host:5672/%2f` (RabbitMQ),
-    /// `kafka://host:9092` (Kafka) or `sqs://` (SNS and SQS, configured the
-    /// AWS way: AWS_REGION, AWS_ENDPOINT_URL, ...); else TIDINGS_BROKER__URL;
+    /// `kafka://host:9092` (Kafka), `sqs://` (SNS and SQS, configured the
+    /// AWS way: AWS_REGION, AWS_ENDPOINT_URL, ...) or `pubsub://PROJECT`
+    /// (Pub/Sub; PUBSUB_EMULATOR_HOST for the emulator); else TIDINGS_BROKER__URL;
     /// the database log when left out.
     #[arg(long, env = "TIDINGS_BROKER_URL")]
     broker: Option<String>,

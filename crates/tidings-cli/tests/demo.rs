@@ -326,6 +326,59 @@ async fn checkout_on_postgres_over_sqs_with_duplicates_and_poison() {
     pg.drop_schema().await;
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn checkout_on_postgres_over_pubsub_with_duplicates_and_poison() {
+    // One relay and one member per group, as over SQS: the emulator is one
+    // Java process on a 2-core machine.
+    let url = tidings_testkit::pubsub::pubsub_url();
+    let (s, pg) = faulty_demo_on_postgres(Some(url.clone()), 1).await;
+    assert_eq!(
+        (n(&s, "relays"), n(&s, "members"), n(&s, "partitions")),
+        (1, 1, 4),
+        "{s:#}"
+    );
+    assert!(s["transport"].as_str().unwrap().starts_with("Pub/Sub"), "{s:#}");
+    let namespace = s["broker_namespace"]
+        .as_str()
+        .expect("a broker namespace")
+        .to_owned();
+    let options = tidings_broker_pubsub::PubSubOptions::default()
+        .prefix(&namespace)
+        .partitions(4);
+    let pubsub = tidings_broker_pubsub::PubSubTransport::connect_with(&url, options)
+        .await
+        .unwrap_or_else(|e| panic!("the Pub/Sub emulator at {url}: {e}"));
+    // Each poisoned event was copied to the group's dead-letter topic.
+    let listed = tidings_core::FailureStore::dead_letters(
+        &pg.store,
+        &tidings_core::DeadLetterFilter::default().consumer("inventory"),
+    )
+    .await
+    .unwrap()
+    .len();
+    assert!(listed > 0, "the run dead-lettered poison: {s:#}");
+    let copies = pubsub
+        .peek_dead_letters("orders", "inventory", 1000)
+        .await
+        .unwrap();
+    let ids: std::collections::BTreeSet<_> = copies
+        .iter()
+        .filter_map(|m| m.headers.get("ce-id").cloned())
+        .collect();
+    assert_eq!(ids.len(), listed, "{s:#}");
+    // The run's subscriptions and topics belong to its database, which is dropped: drop them too.
+    for (topic, groups) in [
+        ("checkout.commands", &["checkout"][..]),
+        ("orders", &["inventory", "email", "analytics", "loyalty"][..]),
+    ] {
+        for group in groups {
+            pubsub.delete_group(topic, group).await.unwrap();
+        }
+        pubsub.delete_topic_of(topic).await.unwrap();
+    }
+    pg.drop_schema().await;
+}
+
 /// Kills a demo on `database` midway without warning, then runs it again
 /// over the same database: nothing lost, no effect twice.
 fn a_killed_demo_resumes(database: &str) {

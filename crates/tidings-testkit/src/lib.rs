@@ -28,6 +28,7 @@ pub mod nats;
 pub mod otlp;
 pub mod outage;
 pub mod postgres;
+pub mod pubsub;
 pub mod rabbitmq;
 pub mod services;
 pub mod sqs;

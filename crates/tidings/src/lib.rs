@@ -2,7 +2,7 @@
 //!
 //! Add this one crate to a service and pick the backends with features:
 //! `sqlite` (the default, embedded, no server), `postgres` and `mysql`
-//! (MySQL and MariaDB) for the store; `nats`, `rabbitmq`, `kafka` and `sqs` for brokers; `prometheus`, `otel`
+//! (MySQL and MariaDB) for the store; `nats`, `rabbitmq`, `kafka`, `sqs` and `pubsub` for brokers; `prometheus`, `otel`
 //! and `schema` (on by default) for operations; `inbox` for the webhook inbox. Then:
 //!
 //! 1. write events to the outbox in the same transaction as the business
@@ -144,6 +144,12 @@ pub mod rabbitmq {
 #[cfg(feature = "kafka")]
 pub mod kafka {
     pub use tidings_broker_kafka::*;
+}
+
+/// Google Cloud Pub/Sub transport (feature `pubsub`).
+#[cfg(feature = "pubsub")]
+pub mod pubsub {
+    pub use tidings_broker_pubsub::*;
 }
 
 /// Amazon SNS + SQS transport (feature `sqs`).

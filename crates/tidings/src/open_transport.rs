@@ -59,6 +59,9 @@ pub enum AnyBroker {
     /// Amazon SNS + SQS (`sqs://`).
     #[cfg(feature = "sqs")]
     Sqs(crate::sqs::SqsTransport),
+    /// Google Cloud Pub/Sub (`pubsub://`).
+    #[cfg(feature = "pubsub")]
+    PubSub(crate::pubsub::PubSubTransport),
 }
 
 impl fmt::Debug for AnyBroker {
@@ -68,7 +71,7 @@ impl fmt::Debug for AnyBroker {
 }
 
 impl AnyBroker {
-    /// The transport's name (`log`, `nats`, `rabbitmq`, `kafka`, `sqs`).
+    /// The transport's name (`log`, `nats`, `rabbitmq`, `kafka`, `sqs`, `pubsub`).
     pub fn name(&self) -> &'static str {
         match self {
             AnyBroker::Log => "log",
@@ -80,6 +83,8 @@ impl AnyBroker {
             AnyBroker::Kafka(_) => "kafka",
             #[cfg(feature = "sqs")]
             AnyBroker::Sqs(_) => "sqs",
+            #[cfg(feature = "pubsub")]
+            AnyBroker::PubSub(_) => "pubsub",
         }
     }
 
@@ -96,7 +101,7 @@ impl AnyBroker {
 /// each transport may keep a prefix of its own spelling.
 ///
 /// With the `serde` feature it reads from a configuration file:
-/// `topology = { partitions = 8 }`, `[nats]`, `[rabbitmq]`, `[kafka]`, `[sqs]`,
+/// `topology = { partitions = 8 }`, `[nats]`, `[rabbitmq]`, `[kafka]`, `[sqs]`, `[pubsub]`,
 /// `[log]`, every key optional.
 #[derive(Debug, Clone, Default)]
 #[cfg_attr(
@@ -122,6 +127,9 @@ pub struct TransportOptions {
     /// SNS and SQS's.
     #[cfg(feature = "sqs")]
     pub sqs: crate::sqs::SqsOptions,
+    /// Pub/Sub's.
+    #[cfg(feature = "pubsub")]
+    pub pubsub: crate::pubsub::PubSubOptions,
 }
 
 impl TransportOptions {
@@ -137,7 +145,7 @@ impl TransportOptions {
 /// Opens the transport at `url` with `topology` (its partitions and
 /// prefix) and every transport's default options: `log` for the database
 /// log of `store`, `nats://host:4222`, `amqp://user@host:5672/%2f`,
-/// `kafka://host:9092` or `sqs://` (SNS and SQS), as the build's features allow
+/// `kafka://host:9092`, `sqs://` (SNS and SQS) or `pubsub://PROJECT`, as the build's features allow
 /// ([`transport_schemes`]).
 ///
 /// A URL no transport of this build opens is refused, naming the schemes
@@ -210,11 +218,22 @@ pub async fn open_transport_with<S: LogBackend + Clone>(
             broker: AnyBroker::Sqs(sqs),
         });
     }
+    #[cfg(feature = "pubsub")]
+    if opens(crate::pubsub::SCHEMES, url) {
+        let pubsub_options = options.pubsub.clone().topology(topology);
+        let pubsub = crate::pubsub::PubSubTransport::connect_with(url, pubsub_options).await?;
+        return Ok(Transport {
+            publisher: Arc::new(pubsub.clone()),
+            subscriber: Arc::new(pubsub.clone()),
+            label: format!("Pub/Sub at {}", pubsub.place()),
+            broker: AnyBroker::PubSub(pubsub),
+        });
+    }
     Err(Error::Config {
         key: "transport URL".into(),
         reason: format!(
             "no transport of this build opens {:?}; it opens {} (each broker is a feature of the \
-             tidings crate: nats, rabbitmq, kafka, sqs)",
+             tidings crate: nats, rabbitmq, kafka, sqs, pubsub)",
             redact_url(url),
             transport_schemes().join(", ")
         ),
@@ -249,6 +268,10 @@ pub fn transport_addresses(
     if opens(crate::sqs::SCHEMES, url) {
         return Ok(Some(Arc::new(options.sqs.clone().topology(topology))));
     }
+    #[cfg(feature = "pubsub")]
+    if opens(crate::pubsub::SCHEMES, url) {
+        return Ok(Some(Arc::new(options.pubsub.clone().topology(topology))));
+    }
     let _ = topology;
     Err(Error::Config {
         key: "transport URL".into(),
@@ -273,6 +296,8 @@ pub fn transport_schemes() -> Vec<&'static str> {
     schemes.extend(crate::kafka::SCHEMES);
     #[cfg(feature = "sqs")]
     schemes.extend(crate::sqs::SCHEMES);
+    #[cfg(feature = "pubsub")]
+    schemes.extend(crate::pubsub::SCHEMES);
     schemes
 }
 

@@ -276,3 +276,37 @@ async fn an_sqs_url_opens_sns_and_sqs() {
         "names the endpoint: {err}"
     );
 }
+
+/// `pubsub://PROJECT` opens Pub/Sub with the topology and the `[pubsub]`
+/// options (the emulator named by the URL's endpoint); an endpoint nothing
+/// answers on is an error naming it.
+#[cfg(feature = "pubsub")]
+#[tokio::test]
+async fn a_pubsub_url_opens_pubsub() {
+    let db = TempDb::new("pubsub");
+    let store = db.store().await;
+    let host = std::env::var("PUBSUB_EMULATOR_HOST").unwrap_or_else(|_| "127.0.0.1:8085".to_owned());
+    let mut options = tidings::TransportOptions::new(tidings::Topology::default().partitions(3));
+    options.pubsub = tidings::pubsub::PubSubOptions::default().prefix("opened");
+    let url = format!("pubsub://tidings-test?endpoint=http://{host}");
+    let transport = tidings::open_transport_with(&url, &options, &store)
+        .await
+        .unwrap_or_else(|e| panic!("the Pub/Sub emulator at {host}: {}", e.report()));
+    assert_eq!(transport.broker.name(), "pubsub");
+    assert_eq!(transport.subscriber.partitions("orders"), 3);
+    assert!(transport.label().contains(&host), "{}", transport.label());
+    assert!(
+        transport.label().contains("tidings-test"),
+        "{}",
+        transport.label()
+    );
+
+    let nowhere = "pubsub://tidings-test?endpoint=http://127.0.0.1:9";
+    let err = tidings::open_transport_with(nowhere, &options, &store)
+        .await
+        .unwrap_err();
+    assert!(
+        err.to_string().contains("http://127.0.0.1:9"),
+        "names the endpoint: {err}"
+    );
+}

@@ -7,6 +7,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::Context as _;
+use tidings::pubsub::PubSubOptions;
 use tidings::sqs::SqsOptions;
 use tidings::{AnyBroker, Topology, TransportOptions};
 use tidings_broker_kafka::KafkaOptions;
@@ -80,6 +81,10 @@ impl Transport {
         options.sqs = SqsOptions::default()
             .prefix(format!("tidings-{system}"))
             .visibility_timeout(Duration::from_secs(30));
+        // A member that dies lets its messages go after 30 s too.
+        options.pubsub = PubSubOptions::default()
+            .prefix(format!("tidings-{system}"))
+            .ack_deadline(Duration::from_secs(30));
         if !foreign.is_empty() && !url.starts_with("kafka://") {
             anyhow::bail!(
                 "another team's topic ({}) is read from Kafka: give a kafka:// broker, not {}",
@@ -98,6 +103,7 @@ impl Transport {
             AnyBroker::RabbitMq(_) => Some(format!("tidings-{system}")),
             AnyBroker::Kafka(_) => Some(format!("tidings-{system}.")),
             AnyBroker::Sqs(_) => Some(format!("tidings-{system}")),
+            AnyBroker::PubSub(_) => Some(format!("tidings-{system}")),
             _ => None,
         };
         Ok(Transport {

@@ -1,0 +1,122 @@
+//! Settling a delivery: acknowledge it, hand it back (at once, or after a
+//! delay, with `modifyAckDeadline`), or move it to the group's dead-letter
+//! topic.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::Instant;
+
+use async_trait::async_trait;
+use gcloud_googleapis::pubsub::v1::PubsubMessage;
+use gcloud_googleapis::pubsub::v1::{AcknowledgeRequest, ModifyAckDeadlineRequest};
+use gcloud_pubsub::apiv1::subscriber_client::SubscriberClient;
+use tidings_core::{AckKind, Acker, Error, Result};
+
+use crate::{PubSubTransport, TRANSPORT};
+
+/// Pub/Sub's longest ack deadline, in seconds: a delayed retry waits at
+/// most this long.
+pub(crate) const MAX_DEADLINE_SECONDS: u64 = 600;
+
+/// The ack ids a subscription holds, with when each was pulled: their
+/// deadlines extended while held (up to the longest lease), handed back
+/// when it closes.
+pub(crate) type Held = Arc<Mutex<HashMap<String, Instant>>>;
+
+pub(crate) struct PubSubAcker {
+    pub(crate) transport: PubSubTransport,
+    pub(crate) client: SubscriberClient,
+    /// The subscription's path.
+    pub(crate) subscription: String,
+    pub(crate) ack_id: String,
+    pub(crate) message: PubsubMessage,
+    pub(crate) held: Held,
+    pub(crate) dead_topic: String,
+}
+
+impl PubSubAcker {
+    /// Stops holding the message; whether it was still held.
+    fn let_go(&self) -> bool {
+        self.held.lock().unwrap().remove(&self.ack_id).is_some()
+    }
+
+    async fn acknowledge(&self) -> Result<()> {
+        let request = AcknowledgeRequest {
+            subscription: self.subscription.clone(),
+            ack_ids: vec![self.ack_id.clone()],
+        };
+        self.client
+            .acknowledge(request, None)
+            .await
+            .map(drop)
+            .map_err(|e| self.failed("acknowledging", e))
+    }
+
+    fn failed(&self, what: &str, e: gcloud_gax::grpc::Status) -> Error {
+        self.transport
+            .error(&format!("{what} message {}", self.message.message_id), e)
+    }
+}
+
+#[async_trait]
+impl Acker for PubSubAcker {
+    async fn ack(&self, kind: AckKind) -> Result<()> {
+        tracing::debug!(message_id = %self.message.message_id, ?kind, "settling");
+        match kind {
+            // The subscription extends the deadline of every message it holds.
+            AckKind::Progress => Ok(()),
+            AckKind::Ack => {
+                self.let_go();
+                self.acknowledge().await
+            }
+            AckKind::Nak(delay) => {
+                if !self.let_go() {
+                    return Ok(());
+                }
+                // Whole seconds, rounded up: never before the delay. Its
+                // ordering key waits behind it.
+                let seconds = delay.map_or(0, |d| d.as_millis().div_ceil(1000) as u64);
+                let request = ModifyAckDeadlineRequest {
+                    subscription: self.subscription.clone(),
+                    ack_ids: vec![self.ack_id.clone()],
+                    ack_deadline_seconds: seconds.min(MAX_DEADLINE_SECONDS) as i32,
+                };
+                self.client
+                    .modify_ack_deadline(request, None)
+                    .await
+                    .map(drop)
+                    .map_err(|e| self.failed("handing back", e))
+            }
+            AckKind::Term => {
+                self.let_go();
+                // A copy in the dead-letter topic, confirmed, then the
+                // original acknowledged: a crash in between leaves both,
+                // never neither. The copy has no ordering key: nothing
+                // waits behind it there.
+                let copy = PubsubMessage {
+                    data: self.message.data.clone(),
+                    attributes: self.message.attributes.clone(),
+                    ..PubsubMessage::default()
+                };
+                self.transport
+                    .publisher(&self.dead_topic)
+                    .publish_immediately(vec![copy], None)
+                    .await
+                    .map_err(|e| {
+                        Error::transport_reason(
+                            TRANSPORT,
+                            format!(
+                                "moving message {} to dead-letter topic {}: {:?}: {}",
+                                self.message.message_id,
+                                self.dead_topic,
+                                e.code(),
+                                e.message()
+                            ),
+                            true,
+                        )
+                    })?;
+                self.acknowledge().await
+            }
+        }
+    }
+}
