@@ -14,6 +14,10 @@ use tidings_core::{AckKind, Acker, Error, Result};
 
 use crate::{PubSubTransport, TRANSPORT};
 
+/// The ack deadline a message handed back is given: it comes back when it
+/// runs out (see [`PubSubAcker`]'s `Nak`).
+pub(crate) const HAND_BACK_SECONDS: i32 = 1;
+
 /// Pub/Sub's longest ack deadline, in seconds: a delayed retry waits at
 /// most this long.
 pub(crate) const MAX_DEADLINE_SECONDS: u64 = 600;
@@ -74,8 +78,13 @@ impl Acker for PubSubAcker {
                     return Ok(());
                 }
                 // Whole seconds, rounded up: never before the delay. Its
-                // ordering key waits behind it.
-                let seconds = delay.map_or(0, |d| d.as_millis().div_ceil(1000) as u64);
+                // ordering key waits behind it. At least a second: a message
+                // whose deadline runs out comes back before the key's later
+                // ones, and the emulator sends one handed back with a
+                // deadline of 0 after them.
+                let seconds = delay
+                    .map_or(0, |d| d.as_millis().div_ceil(1000) as u64)
+                    .max(HAND_BACK_SECONDS as u64);
                 let request = ModifyAckDeadlineRequest {
                     subscription: self.subscription.clone(),
                     ack_ids: vec![self.ack_id.clone()],

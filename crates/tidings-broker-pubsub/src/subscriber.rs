@@ -12,7 +12,7 @@ use tokio::sync::{mpsc, watch};
 use tokio_stream::wrappers::ReceiverStream;
 
 use crate::PubSubTransport;
-use crate::acker::{Held, PubSubAcker};
+use crate::acker::{HAND_BACK_SECONDS, Held, PubSubAcker};
 use crate::marshal::raw_message;
 
 /// How long one pull waits for messages before it is asked again.
@@ -65,8 +65,8 @@ impl Subscriber for PubSubTransport {
                 let _ = stop.send(true);
                 let _ = reading.await;
                 let _ = keeping.await;
-                // What is still held goes back at once.
-                reader.modify_held(0).await;
+                // What is still held goes back, in a second.
+                reader.modify_held(HAND_BACK_SECONDS).await;
                 reader.held.lock().unwrap().clear();
                 Ok(())
             }),
@@ -212,14 +212,14 @@ impl Reader {
     }
 
     /// Sets the ack deadline of every message held to `seconds` from now
-    /// (0 hands them back). A message held longer than the longest lease
-    /// is let go instead: Pub/Sub hands it out again when its deadline
-    /// runs out.
+    /// ([`HAND_BACK_SECONDS`] hands them back). A message held longer than
+    /// the longest lease is let go instead: Pub/Sub hands it out again when
+    /// its deadline runs out.
     async fn modify_held(&self, seconds: i32) {
         let max_lease = self.transport.options.max_lease;
         let held: Vec<String> = {
             let mut held = self.held.lock().unwrap();
-            if seconds > 0 {
+            if seconds > HAND_BACK_SECONDS {
                 held.retain(|ack_id, since| {
                     let keep = since.elapsed() < max_lease;
                     if !keep {
