@@ -96,10 +96,18 @@ impl Addresses for PubSubOptions {
         "googlepubsub"
     }
 
+    /// The topic, `<prefix>-<topic>`, or with several partitions one topic
+    /// each, `<prefix>-<topic>-{partition}-of-<n>`.
     fn address(&self, topic: &str) -> Address {
+        let count = self.partitions_of(topic);
+        let whole = self.topic_id(topic, Partition { index: 0, count: 1 });
         Address {
-            address: self.topic_id(topic, Partition { index: 0, count: 1 }),
-            partitions: self.partitions_of(topic),
+            address: if count > 1 {
+                format!("{whole}-{{partition}}-of-{count}")
+            } else {
+                whole
+            },
+            partitions: count,
             type_token: type_as_is,
             channel_binding: None,
             message_binding: None,

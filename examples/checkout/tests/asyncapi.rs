@@ -152,6 +152,32 @@ fn with_a_server_the_channels_are_the_brokers_real_addresses() {
         "tidings.checkout.commands"
     );
     assert_eq!(commands["bindings"]["amqp"]["is"], "routingKey");
+
+    // SNS, where messages are published (structured mode: one document).
+    let sqs = tidings_broker_sqs::SqsOptions::default().partitions(2);
+    let doc = described(Server::new(
+        "production",
+        "sns.eu-west-1.amazonaws.com",
+        Arc::new(sqs),
+    ));
+    assert_eq!(doc["servers"]["production"]["protocol"], "sns");
+    assert_eq!(doc["channels"]["orders"]["address"], "tidings-orders.fifo");
+
+    // Pub/Sub: a topic per partition.
+    let pubsub = tidings_broker_pubsub::PubSubOptions::default().partitions(4);
+    let doc = described(Server::new(
+        "production",
+        "pubsub.googleapis.com",
+        Arc::new(pubsub),
+    ));
+    assert_eq!(doc["servers"]["production"]["protocol"], "googlepubsub");
+    let orders = &doc["channels"]["orders"];
+    assert_eq!(orders["address"], "tidings-orders-{partition}-of-4");
+    assert_eq!(
+        orders["parameters"]["partition"]["enum"],
+        serde_json::json!(["0", "1", "2", "3"])
+    );
+    assert!(doc["components"]["messages"]["OrderPlaced.v1"]["headers"]["properties"]["ce-id"].is_object());
 }
 
 /// What the broker's URL and options say beyond the names: structured
