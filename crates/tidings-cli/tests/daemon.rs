@@ -9,7 +9,8 @@ mod common;
 use std::time::{Duration, Instant};
 
 use common::{
-    free_port, produce, sample, scrape, start_consumers, start_daemon, tidings, total, wait_for_endpoint,
+    free_port, produce, sample, scrape, start_consumers, start_consumers_with, start_daemon, tidings, total,
+    wait_for_endpoint,
 };
 use tidings_testkit::services::PgTestDb;
 
@@ -281,38 +282,58 @@ async fn scrape_until(
 #[tokio::test(flavor = "multi_thread")]
 async fn the_daemon_measures_consumer_lag_on_nats() {
     let nats = std::env::var("NATS_URL").unwrap_or_else(|_| "nats://127.0.0.1:4222".into());
-    consumer_lag_on_the_broker(&nats, |system| format!("TIDINGS_DEMO_{}", system.to_uppercase())).await;
+    consumer_lag_on_the_broker(
+        &nats,
+        |system| format!("TIDINGS_DEMO_{}", system.to_uppercase()),
+        &[],
+    )
+    .await;
 }
 
 #[tokio::test(flavor = "multi_thread")]
 async fn the_daemon_measures_consumer_lag_on_rabbitmq() {
     let amqp = std::env::var("AMQP_URL").unwrap_or_else(|_| "amqp://guest:guest@127.0.0.1:5672/%2f".into());
-    consumer_lag_on_the_broker(&amqp, |system| format!("tidings-demo-{system}")).await;
+    consumer_lag_on_the_broker(&amqp, |system| format!("tidings-demo-{system}"), &[]).await;
+}
+
+/// SQS counts a queue's messages (approximately; moto exactly).
+#[tokio::test(flavor = "multi_thread")]
+async fn the_daemon_measures_consumer_lag_on_sqs() {
+    let credentials = [
+        ("AWS_ACCESS_KEY_ID", "test".to_owned()),
+        ("AWS_SECRET_ACCESS_KEY", "test".to_owned()),
+    ];
+    consumer_lag_on_the_broker(
+        &tidings_testkit::sqs::sqs_url(),
+        |system| format!("tidings-demo-{system}"),
+        &credentials,
+    )
+    .await;
 }
 
 /// The demo's consumers on `broker`, the daemon relaying to it: the daemon's
 /// lag gauges read 0, grow to every command while the consumers are down,
 /// and return to 0 once they are back. `prefix` names the demo's resources
-/// on the broker after its system id.
-async fn consumer_lag_on_the_broker(broker: &str, prefix: impl Fn(&str) -> String) {
+/// on the broker after its system id; `env` is what the processes need to
+/// reach it (credentials).
+async fn consumer_lag_on_the_broker(broker: &str, prefix: impl Fn(&str) -> String, env: &[(&str, String)]) {
     let nats = broker.to_owned();
     let db = PgTestDb::new().await;
-    let mut consumers = start_consumers(&db.url, &["--broker", &nats]);
+    let mut consumers = start_consumers_with(&db.url, &["--broker", &nats], env);
     // The demo names its streams after the system it runs.
     let system: String = sqlx::query_scalar("SELECT id FROM demo_systems WHERE system = 'checkout'")
         .fetch_one(db.store.pool())
         .await
         .unwrap();
     let port = free_port();
-    let mut daemon = start_daemon(
-        &db.url,
-        &[
-            ("TIDINGS_METRICS__LISTEN", format!("127.0.0.1:{port}")),
-            ("TIDINGS_BROKER__URL", nats.clone()),
-            ("TIDINGS_BROKER__PREFIX", prefix(&system)),
-            ("TIDINGS_BROKER__PARTITIONS", "4".into()),
-        ],
-    );
+    let mut daemon_env = vec![
+        ("TIDINGS_METRICS__LISTEN", format!("127.0.0.1:{port}")),
+        ("TIDINGS_BROKER__URL", nats.clone()),
+        ("TIDINGS_BROKER__PREFIX", prefix(&system)),
+        ("TIDINGS_BROKER__PARTITIONS", "4".into()),
+    ];
+    daemon_env.extend(env.iter().cloned());
+    let mut daemon = start_daemon(&db.url, &daemon_env);
     wait_for_endpoint(port, &mut daemon);
     let series = "tidings_consumer_lag_messages{consumer=\"checkout\",topic=\"checkout.commands\"}";
     scrape_until(&daemon, port, "the groups seen at 0", |t| {
@@ -334,7 +355,7 @@ async fn consumer_lag_on_the_broker(broker: &str, prefix: impl Fn(&str) -> Strin
     .await;
 
     // They come back and catch up.
-    let mut consumers = start_consumers(&db.url, &["--broker", &nats]);
+    let mut consumers = start_consumers_with(&db.url, &["--broker", &nats], env);
     scrape_until(&daemon, port, "every group caught up", |t| {
         t.matches("tidings_consumer_lag_messages{").count() >= 5
             && total(t, "tidings_consumer_lag_messages") == 0.0

@@ -161,9 +161,15 @@ pub fn start_daemon(database: &str, env: &[(&str, String)]) -> Process {
 
 /// The checkout demo's consumers on `database`, once they say `ready`.
 pub fn start_consumers(database: &str, extra: &[&str]) -> Process {
+    start_consumers_with(database, extra, &[])
+}
+
+/// [`start_consumers`] with more environment (a broker's credentials).
+pub fn start_consumers_with(database: &str, extra: &[&str], env: &[(&str, String)]) -> Process {
     use std::io::BufRead;
     let mut consumers = tidings();
     consumers
+        .envs(env.iter().map(|(k, v)| (*k, v.as_str())))
         .args(["demo", "checkout", "--role", "consumers", "--database", database])
         // Tests run side by side on one server of 100 connections: each
         // process keeps to a few (the demo's default is 32).
