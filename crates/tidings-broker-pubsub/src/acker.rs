@@ -22,10 +22,17 @@ pub(crate) const HAND_BACK_SECONDS: i32 = 1;
 /// most this long.
 pub(crate) const MAX_DEADLINE_SECONDS: u64 = 600;
 
-/// The ack ids a subscription holds, with when each was pulled: their
-/// deadlines extended while held (up to the longest lease), handed back
-/// when it closes.
-pub(crate) type Held = Arc<Mutex<HashMap<String, Instant>>>;
+/// The messages a subscription holds: their deadlines extended while held
+/// (up to the longest lease), handed back when it closes.
+#[derive(Default)]
+pub(crate) struct HeldMessages {
+    /// By ack id: when it was pulled.
+    pub(crate) ack_ids: Mutex<HashMap<String, Instant>>,
+    /// Told each time a message is let go: its ordering key may be free.
+    pub(crate) settled: tokio::sync::Notify,
+}
+
+pub(crate) type Held = Arc<HeldMessages>;
 
 pub(crate) struct PubSubAcker {
     pub(crate) transport: PubSubTransport,
@@ -41,7 +48,9 @@ pub(crate) struct PubSubAcker {
 impl PubSubAcker {
     /// Stops holding the message; whether it was still held.
     fn let_go(&self) -> bool {
-        self.held.lock().unwrap().remove(&self.ack_id).is_some()
+        let held = self.held.ack_ids.lock().unwrap().remove(&self.ack_id).is_some();
+        self.held.settled.notify_one();
+        held
     }
 
     async fn acknowledge(&self) -> Result<()> {

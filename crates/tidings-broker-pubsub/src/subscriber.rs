@@ -67,7 +67,7 @@ impl Subscriber for PubSubTransport {
                 let _ = keeping.await;
                 // What is still held goes back, in a second.
                 reader.modify_held(HAND_BACK_SECONDS).await;
-                reader.held.lock().unwrap().clear();
+                reader.held.ack_ids.lock().unwrap().clear();
                 Ok(())
             }),
         )
@@ -152,6 +152,9 @@ impl Reader {
                 }
             };
             if emulated {
+                // While this member holds messages, the next pull comes as
+                // soon as one is settled (its key may be free), or after
+                // the pause, whichever is first.
                 idle = if messages.is_empty() {
                     (idle * 2).clamp(IDLE_FIRST, IDLE_MAX)
                 } else {
@@ -160,6 +163,7 @@ impl Reader {
                 if !idle.is_zero() {
                     tokio::select! {
                         _ = stopping(&mut stopped) => return,
+                        _ = self.held.settled.notified() => {}
                         _ = tokio::time::sleep(idle) => {}
                     }
                 }
@@ -167,7 +171,7 @@ impl Reader {
             // Every message pulled is held before any is handed on: one the
             // stream no longer takes is handed back on close.
             {
-                let mut held = self.held.lock().unwrap();
+                let mut held = self.held.ack_ids.lock().unwrap();
                 let now = Instant::now();
                 for m in &messages {
                     held.insert(m.ack_id.clone(), now);
@@ -218,7 +222,7 @@ impl Reader {
     async fn modify_held(&self, seconds: i32) {
         let max_lease = self.transport.options.max_lease;
         let held: Vec<String> = {
-            let mut held = self.held.lock().unwrap();
+            let mut held = self.held.ack_ids.lock().unwrap();
             if seconds > HAND_BACK_SECONDS {
                 held.retain(|ack_id, since| {
                     let keep = since.elapsed() < max_lease;
