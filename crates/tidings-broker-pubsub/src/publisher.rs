@@ -29,37 +29,26 @@ impl PubSubTransport {
             .topic_id(&m.topic, Partition::of(&m.envelope.aggregate_key, count))
     }
 
-    /// Publishes `messages` (in batch order) to topic `id`, in requests
-    /// Pub/Sub takes, each confirmed before the next leaves.
-    async fn publish_to(&self, id: &str, messages: Vec<(&OutgoingMessage, PubsubMessage)>) -> Result<()> {
+    /// Publishes `messages` (in batch order, each with the size Pub/Sub
+    /// counts) to topic `id`, in requests Pub/Sub takes, each confirmed
+    /// before the next leaves.
+    async fn publish_to(
+        &self,
+        id: &str,
+        messages: Vec<(&OutgoingMessage, PubsubMessage, usize)>,
+    ) -> Result<()> {
         let publisher = self.publisher(id);
         let mut request: Vec<PubsubMessage> = Vec::new();
         let mut bytes = 0;
         let mut first_id = None;
         let mut rest = messages.into_iter().peekable();
-        while let Some((m, message)) = rest.next() {
-            let size = message.data.len()
-                + message
-                    .attributes
-                    .iter()
-                    .map(|(k, v)| k.len() + v.len())
-                    .sum::<usize>();
+        while let Some((m, message, size)) = rest.next() {
             first_id.get_or_insert(m.envelope.id);
             bytes += size;
             request.push(message);
             let full = match rest.peek() {
                 None => true,
-                Some((_, next)) => {
-                    request.len() == REQUEST_MESSAGES
-                        || bytes
-                            + next.data.len()
-                            + next
-                                .attributes
-                                .iter()
-                                .map(|(k, v)| k.len() + v.len())
-                                .sum::<usize>()
-                            > REQUEST_BYTES
-                }
+                Some((_, _, next)) => request.len() == REQUEST_MESSAGES || bytes + next > REQUEST_BYTES,
             };
             if !full {
                 continue;
@@ -109,16 +98,20 @@ impl Publisher for PubSubTransport {
     /// sent one after another, and a refused request is never followed by a
     /// later one of its topic. Several topics (partitions) go out at once.
     async fn publish(&self, batch: &[OutgoingMessage]) -> Result<()> {
-        let mut by_topic: BTreeMap<String, Vec<(&OutgoingMessage, PubsubMessage)>> = BTreeMap::new();
+        let mut by_topic: BTreeMap<String, Vec<(&OutgoingMessage, PubsubMessage, usize)>> = BTreeMap::new();
         for m in batch {
             let encoded = encode(&m.envelope);
+            let size = encoded.size();
             let message = PubsubMessage {
                 data: encoded.data,
                 attributes: encoded.attributes.into_iter().collect(),
                 ordering_key: ordering_key(&m.envelope.aggregate_key),
                 ..PubsubMessage::default()
             };
-            by_topic.entry(self.topic_of(m)).or_default().push((m, message));
+            by_topic
+                .entry(self.topic_of(m))
+                .or_default()
+                .push((m, message, size));
         }
         for (id, messages) in &by_topic {
             self.topic(id).await?;
