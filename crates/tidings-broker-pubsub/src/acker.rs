@@ -8,10 +8,9 @@ use std::time::Instant;
 
 use async_trait::async_trait;
 use gcloud_googleapis::pubsub::v1::PubsubMessage;
-use gcloud_googleapis::pubsub::v1::{AcknowledgeRequest, ModifyAckDeadlineRequest};
-use gcloud_pubsub::apiv1::subscriber_client::SubscriberClient;
 use tidings_core::{AckKind, Acker, Error, Result};
 
+use crate::settlements::{Settle, Settlements};
 use crate::{PubSubTransport, TRANSPORT};
 
 /// The ack deadline a message handed back is given: it comes back when it
@@ -36,9 +35,8 @@ pub(crate) type Held = Arc<HeldMessages>;
 
 pub(crate) struct PubSubAcker {
     pub(crate) transport: PubSubTransport,
-    pub(crate) client: SubscriberClient,
-    /// The subscription's path.
-    pub(crate) subscription: String,
+    /// The subscription's, sent together.
+    pub(crate) settlements: Settlements,
     pub(crate) ack_id: String,
     pub(crate) message: PubsubMessage,
     pub(crate) held: Held,
@@ -54,14 +52,9 @@ impl PubSubAcker {
     }
 
     async fn acknowledge(&self) -> Result<()> {
-        let request = AcknowledgeRequest {
-            subscription: self.subscription.clone(),
-            ack_ids: vec![self.ack_id.clone()],
-        };
-        self.client
-            .acknowledge(request, None)
+        self.settlements
+            .settle(self.ack_id.clone(), Settle::Ack)
             .await
-            .map(drop)
             .map_err(|e| self.failed("acknowledging", e))
     }
 
@@ -94,15 +87,10 @@ impl Acker for PubSubAcker {
                 let seconds = delay
                     .map_or(0, |d| d.as_millis().div_ceil(1000) as u64)
                     .max(HAND_BACK_SECONDS as u64);
-                let request = ModifyAckDeadlineRequest {
-                    subscription: self.subscription.clone(),
-                    ack_ids: vec![self.ack_id.clone()],
-                    ack_deadline_seconds: seconds.min(MAX_DEADLINE_SECONDS) as i32,
-                };
-                self.client
-                    .modify_ack_deadline(request, None)
+                let deadline = Settle::Deadline(seconds.min(MAX_DEADLINE_SECONDS) as i32);
+                self.settlements
+                    .settle(self.ack_id.clone(), deadline)
                     .await
-                    .map(drop)
                     .map_err(|e| self.failed("handing back", e))
             }
             AckKind::Term => {

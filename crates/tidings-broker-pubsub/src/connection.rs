@@ -10,7 +10,7 @@ use std::time::Duration;
 use gcloud_gax::conn::{ConnectionOptions, Environment};
 use gcloud_gax::grpc::{Code, Status};
 use gcloud_pubsub::client::{Client, ClientConfig};
-use gcloud_pubsub::publisher::Publisher;
+use gcloud_pubsub::publisher::{Publisher, PublisherConfig};
 use tidings_core::{Error, Result};
 
 use crate::{PubSubOptions, TRANSPORT};
@@ -121,12 +121,21 @@ impl PubSubTransport {
         place(&self.options)
     }
 
-    /// The publisher of topic `id`, made on first use.
+    /// The publisher of topic `id`, made on first use. Only its
+    /// `publish_immediately` (one `Publish` request, answered) is used:
+    /// it starts none of the batching workers, which would wake ten times
+    /// a second for every topic.
     pub(crate) fn publisher(&self, id: &str) -> Publisher {
         let mut publishers = self.declared.publishers.lock().unwrap();
         publishers
             .entry(id.to_owned())
-            .or_insert_with(|| self.client.topic(id).new_publisher(None))
+            .or_insert_with(|| {
+                let unbatched = PublisherConfig {
+                    workers: 0,
+                    ..PublisherConfig::default()
+                };
+                self.client.topic(id).new_publisher(Some(unbatched))
+            })
             .clone()
     }
 

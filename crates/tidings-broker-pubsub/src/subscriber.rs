@@ -14,6 +14,7 @@ use tokio_stream::wrappers::ReceiverStream;
 use crate::PubSubTransport;
 use crate::acker::{HAND_BACK_SECONDS, Held, PubSubAcker};
 use crate::marshal::raw_message;
+use crate::settlements::Settlements;
 
 /// How long one pull waits for messages before it is asked again.
 const PULL_WAIT: Duration = Duration::from_secs(5);
@@ -21,6 +22,11 @@ const PULL_WAIT: Duration = Duration::from_secs(5);
 /// the first to the longest, doubling.
 const IDLE_FIRST: Duration = Duration::from_millis(50);
 const IDLE_MAX: Duration = Duration::from_secs(1);
+/// How long a pull waits for room in the stream before taking what there is.
+const ROOM_GATHER: Duration = Duration::from_millis(50);
+/// After a message held is settled, on the emulator: how long the next
+/// pull waits for others settled at the same time.
+const SETTLED_GATHER: Duration = Duration::from_millis(20);
 /// The most ack ids one `modifyAckDeadline` request takes here.
 const MODIFY_BATCH: usize = 1000;
 
@@ -74,6 +80,17 @@ impl Subscriber for PubSubTransport {
     }
 }
 
+/// Room in `tx` for `wanted` deliveries, or for what there is once there
+/// has been room for one for [`ROOM_GATHER`]; `None` once the stream is
+/// dropped.
+async fn room_for(tx: &mpsc::Sender<Result<Delivery>>, wanted: usize) -> Option<usize> {
+    drop(tx.reserve().await.ok()?);
+    if let Ok(permits) = tokio::time::timeout(ROOM_GATHER, tx.reserve_many(wanted)).await {
+        drop(permits.ok()?);
+    }
+    Some(tx.capacity().max(1))
+}
+
 /// Until the subscription closes (the watch's guard dropped before
 /// anything else is awaited).
 async fn stopping(stopped: &mut watch::Receiver<bool>) {
@@ -98,16 +115,21 @@ impl Reader {
             .subscription(&self.subscription)
             .get_client();
         let subscription_path = self.transport.options.subscription_path(&self.subscription);
+        let settlements = Settlements::start(client.clone(), subscription_path.clone());
         let emulated = self.transport.options.emulated();
         let mut failures = 0u32;
         let mut idle = Duration::ZERO;
+        let gather = (usize::from(self.transport.options.prefetch) / 4).max(1);
         loop {
-            // Room first: what is pulled is leased to this member.
+            // Room first: what is pulled is leased to this member. Room
+            // for a quarter of the prefetch, or what there is after a
+            // moment: a pull per message settled would keep Pub/Sub (the
+            // emulator above all) busy answering pulls.
             let room = tokio::select! {
                 _ = stopping(&mut stopped) => return,
-                permit = tx.reserve() => match permit {
-                    Ok(permit) => { drop(permit); tx.capacity().max(1) }
-                    Err(_) => return,
+                room = room_for(&tx, gather) => match room {
+                    Some(room) => room,
+                    None => return,
                 },
             };
             // The emulator mishandles a pull cancelled while it waits (it
@@ -161,10 +183,18 @@ impl Reader {
                     Duration::ZERO
                 };
                 if !idle.is_zero() {
-                    tokio::select! {
+                    let woken = tokio::select! {
                         _ = stopping(&mut stopped) => return,
-                        _ = self.held.settled.notified() => {}
-                        _ = tokio::time::sleep(idle) => {}
+                        _ = self.held.settled.notified() => true,
+                        _ = tokio::time::sleep(idle) => false,
+                    };
+                    // Others are settled around the same time: one pull
+                    // for all of them.
+                    if woken {
+                        tokio::select! {
+                            _ = stopping(&mut stopped) => return,
+                            _ = tokio::time::sleep(SETTLED_GATHER) => {}
+                        }
                     }
                 }
             }
@@ -186,8 +216,7 @@ impl Reader {
                 tracing::debug!(subscription = %self.subscription, message_id = %message.message_id, key = raw.key.as_deref().unwrap_or(""), count, "received");
                 let acker = PubSubAcker {
                     transport: self.transport.clone(),
-                    client: client.clone(),
-                    subscription: subscription_path.clone(),
+                    settlements: settlements.clone(),
                     ack_id: received.ack_id,
                     message,
                     held: self.held.clone(),
