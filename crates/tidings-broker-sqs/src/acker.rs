@@ -43,7 +43,13 @@ pub(crate) type Held = Arc<HeldMessages>;
 pub(crate) struct Holding {
     pub(crate) receipt: String,
     pub(crate) hidden_until: Instant,
+    /// When it was asked for: SQS hides a message at most 12 hours from
+    /// then ([`MAX_HIDDEN`]).
+    pub(crate) received: Instant,
 }
+
+/// How long SQS hides a received message at most, renewals included.
+pub(crate) const MAX_HIDDEN: std::time::Duration = std::time::Duration::from_secs(12 * 3600);
 
 impl HeldMessages {
     /// Stops holding `message_id`; whether it was still held for sure.

@@ -25,6 +25,11 @@ pub struct SqsTransport {
     pub(crate) options: SqsOptions,
     pub(crate) declared: Arc<Declared>,
     endpoint: Option<String>,
+    /// Receives never wait at the service: it is an emulator (a plain
+    /// `http://` endpoint, moto or LocalStack). Moto's waiting receive spins
+    /// without pause while a FIFO queue's visible messages all belong to
+    /// message groups in flight, taking a whole core for the wait.
+    pub(crate) short_polls: bool,
 }
 
 /// What this transport made or found, so that each is asked for once.
@@ -120,6 +125,7 @@ impl SqsTransport {
             sqs: aws_sdk_sqs::Client::new(&config),
             options,
             declared: Arc::default(),
+            short_polls: endpoint.as_deref().is_some_and(|e| e.starts_with("http://")),
             endpoint,
         };
         transport

@@ -34,6 +34,14 @@
 //! A message larger than 256 KiB, body and attributes counted together,
 //! is refused before it is sent ([`SqsOptions::max_message_bytes`]).
 //!
+//! Members receive with long polling (up to
+//! [`SqsOptions::receive_wait`]) while they hold nothing; while they hold
+//! messages, and always on a plain `http://` endpoint (moto, LocalStack),
+//! receives return at once, and one that brought nothing is followed by a
+//! pause growing to a second, cut short when a message held is settled.
+//! A message held for 12 hours, the longest SQS hides one, is let go with
+//! a warning: SQS delivers it again.
+//!
 //! # Where the services are
 //!
 //! `sqs://` takes everything from the standard AWS configuration: the

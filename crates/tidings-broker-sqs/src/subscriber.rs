@@ -12,7 +12,7 @@ use tokio::sync::{mpsc, watch};
 use tokio_stream::wrappers::ReceiverStream;
 
 use crate::SqsTransport;
-use crate::acker::{Held, Holding, SqsAcker};
+use crate::acker::{Held, Holding, MAX_HIDDEN, SqsAcker};
 use crate::marshal::raw_message;
 
 /// SQS's largest receive and batch.
@@ -125,10 +125,11 @@ impl Reader {
             };
             // While this member holds messages, a receive does not wait:
             // settling them frees their message groups, which a waiting
-            // receive may not see until it ends (moto does not). When one
-            // brought nothing, the next waits for a message to be settled
-            // here, or a pause growing while nothing comes.
-            let holding = !self.held.receipts.lock().unwrap().is_empty();
+            // receive may not see until it ends (moto does not). Nor does
+            // one on an emulator (see `short_polls`). When one brought
+            // nothing, the next waits for a message to be settled here, or
+            // a pause growing while nothing comes.
+            let holding = !self.held.receipts.lock().unwrap().is_empty() || self.transport.short_polls;
             if holding && !idle.is_zero() {
                 tokio::select! {
                     _ = stopped.wait_for(|s| *s) => return,
@@ -189,6 +190,7 @@ impl Reader {
                 let holding = Holding {
                     receipt: receipt.clone(),
                     hidden_until: asked + self.transport.options.visibility_timeout,
+                    received: asked,
                 };
                 self.held
                     .receipts
@@ -291,7 +293,14 @@ impl Reader {
                 if !ours {
                     tracing::debug!(queue = %self.queue_url, message_id = %id, "a held message's hiding ran out before it was renewed: let go");
                 }
-                ours
+                // SQS refuses to hide it longer: it comes back when this
+                // hiding runs out, to whoever reads the queue then.
+                let past_limit = seconds > 0
+                    && now + Duration::from_secs(seconds as u64) > h.received + MAX_HIDDEN;
+                if ours && past_limit {
+                    tracing::warn!(queue = %self.queue_url, message_id = %id, "a message held for 12 hours, the longest SQS hides one, is let go: SQS delivers it again when its visibility timeout runs out");
+                }
+                ours && !past_limit
             });
             receipts
                 .iter()
