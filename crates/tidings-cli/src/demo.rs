@@ -27,6 +27,10 @@ pub(crate) enum Demo {
         /// Orders to place.
         #[arg(long, default_value_t = 1000)]
         orders: usize,
+        /// Place at most this many orders a second (default: as fast as
+        /// the database takes them), for a steady load.
+        #[arg(long, value_name = "PER_SECOND")]
+        order_rate: Option<std::num::NonZeroU32>,
         /// Fraction of orders the inventory service cannot handle (0 to 1).
         #[arg(long, default_value_t = 0.0, value_parser = fraction)]
         poison_rate: f64,
@@ -223,6 +227,7 @@ pub(crate) async fn run(demo: Demo) -> anyhow::Result<ExitCode> {
     match demo {
         Demo::Checkout {
             orders,
+            order_rate,
             poison_rate,
             warehouse_fixed,
             role,
@@ -236,6 +241,7 @@ pub(crate) async fn run(demo: Demo) -> anyhow::Result<ExitCode> {
             let scale = system.scale();
             let options = DemoOptions {
                 orders,
+                order_rate,
                 database: system.database(),
                 broker: system.broker(),
                 duplicate_rate: scale.duplicate_rate,

@@ -15,7 +15,8 @@
 //! order's events in order at every consumer, the poison in the failure
 //! store with its history (and its orders' later events parked behind
 //! it), nothing left in the outbox, and producers having committed while
-//! the broker was down. The broker is NATS, RabbitMQ or the Kafka protocol.
+//! the broker was down. The broker is NATS, RabbitMQ, the Kafka protocol,
+//! SNS + SQS (moto's server) or Pub/Sub (its emulator).
 //! One scenario runs the relays in CDC mode, reading the outbox from
 //! PostgreSQL's logical replication through the crash, over RabbitMQ.
 //!
@@ -39,8 +40,10 @@ use tidings_testkit::kafka::PrivateTansu;
 use tidings_testkit::nats::PrivateNats;
 use tidings_testkit::outage::PrivateBroker;
 use tidings_testkit::postgres::PrivatePgTestDb;
+use tidings_testkit::pubsub::PrivateEmulator;
 use tidings_testkit::rabbitmq::PrivateRabbit;
 use tidings_testkit::services::{MySqlTestDb, PgTestDb, TestDb};
+use tidings_testkit::sqs::PrivateMoto;
 
 mod common;
 
@@ -52,12 +55,28 @@ use common::{count, texts};
 mod cause;
 
 /// Orders per scenario: three commands and three events each, every event
-/// handled by four consumers.
-fn orders() -> usize {
-    std::env::var("TIDINGS_FAULT_ORDERS")
+/// handled by four consumers; and at most how many a second the producer
+/// places. Fewer over the emulators, whose work grows with what they hold:
+/// the Pub/Sub emulator keeps a backlog with a thread of its own for each
+/// ordering key of each subscription and scans them all on every pull;
+/// moto, one Python process, scans a queue's messages (and asks each
+/// whether it is visible) for every message SNS sends it, and for each it
+/// receives, changes or deletes. With thousands of orders either takes the
+/// machine's cores. They are placed at a steady rate there, so that the
+/// producer still commits while the faults come.
+fn orders(broker: &str) -> (usize, Option<u32>) {
+    let (n, rate) = if broker.starts_with("pubsub:") {
+        (800, Some(80))
+    } else if broker.starts_with("sqs:") {
+        (300, Some(30))
+    } else {
+        (3400, None)
+    };
+    let n = std::env::var("TIDINGS_FAULT_ORDERS")
         .ok()
         .and_then(|n| n.parse().ok())
-        .unwrap_or(3400)
+        .unwrap_or(n);
+    (n, rate)
 }
 
 /// How long a scenario may take to drain after its last fault.
@@ -98,6 +117,26 @@ async fn checkout_processes_survive_kills_freezes_and_a_frozen_kafka_broker() {
     let kafka = PrivateTansu::start();
     let url = kafka.url();
     run_scenario::<PgTestDb>("kafka", Box::new(kafka), url, &FAULTS, Relays::Poll).await;
+}
+
+/// Over Pub/Sub the outage is a freeze too: the emulator keeps its state
+/// in memory.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn checkout_processes_survive_kills_freezes_and_a_frozen_pubsub_emulator() {
+    let _one = ONE_AT_A_TIME.lock().await;
+    let emulator = PrivateEmulator::start();
+    let url = emulator.url();
+    run_scenario::<PgTestDb>("pubsub", Box::new(emulator), url, &FAULTS, Relays::Poll).await;
+}
+
+/// Over SNS + SQS (moto's server) the outage is a freeze too: moto keeps
+/// its state in memory.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn checkout_processes_survive_kills_freezes_and_a_frozen_sns_sqs_server() {
+    let _one = ONE_AT_A_TIME.lock().await;
+    let moto = PrivateMoto::start();
+    let url = moto.url();
+    run_scenario::<PgTestDb>("sqs", Box::new(moto), url, &FAULTS, Relays::Poll).await;
 }
 
 /// The relays read the outbox from PostgreSQL's logical replication (CDC),
@@ -143,6 +182,10 @@ struct Process {
 struct System {
     database: String,
     broker: String,
+    /// Orders the producer places.
+    orders: usize,
+    /// At most this many a second.
+    order_rate: Option<u32>,
     relay_mode: Relays,
     logs: std::path::PathBuf,
     relays: Vec<Process>,
@@ -160,9 +203,17 @@ impl System {
                 "RUST_LOG",
                 std::env::var("TIDINGS_FAULT_LOG").unwrap_or_else(|_| "warn,sqlx=error,lapin=error".into()),
             )
+            // Moto takes any credentials; the AWS SDK wants some.
+            .env("AWS_ACCESS_KEY_ID", "test")
+            .env("AWS_SECRET_ACCESS_KEY", "test")
             .args(["demo", "checkout", "--role", role, "--partitions", "4"])
             .args(["--database", &self.database, "--broker", &self.broker])
-            .args(["--orders", &orders().to_string(), "--poison-rate", "0.01"])
+            .args(["--orders", &self.orders.to_string(), "--poison-rate", "0.01"])
+            .args(
+                self.order_rate
+                    .map(|r| vec!["--order-rate".to_owned(), r.to_string()])
+                    .unwrap_or_default(),
+            )
             .args(["--duplicate-rate", "0.05"])
             .args(match (role, self.relay_mode) {
                 ("relay", Relays::Cdc) => &["--relay-mode", "cdc"][..],
@@ -320,6 +371,17 @@ const OUTAGE: Duration = Duration::from_secs(4);
 /// Larger than NATS's and Kafka's default limits (1 MiB, 1 MB), and the
 /// private RabbitMQ node's `max_message_size` (1 MiB).
 const OVERSIZED: usize = 1_500_000;
+/// Larger than Pub/Sub's 10 MB.
+const OVERSIZED_PUBSUB: usize = 10_500_000;
+
+/// The padding that makes a record larger than the broker at `url` takes.
+fn oversized(url: &str) -> usize {
+    if url.starts_with("pubsub:") {
+        OVERSIZED_PUBSUB
+    } else {
+        OVERSIZED
+    }
+}
 
 async fn run_scenario<T>(
     name: &str,
@@ -336,8 +398,11 @@ async fn run_scenario<T>(
     std::fs::create_dir_all(&logs).unwrap();
     let store = db.store().clone();
     let started = Instant::now();
+    let (orders, order_rate) = orders(&broker_url);
     let mut system = System {
         database: db.url(),
+        orders,
+        order_rate,
         broker: broker_url,
         relay_mode,
         logs: logs.clone(),
@@ -411,7 +476,7 @@ async fn run_scenario<T>(
                 let deadline = Instant::now() + Duration::from_secs(60);
                 let before = loop {
                     let n = tally(&store).await.commands;
-                    if n >= 300.min(orders() as i64) {
+                    if n >= 300.min(system.orders as i64) {
                         break n;
                     }
                     assert!(
@@ -484,6 +549,7 @@ async fn run_scenario<T>(
     )
     .await;
     report.crash = crash;
+    report.orders = system.orders;
     if report.order_violations > 0 {
         report.evidence = order_evidence(&store, &logs).await;
     }
@@ -687,7 +753,7 @@ async fn poison_outbox<D: CheckoutDialect>(store: &SqlStore<D>, system: &System)
             doc.get_mut("data")
                 .and_then(serde_json::Value::as_object_mut)
                 .expect("the demo's records carry JSON objects")
-                .insert("padding".into(), "x".repeat(OVERSIZED).into());
+                .insert("padding".into(), "x".repeat(oversized(&system.broker)).into());
             serde_json::to_vec(&doc).unwrap()
         } else {
             b"\x00\x9f not an envelope".to_vec()
@@ -771,9 +837,14 @@ async fn release_poison<D: CheckoutDialect>(
             .unwrap_or_else(|| panic!("no relay dead letter for {}: {letters:?}", p.id));
         let reason = letter.errors.last().map_or(String::new(), |e| e.error.clone());
         let named = if p.oversized {
-            ["max_payload", "message.max.bytes", "max_message_size"]
-                .iter()
-                .any(|limit| reason.contains(limit))
+            [
+                "max_payload",
+                "message.max.bytes",
+                "max_message_size",
+                "too large for",
+            ]
+            .iter()
+            .any(|limit| reason.contains(limit))
         } else {
             reason.contains("not an envelope")
         };
@@ -809,6 +880,8 @@ async fn tally<D: CheckoutDialect>(store: &SqlStore<D>) -> Tally {
 #[derive(Debug)]
 struct Report {
     name: String,
+    /// Orders the producer placed.
+    orders: usize,
     database: &'static str,
     events: i64,
     commands: i64,
@@ -841,6 +914,7 @@ impl Report {
         let sum = |counts: &[(String, i64)]| counts.iter().map(|(_, n)| n).sum::<i64>();
         Report {
             name: name.to_owned(),
+            orders: 0,
             database: D::NAME,
             events: t.events,
             commands: t.commands,
@@ -888,7 +962,7 @@ impl Report {
         );
         // Each effect once per consumer: every order took its three commands
         // once, each reservation, email and credit exists once.
-        assert_eq!(t.orders as usize, orders(), "{self}");
+        assert_eq!(t.orders as usize, self.orders, "{self}");
         assert_eq!(
             count(store, "SELECT count(*) FROM checkout_orders WHERE events <> 3").await,
             0,
@@ -954,8 +1028,9 @@ impl std::fmt::Display for Report {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         writeln!(
             f,
-            "fault suite · {} ({}{}, private broker, 2 relay + 2 consumer processes)",
+            "fault suite · {} ({} orders, {}{}, private broker, 2 relay + 2 consumer processes)",
             self.name,
+            self.orders,
             self.database,
             if self.crash.is_some() {
                 " on a private server"

@@ -46,7 +46,18 @@ impl Default for Retry {
 /// may have committed. Keep such a transaction safe to repeat (a unique
 /// business key, or the envelope's id chosen before the first try, which
 /// the outbox refuses twice).
-pub async fn transaction<T, F, Fut>(retry: &Retry, mut op: F) -> Result<T>
+pub async fn transaction<T, F, Fut>(retry: &Retry, op: F) -> Result<T>
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = Result<T>>,
+{
+    transient(retry, "transaction", op).await
+}
+
+/// Runs `op` again while it fails with a transient error, as
+/// [`transaction`] does, saying each time that `what` failed: a broker's
+/// set-up at a service's start, while the broker is briefly away.
+pub async fn transient<T, F, Fut>(retry: &Retry, what: &str, mut op: F) -> Result<T>
 where
     F: FnMut() -> Fut,
     Fut: Future<Output = Result<T>>,
@@ -66,7 +77,7 @@ where
             ErrorClass::RetryAfter(d) => d.max(retry.backoff.delay(failures)),
             _ => retry.backoff.delay(failures),
         };
-        tracing::warn!(error = %error.report(), attempt = failures, retry_in_ms = delay.as_millis() as u64, "transaction failed; trying again");
+        tracing::warn!(error = %error.report(), attempt = failures, retry_in_ms = delay.as_millis() as u64, "{what} failed; trying again");
         tokio::time::sleep(delay.min(Duration::from_secs(60))).await;
     }
 }

@@ -14,6 +14,8 @@ pub struct FreezableServer {
     child: Child,
     port: u16,
     frozen: bool,
+    /// Its standard error.
+    log: std::path::PathBuf,
 }
 
 impl FreezableServer {
@@ -36,10 +38,16 @@ impl FreezableServer {
             .local_addr()
             .unwrap()
             .port();
+        let log = std::env::temp_dir().join(format!(
+            "tidings-private-{}-{port}.log",
+            name.replace([' ', '/'], "-").to_lowercase()
+        ));
+        let output =
+            std::fs::File::create(&log).unwrap_or_else(|e| panic!("cannot write {}: {e}", log.display()));
         let child = Command::new(program)
             .args(args(port))
             .stdout(Stdio::null())
-            .stderr(Stdio::null())
+            .stderr(output)
             .spawn()
             .unwrap_or_else(|e| panic!("cannot start the private {name} ({program}; {hint}): {e}"));
         let mut server = FreezableServer {
@@ -47,12 +55,11 @@ impl FreezableServer {
             child,
             port,
             frozen: false,
+            log,
         };
         let deadline = Instant::now() + within;
         while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
-            if let Ok(Some(status)) = server.child.try_wait() {
-                panic!("the private {name} on port {port} exited ({status})");
-            }
+            server.assert_alive();
             assert!(
                 Instant::now() < deadline,
                 "the private {name} on port {port} did not start within {within:?}"
@@ -65,6 +72,25 @@ impl FreezableServer {
     /// Its loopback port.
     pub fn port(&self) -> u16 {
         self.port
+    }
+
+    /// Where its output goes.
+    pub fn log(&self) -> &std::path::Path {
+        &self.log
+    }
+
+    /// # Panics
+    ///
+    /// If the server exited, with its status and where its output is.
+    pub fn assert_alive(&mut self) {
+        if let Ok(Some(status)) = self.child.try_wait() {
+            panic!(
+                "the private {} on port {} exited ({status}); its output is in {}",
+                self.name,
+                self.port,
+                self.log.display()
+            );
+        }
     }
 
     fn signal(&self, signal: &str) {
@@ -92,6 +118,7 @@ impl crate::outage::PrivateBroker for FreezableServer {
             self.signal("-CONT");
             self.frozen = false;
         }
+        self.assert_alive();
     }
 }
 
@@ -104,5 +131,8 @@ impl Drop for FreezableServer {
         }
         let _ = self.child.kill();
         let _ = self.child.wait();
+        if !std::thread::panicking() {
+            let _ = std::fs::remove_file(&self.log);
+        }
     }
 }

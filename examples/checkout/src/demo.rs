@@ -14,7 +14,7 @@ use tidings::AnyStore;
 use tidings::sql::StoreOptions;
 use tidings_cdc_postgres::{CdcOptions, CdcStore};
 use tidings_consumer::{ConsumerStats, Handler};
-use tidings_core::retry::Retry;
+use tidings_core::retry::{Retry, transient};
 use tidings_core::{Envelope, Message, OutgoingMessage};
 use tidings_demo_kit::{Calls, Meter, Runner, Scale, SidePool, ThirdParty};
 use tokio::task::JoinSet;
@@ -55,6 +55,9 @@ pub enum Role {
 pub struct DemoOptions {
     /// Orders to place.
     pub orders: usize,
+    /// At most this many orders a second; `None`: as fast as the database
+    /// takes them.
+    pub order_rate: Option<std::num::NonZeroU32>,
     /// `postgres://...` or `sqlite://path` (default: [`DEFAULT_DATABASE`]).
     pub database: Option<String>,
     /// `nats://host:port`, `amqp://user:pw@host:port/vhost`, or `None` for the database-log transport.
@@ -97,6 +100,7 @@ impl Default for DemoOptions {
     fn default() -> Self {
         DemoOptions {
             orders: 1000,
+            order_rate: None,
             database: None,
             broker: None,
             duplicate_rate: 0.0,
@@ -352,7 +356,12 @@ where
         .chain(EVENT_CONSUMERS.map(|c| (c, ORDERS)))
         .filter(|_| consumers)
     {
-        transport.subscriber.ensure_group(group, topic).await?;
+        // A broker away for a moment (restarting, frozen) is waited for.
+        let what = format!("making consumer group {group}'s subscription of {topic}");
+        transient(&Retry::default(), &what, || {
+            transport.subscriber.ensure_group(group, topic)
+        })
+        .await?;
     }
     let scale = Scale {
         members: options.members,
@@ -529,16 +538,22 @@ async fn place_orders<S: CheckoutStore>(
 ) -> anyhow::Result<()> {
     let next = Arc::new(AtomicUsize::new(0));
     let mut producers = JoinSet::new();
+    let start = tokio::time::Instant::now();
     for _ in 0..options.producers.max(1) {
         let store = store.clone();
         let next = next.clone();
         let placed = placed.clone();
-        let (orders, poison_rate) = (options.orders, options.poison_rate);
+        let (orders, poison_rate, rate) = (options.orders, options.poison_rate, options.order_rate);
         producers.spawn(async move {
             loop {
                 let i = next.fetch_add(1, Ordering::Relaxed);
                 if i >= orders {
                     return anyhow::Ok(());
+                }
+                // Order i is due i / rate seconds after the start.
+                if let Some(rate) = rate {
+                    let due = Duration::from_secs_f64(i as f64 / f64::from(rate.get()));
+                    tokio::time::sleep_until(start + due).await;
                 }
                 // One order, one trace: its commands start in this span.
                 let span = tracing::info_span!("checkout.place_order", order = i);
