@@ -51,6 +51,7 @@
 #![warn(missing_docs, missing_debug_implementations, unreachable_pub)]
 
 use std::fmt;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -131,7 +132,9 @@ impl RelayConfig {
         self
     }
 
-    /// How long a publish may wait for the transport's confirmation before it counts as failed.
+    /// How long a publish may wait for the transport's confirmation before it
+    /// counts as failed. A batch that outlasts it makes the next rounds
+    /// claim fewer records ([`Relay::claim_limit`]).
     pub fn publish_timeout(mut self, d: Duration) -> Self {
         self.publish_timeout = d;
         self
@@ -314,6 +317,9 @@ pub struct Relay<S, P> {
     member: String,
     /// The partitions held now (empty until the relay joined).
     held: Mutex<Vec<Lease>>,
+    /// The most records a round claims now (0: the batch size); see
+    /// [`Relay::claim_limit`].
+    claim_limit: AtomicUsize,
 }
 
 impl<S, P> fmt::Debug for Relay<S, P> {
@@ -344,6 +350,7 @@ impl<S: RelayStore + LeaseStore + Clone, P: Publisher> Relay<S, P> {
             stats: Arc::default(),
             member: tidings_lease::unique_member("relay"),
             held: Mutex::default(),
+            claim_limit: AtomicUsize::new(0),
         }
     }
 
@@ -392,6 +399,40 @@ impl<S: RelayStore + LeaseStore + Clone, P: Publisher> Relay<S, P> {
         Ok(now)
     }
 
+    /// How many records a round claims: the batch size, halved after a
+    /// round whose publish outlasted the publish timeout and doubled back
+    /// after each that went through. A backlog that built up while the
+    /// broker was away, more than it confirms within the timeout in one
+    /// go, still drains, in smaller rounds, rather than being sent whole,
+    /// timed out and sent again forever.
+    pub fn claim_limit(&self) -> usize {
+        match self.claim_limit.load(Ordering::Relaxed) {
+            0 => self.config.batch_size,
+            n => n.min(self.config.batch_size),
+        }
+    }
+
+    fn claimed_too_much(&self, n: usize) {
+        let limit = (n / 2).max(1);
+        if limit < self.claim_limit() {
+            self.claim_limit.store(limit, Ordering::Relaxed);
+            tracing::warn!(
+                records = n,
+                publish_timeout_ms = self.config.publish_timeout.as_millis() as u64,
+                claim_limit = limit,
+                "the broker did not confirm a batch within the publish timeout; claiming fewer records per round until batches go through"
+            );
+        }
+    }
+
+    fn went_through(&self) {
+        let limit = self.claim_limit();
+        if limit < self.config.batch_size {
+            self.claim_limit
+                .store((limit * 2).min(self.config.batch_size), Ordering::Relaxed);
+        }
+    }
+
     /// The relay's counters, shared with the running loop.
     pub fn stats(&self) -> Arc<RelayStats> {
         self.stats.clone()
@@ -406,7 +447,7 @@ impl<S: RelayStore + LeaseStore + Clone, P: Publisher> Relay<S, P> {
         let partitions = self.partitions();
         let batch = self
             .store
-            .claim(self.config.batch_size, &partitions)
+            .claim(self.claim_limit(), &partitions)
             .await
             .inspect_err(|_| self.stats.claim_failures.bump())?;
         let n = batch.messages().len() + batch.undecodable().len();
@@ -433,9 +474,15 @@ impl<S: RelayStore + LeaseStore + Clone, P: Publisher> Relay<S, P> {
                 .any(|m| self.publisher.refuses(m).is_some());
         let failed = if clean {
             match isolate::publish(&self.publisher, self.config.publish_timeout, batch.messages()).await {
-                Ok(()) => return self.complete(batch, n, started).await,
+                Ok(()) => {
+                    self.went_through();
+                    return self.complete(batch, n, started).await;
+                }
                 Err(e) if e.class().is_retryable() => {
                     self.stats.publish_failures.bump();
+                    if started.elapsed() >= self.config.publish_timeout {
+                        self.claimed_too_much(n);
+                    }
                     // Give the records back at once so that another relay (or the
                     // next round) can take them; a failed release only delays that
                     // until the database notices the transaction is gone.
