@@ -262,6 +262,13 @@ MOTO_PYTHON_PACKAGE="moto[server]==5.2.1"
 ensure_moto() {
   pip_venv moto "moto's server, for SNS and SQS," "$MOTO_PYTHON_PACKAGE"
   export MOTO_SERVER_BIN="$VENV/bin/moto_server"
+  # Two corrections to moto's FIFO queues (see the file), loaded by its
+  # server at start-up.
+  local site
+  site="$("$VENV/bin/python" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')" \
+    || die "cannot find the site-packages of moto's virtualenv ($VENV)"
+  cp "$(dirname "${BASH_SOURCE[0]}")/moto_fifo.py" "$site/tidings_moto_fifo.py"
+  echo "import tidings_moto_fifo" >"$site/tidings_moto_fifo.pth"
   if tcp_open 127.0.0.1 5000; then
     # moto keeps everything in memory, and slows down as earlier runs'
     # topics and queues pile up: the suite starts from an empty service.

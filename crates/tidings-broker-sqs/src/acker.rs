@@ -10,6 +10,7 @@ use aws_sdk_sqs::types::MessageAttributeValue;
 use tidings_core::{AckKind, Acker, Result};
 
 use crate::SqsTransport;
+use crate::names::is_fifo;
 
 /// SQS's longest visibility timeout: twelve hours.
 pub(crate) const MAX_VISIBILITY_SECONDS: u64 = 12 * 3600;
@@ -68,6 +69,11 @@ pub(crate) struct SqsAcker {
     pub(crate) message_id: String,
     pub(crate) receipt: String,
     pub(crate) group_id: Option<String>,
+    /// The deduplication id it was sent with (the envelope id, when Tidings
+    /// published it): its dead-letter copy carries it, so that the same
+    /// event received twice (published again, or in two messages) leaves
+    /// one copy there within SQS's five-minute deduplication window.
+    pub(crate) deduplication_id: Option<String>,
     pub(crate) body: String,
     pub(crate) attributes: HashMap<String, MessageAttributeValue>,
 }
@@ -128,16 +134,21 @@ impl Acker for SqsAcker {
                 let dead = self.transport.queue(&self.dead_queue, &[]).await?;
                 // A copy in the dead-letter queue, then the original goes:
                 // a crash in between leaves both, never neither.
+                let fifo = is_fifo(&self.dead_queue);
                 self.transport
                     .sqs
                     .send_message()
                     .queue_url(&dead)
                     .message_body(&self.body)
                     .set_message_attributes((!self.attributes.is_empty()).then(|| self.attributes.clone()))
-                    .set_message_group_id(Some(
-                        self.group_id.clone().unwrap_or_else(|| self.message_id.clone()),
-                    ))
-                    .message_deduplication_id(&self.message_id)
+                    .set_message_group_id(
+                        fifo.then(|| self.group_id.clone().unwrap_or_else(|| self.message_id.clone())),
+                    )
+                    .set_message_deduplication_id(fifo.then(|| {
+                        self.deduplication_id
+                            .clone()
+                            .unwrap_or_else(|| self.message_id.clone())
+                    }))
                     .send()
                     .await
                     .map_err(|e| {

@@ -11,6 +11,7 @@
 //! | consumer group `email` on `orders` (one partition) | FIFO SQS queue `tidings-orders-email.fifo`, subscribed to the topic with raw message delivery, a redrive policy to `tidings-orders-email-dead.fifo` after [`SqsOptions::max_receive_count`] receives |
 //! | partition `p` of `n` of group `email` | FIFO queue `tidings-orders-email-<p>-of-<n>.fifo`, its subscription filtered on `tidings-partition` = `p`; one dead-letter queue for the group |
 //! | a member holding a message | the message hidden (its visibility timeout renewed every third of [`SqsOptions::visibility_timeout`]) for as long as the member holds it; a member that dies lets go of it one timeout later, and one that closes its subscription at once |
+//! | a group that needs no order ([`SqsOptions::unordered`]) | standard queues, the same names without `.fifo` (SNS FIFO topics deliver to standard queues too): a key's messages in any order, now and then one twice, none held behind another |
 //! | `Nak(delay)` | the message's visibility timeout set to the delay (whole seconds, rounded up; at most 12 h): its message group waits behind it, so its key stays in order |
 //! | `Nak(None)` | visibility timeout 0 |
 //! | `Term` | a copy sent to the group's dead-letter queue, then the message deleted (Tidings' failure store holds it with its error history) |
@@ -41,6 +42,13 @@
 //! pause growing to a second, cut short when a message held is settled.
 //! A message held for 12 hours, the longest SQS hides one, is let go with
 //! a warning: SQS delivers it again.
+//!
+//! The test suite runs against moto's server with two corrections to its
+//! FIFO queues (`scripts/lib/moto_fifo.py`, installed by the test
+//! command): moto can deliver a message group's second expired message
+//! before its first, and lets a message whose visibility timeout ran out
+//! be hidden again without marking its group in flight. Both break the
+//! order of a key that a member let go of, which SQS keeps.
 //!
 //! # Where the services are
 //!

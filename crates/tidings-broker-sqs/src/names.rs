@@ -25,6 +25,11 @@ fn fifo_name(base: &str, max: usize) -> String {
     names::fit(base, FIFO, max)
 }
 
+/// Whether queue `name` is a FIFO queue: SQS tells them by the suffix.
+pub(crate) fn is_fifo(name: &str) -> bool {
+    name.ends_with(FIFO)
+}
+
 impl SqsOptions {
     fn base(&self, topic: &str) -> String {
         if self.prefix.is_empty() {
@@ -41,22 +46,30 @@ impl SqsOptions {
 
     /// The queue of `group` for `partition` of `topic`:
     /// `<prefix>-<topic>-<group>.fifo` for a topic of one partition,
-    /// `<prefix>-<topic>-<group>-<p>-of-<n>.fifo` otherwise.
+    /// `<prefix>-<topic>-<group>-<p>-of-<n>.fifo` otherwise; without
+    /// `.fifo` for a group that needs no order ([`SqsOptions::unordered`]).
     pub(crate) fn queue_name(&self, topic: &str, group: &str, partition: Partition) -> String {
         let mut base = format!("{}-{}", self.base(topic), part(group));
         if partition.count > 1 {
             base.push_str(&format!("-{}-of-{}", partition.index, partition.count));
         }
-        fifo_name(&base, QUEUE_NAME_MAX)
+        self.group_queue(group, &base)
     }
 
     /// The dead-letter queue of `group` on `topic`, for every partition:
-    /// `<prefix>-<topic>-<group>-dead.fifo`.
+    /// `<prefix>-<topic>-<group>-dead.fifo` (of the type of the group's
+    /// queues, as SQS wants).
     pub(crate) fn dead_queue_name(&self, topic: &str, group: &str) -> String {
-        fifo_name(
-            &format!("{}-{}-dead", self.base(topic), part(group)),
-            QUEUE_NAME_MAX,
-        )
+        self.group_queue(group, &format!("{}-{}-dead", self.base(topic), part(group)))
+    }
+
+    /// Queue `base` of `group`: FIFO unless the group needs no order.
+    fn group_queue(&self, group: &str, base: &str) -> String {
+        if self.is_unordered(group) {
+            names::fit(base, "", QUEUE_NAME_MAX)
+        } else {
+            fifo_name(base, QUEUE_NAME_MAX)
+        }
     }
 }
 
@@ -126,6 +139,28 @@ mod tests {
         assert_eq!(a.len(), 80);
         assert_ne!(a, b);
         assert!(a.ends_with(".fifo"));
+    }
+
+    #[test]
+    fn a_group_that_needs_no_order_has_standard_queues() {
+        let o = SqsOptions::default().unordered("analytics");
+        let p = Partition { index: 1, count: 2 };
+        assert_eq!(
+            o.queue_name("orders", "analytics", p),
+            "tidings-orders-analytics-1-of-2"
+        );
+        assert_eq!(
+            o.dead_queue_name("orders", "analytics"),
+            "tidings-orders-analytics-dead"
+        );
+        assert_eq!(
+            o.queue_name("orders", "email", p),
+            "tidings-orders-email-1-of-2.fifo"
+        );
+        assert!(!is_fifo(&o.queue_name("orders", "analytics", p)));
+        assert!(is_fifo(&o.dead_queue_name("orders", "email")));
+        // The topic stays FIFO: the other groups keep their order.
+        assert_eq!(o.topic_name("orders"), "tidings-orders.fifo");
     }
 
     #[test]

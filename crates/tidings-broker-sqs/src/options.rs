@@ -43,6 +43,7 @@ pub struct SqsOptions {
         serde(deserialize_with = "tidings_core::clamp::at_least_one")
     )]
     pub(crate) max_message_bytes: usize,
+    pub(crate) unordered_groups: Vec<String>,
     pub(crate) region: Option<String>,
     pub(crate) endpoint: Option<String>,
     #[cfg_attr(feature = "serde", serde(skip))]
@@ -80,6 +81,7 @@ impl Default for SqsOptions {
             max_receive_count: 50,
             prefetch: 64,
             max_message_bytes: DEFAULT_MAX_MESSAGE_BYTES,
+            unordered_groups: Vec::new(),
             region: None,
             endpoint: None,
             credentials: None,
@@ -151,6 +153,27 @@ impl SqsOptions {
     pub fn max_message_bytes(mut self, n: usize) -> Self {
         self.max_message_bytes = n.max(1);
         self
+    }
+
+    /// Consumer group `group` needs no order: it reads standard SQS queues
+    /// instead of FIFO ones (SNS FIFO topics deliver to both). A standard
+    /// queue hands out a key's messages in any order, and now and then one
+    /// twice (the consumer's deduplication absorbs that), and never holds
+    /// a key's later messages behind one in flight: for consumers that
+    /// count, index or notify, where throughput matters more than order.
+    /// Every member of the group must say the same: the queues' type is
+    /// in their names (`.fifo` or not).
+    pub fn unordered(mut self, group: impl Into<String>) -> Self {
+        let group = group.into();
+        if !self.unordered_groups.contains(&group) {
+            self.unordered_groups.push(group);
+        }
+        self
+    }
+
+    /// Whether `group` reads standard queues ([`SqsOptions::unordered`]).
+    pub(crate) fn is_unordered(&self, group: &str) -> bool {
+        self.unordered_groups.iter().any(|g| g == group)
     }
 
     /// The AWS region, instead of the standard configuration's (`AWS_REGION`).

@@ -7,6 +7,7 @@ use async_trait::async_trait;
 use aws_sdk_sqs::types::{
     ChangeMessageVisibilityBatchRequestEntry, MessageSystemAttributeName, QueueAttributeName,
 };
+use futures::StreamExt;
 use tidings_core::{Backoff, Delivery, Partition, Result, Subscriber, Subscription};
 use tokio::sync::{mpsc, watch};
 use tokio_stream::wrappers::ReceiverStream;
@@ -17,6 +18,8 @@ use crate::marshal::raw_message;
 
 /// SQS's largest receive and batch.
 const BATCH: usize = 10;
+/// Visibility changes of ten messages each sent at once by a renewal.
+const CHANGES_IN_FLIGHT: usize = 32;
 /// The pauses between receives that do not wait, while a member holds
 /// messages and none come: from the first to the longest, doubling.
 const IDLE_FIRST: Duration = Duration::from_millis(50);
@@ -152,6 +155,7 @@ impl Reader {
                 .message_attribute_names("All")
                 .message_system_attribute_names(MessageSystemAttributeName::ApproximateReceiveCount)
                 .message_system_attribute_names(MessageSystemAttributeName::MessageGroupId)
+                .message_system_attribute_names(MessageSystemAttributeName::MessageDeduplicationId)
                 .send()
                 .await;
             let messages = match received {
@@ -214,6 +218,9 @@ impl Reader {
                     message_id,
                     receipt,
                     group_id: system.get(&MessageSystemAttributeName::MessageGroupId).cloned(),
+                    deduplication_id: system
+                        .get(&MessageSystemAttributeName::MessageDeduplicationId)
+                        .cloned(),
                     body,
                     attributes,
                 };
@@ -257,14 +264,19 @@ impl Reader {
 
     /// Every third of the visibility timeout, hides the messages held for
     /// another timeout: a live member keeps what it holds, a dead one's
-    /// come back one timeout after it died.
+    /// come back one timeout after it died. The passes keep their beat
+    /// (a slow one is not followed by a full pause): a message is renewed
+    /// within a third of the timeout of its last renewal, however long
+    /// the service took to answer.
     async fn keep_hidden(self, mut stopped: watch::Receiver<bool>) {
         let timeout = self.transport.options.visibility_timeout;
         let every = (timeout / 3).max(Duration::from_millis(300));
+        let mut beat = tokio::time::interval_at(tokio::time::Instant::now() + every, every);
+        beat.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Burst);
         loop {
             tokio::select! {
                 _ = stopped.wait_for(|s| *s) => return,
-                _ = tokio::time::sleep(every) => {}
+                _ = beat.tick() => {}
             }
             if let Err(e) = self.set_visibility(timeout.as_secs() as i32).await {
                 tracing::warn!(queue = %self.queue_url, error = %e, "keeping held SQS messages hidden failed; they may be delivered again");
@@ -307,55 +319,69 @@ impl Reader {
                 .map(|(id, h)| (id.clone(), h.receipt.clone()))
                 .collect()
         };
-        let mut first_error = None;
+        // Every chunk at once: a renewal that waits on the ones before it
+        // lands late when the service is slow, and SQS counts the timeout
+        // from the receive.
+        let mut changes = Vec::new();
         for chunk in held.chunks(BATCH) {
-            let entries = chunk
-                .iter()
-                .enumerate()
-                .filter_map(|(i, (_, receipt))| {
-                    ChangeMessageVisibilityBatchRequestEntry::builder()
-                        .id(i.to_string())
-                        .receipt_handle(receipt)
-                        .visibility_timeout(seconds)
-                        .build()
-                        .ok()
-                })
-                .collect();
-            let sent_at = Instant::now();
-            let sent = self
-                .transport
-                .sqs
-                .change_message_visibility_batch()
-                .queue_url(&self.queue_url)
-                .set_entries(Some(entries))
-                .send()
-                .await;
-            match sent {
-                Ok(out) => {
-                    let mut receipts = self.held.receipts.lock().unwrap();
-                    for ok in out.successful() {
-                        if let Some((id, _)) = ok.id().parse::<usize>().ok().and_then(|i| chunk.get(i))
-                            && let Some(h) = receipts.get_mut(id)
-                        {
-                            h.hidden_until = sent_at + Duration::from_secs(seconds.max(0) as u64);
-                        }
-                    }
-                    for failed in out.failed() {
-                        // Settled meanwhile, or no longer this member's.
-                        if let Some((id, _)) = failed.id().parse::<usize>().ok().and_then(|i| chunk.get(i)) {
-                            receipts.remove(id);
-                        }
-                        tracing::debug!(queue = %self.queue_url, code = failed.code(), reason = failed.message().unwrap_or(""), "a held SQS message's visibility was not changed: let go");
-                    }
-                }
-                Err(e) => {
-                    first_error.get_or_insert(
-                        self.transport
-                            .error("changing the visibility of held messages", e),
-                    );
-                }
+            changes.push(self.change_visibility(chunk, seconds));
+        }
+        let mut first_error = None;
+        let mut results = futures::stream::iter(changes).buffer_unordered(CHANGES_IN_FLIGHT);
+        while let Some(result) = results.next().await {
+            if let Err(e) = result {
+                first_error.get_or_insert(e);
             }
         }
         first_error.map_or(Ok(()), Err)
+    }
+
+    /// Sets the visibility timeout of `chunk` (at most ten held messages)
+    /// in one request; lets go of those SQS no longer lets this member
+    /// change (settled meanwhile, or not in flight any more).
+    async fn change_visibility(&self, chunk: &[(String, String)], seconds: i32) -> Result<()> {
+        let entries = chunk
+            .iter()
+            .enumerate()
+            .filter_map(|(i, (_, receipt))| {
+                ChangeMessageVisibilityBatchRequestEntry::builder()
+                    .id(i.to_string())
+                    .receipt_handle(receipt)
+                    .visibility_timeout(seconds)
+                    .build()
+                    .ok()
+            })
+            .collect();
+        let sent_at = Instant::now();
+        let out = self
+            .transport
+            .sqs
+            .change_message_visibility_batch()
+            .queue_url(&self.queue_url)
+            .set_entries(Some(entries))
+            .send()
+            .await
+            .map_err(|e| {
+                self.transport
+                    .error("changing the visibility of held messages", e)
+            })?;
+        let mut receipts = self.held.receipts.lock().unwrap();
+        for ok in out.successful() {
+            if let Some((id, _)) = ok.id().parse::<usize>().ok().and_then(|i| chunk.get(i))
+                && let Some(h) = receipts.get_mut(id)
+            {
+                h.hidden_until = sent_at + Duration::from_secs(seconds.max(0) as u64);
+            }
+        }
+        for failed in out.failed() {
+            if let Some((id, _)) = failed.id().parse::<usize>().ok().and_then(|i| chunk.get(i)) {
+                receipts.remove(id);
+            }
+            tracing::debug!(queue = %self.queue_url, code = failed.code(), reason = failed.message().unwrap_or(""), "a held SQS message's visibility was not changed: let go");
+        }
+        if !out.failed().is_empty() {
+            self.held.settled.notify_one();
+        }
+        Ok(())
     }
 }

@@ -1,12 +1,14 @@
 //! Declaring the topology: a FIFO SNS topic per topic, and per consumer
-//! group a FIFO SQS queue per partition subscribed to it (raw delivery,
-//! filtered on the partition), with a dead-letter queue.
+//! group an SQS queue per partition subscribed to it (raw delivery,
+//! filtered on the partition), with a dead-letter queue: FIFO queues, or
+//! standard ones for a group that needs no order.
 
 use aws_sdk_sns::error::ProvideErrorMetadata;
 use aws_sdk_sqs::types::QueueAttributeName;
 use tidings_core::{Error, Partition, Result};
 
 use crate::marshal::PARTITION_ATTRIBUTE;
+use crate::names::is_fifo;
 use crate::{SqsTransport, TRANSPORT};
 
 /// Fourteen days, SQS's longest retention: what the relay confirmed stays
@@ -54,8 +56,10 @@ impl SqsTransport {
             .sqs
             .create_queue()
             .queue_name(name)
-            .attributes(QueueAttributeName::FifoQueue, "true")
             .attributes(QueueAttributeName::MessageRetentionPeriod, RETENTION_SECONDS);
+        if is_fifo(name) {
+            create = create.attributes(QueueAttributeName::FifoQueue, "true");
+        }
         for (k, v) in attributes {
             create = create.attributes(k.clone(), v);
         }
@@ -130,74 +134,92 @@ impl SqsTransport {
             "maxReceiveCount": self.options.max_receive_count,
         })
         .to_string();
+        // The partitions' queues at once: each takes four requests, which
+        // a service busy after an outage answers slowly.
         let count = self.options.partitions_of(topic);
-        for partition in Partition::all(count) {
-            let name = self.options.queue_name(topic, group, partition);
-            let url = self
-                .queue(
-                    &name,
-                    &[
-                        (
-                            QueueAttributeName::VisibilityTimeout,
-                            self.options.visibility_timeout.as_secs().to_string(),
-                        ),
-                        (QueueAttributeName::RedrivePolicy, redrive.clone()),
-                    ],
-                )
-                .await?;
-            let queue_arn = self.queue_arn(&url).await?;
-            // SNS may deliver to the queue: its policy lets this topic send.
-            let policy = serde_json::json!({
-                "Version": "2012-10-17",
-                "Statement": [{
-                    "Effect": "Allow",
-                    "Principal": {"Service": "sns.amazonaws.com"},
-                    "Action": "sqs:SendMessage",
-                    "Resource": queue_arn,
-                    "Condition": {"ArnEquals": {"aws:SourceArn": topic_arn}},
-                }],
-            })
-            .to_string();
-            self.sqs
-                .set_queue_attributes()
-                .queue_url(&url)
-                .attributes(QueueAttributeName::Policy, policy)
-                .send()
-                .await
-                .map_err(|e| self.error(&format!("letting SNS topic {topic_arn} send to {name}"), e))?;
-            let mut subscribe = self
-                .sns
-                .subscribe()
-                .topic_arn(&topic_arn)
-                .protocol("sqs")
-                .endpoint(&queue_arn)
-                .attributes("RawMessageDelivery", "true")
-                .return_subscription_arn(true);
-            if count > 1 {
-                let filter = serde_json::json!({ PARTITION_ATTRIBUTE: [partition.index.to_string()] });
-                subscribe = subscribe.attributes("FilterPolicy", filter.to_string());
-            }
-            subscribe.send().await.map_err(|e| {
-                let clash = e
-                    .as_service_error()
-                    .filter(|s| s.is_invalid_parameter_exception())
-                    .and_then(ProvideErrorMetadata::message)
-                    .map(str::to_owned);
-                match clash {
-                    Some(reason) => Error::transport_reason(
-                        TRANSPORT,
-                        format!(
-                            "subscribing SQS queue {name} to SNS topic {topic_arn}: {reason} (a \
-                             subscription with other settings exists: were the topic's partitions changed?)"
-                        ),
-                        false,
-                    ),
-                    None => self.error(&format!("subscribing SQS queue {name} to {topic_arn}"), e),
-                }
-            })?;
-        }
+        futures::future::try_join_all(
+            Partition::all(count).map(|p| self.declare_partition(topic, group, p, &topic_arn, &redrive)),
+        )
+        .await?;
         self.declared.subscribed.lock().unwrap().insert(topic_arn);
         self.declared.groups.lock().unwrap().insert(id);
+        Ok(())
+    }
+
+    /// Partition `partition`'s queue of `group` on `topic`, and its
+    /// subscription to the topic, made if missing.
+    async fn declare_partition(
+        &self,
+        topic: &str,
+        group: &str,
+        partition: Partition,
+        topic_arn: &str,
+        redrive: &str,
+    ) -> Result<()> {
+        let count = self.options.partitions_of(topic);
+        let name = self.options.queue_name(topic, group, partition);
+        let url = self
+            .queue(
+                &name,
+                &[
+                    (
+                        QueueAttributeName::VisibilityTimeout,
+                        self.options.visibility_timeout.as_secs().to_string(),
+                    ),
+                    (QueueAttributeName::RedrivePolicy, redrive.to_owned()),
+                ],
+            )
+            .await?;
+        let queue_arn = self.queue_arn(&url).await?;
+        // SNS may deliver to the queue: its policy lets this topic send.
+        let policy = serde_json::json!({
+            "Version": "2012-10-17",
+            "Statement": [{
+                "Effect": "Allow",
+                "Principal": {"Service": "sns.amazonaws.com"},
+                "Action": "sqs:SendMessage",
+                "Resource": queue_arn,
+                "Condition": {"ArnEquals": {"aws:SourceArn": topic_arn}},
+            }],
+        })
+        .to_string();
+        self.sqs
+            .set_queue_attributes()
+            .queue_url(&url)
+            .attributes(QueueAttributeName::Policy, policy)
+            .send()
+            .await
+            .map_err(|e| self.error(&format!("letting SNS topic {topic_arn} send to {name}"), e))?;
+        let mut subscribe = self
+            .sns
+            .subscribe()
+            .topic_arn(topic_arn)
+            .protocol("sqs")
+            .endpoint(&queue_arn)
+            .attributes("RawMessageDelivery", "true")
+            .return_subscription_arn(true);
+        if count > 1 {
+            let filter = serde_json::json!({ PARTITION_ATTRIBUTE: [partition.index.to_string()] });
+            subscribe = subscribe.attributes("FilterPolicy", filter.to_string());
+        }
+        subscribe.send().await.map_err(|e| {
+            let clash = e
+                .as_service_error()
+                .filter(|s| s.is_invalid_parameter_exception())
+                .and_then(ProvideErrorMetadata::message)
+                .map(str::to_owned);
+            match clash {
+                Some(reason) => Error::transport_reason(
+                    TRANSPORT,
+                    format!(
+                        "subscribing SQS queue {name} to SNS topic {topic_arn}: {reason} (a \
+                         subscription with other settings exists: were the topic's partitions changed?)"
+                    ),
+                    false,
+                ),
+                None => self.error(&format!("subscribing SQS queue {name} to {topic_arn}"), e),
+            }
+        })?;
         Ok(())
     }
 }

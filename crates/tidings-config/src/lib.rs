@@ -129,7 +129,7 @@ impl Default for DatabaseConfig {
 #[serde(default, deny_unknown_fields)]
 pub struct BrokerConfig {
     /// `log` (the database log, the default), `nats://host:4222`, `amqp://user@host:5672/%2f`,
-    /// `kafka://host:9092`.
+    /// `kafka://host:9092`, `sqs://`, `pubsub://PROJECT`.
     pub url: Option<Secret>,
     /// A file holding the URL, instead of `url`.
     pub url_file: Option<PathBuf>,

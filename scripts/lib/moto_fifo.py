@@ -1,0 +1,88 @@
+"""Brings moto's SQS FIFO queues closer to SQS on two points the test suite
+depends on. Loaded by moto's server only (see `ensure_moto` in
+services.sh, which installs it into moto's virtualenv with a .pth file).
+
+1. A receive first takes every message whose visibility timeout ran out
+   out of the in-flight set, and only then reads which message groups are
+   in flight. Moto takes them out one by one while it walks the queue: of
+   two expired messages of one group, it skips the first (its group still
+   looks in flight because of the second) and delivers the second, out of
+   order. And receives of one queue take turns: moto serves each request
+   on a thread of its own, and two receives at once could split a message
+   group (one hands out the group's first message while the other, having
+   read the groups in flight before that, hands out its second). A
+   receive that waits for messages looks again every 50 ms, letting
+   others have their turn in between.
+2. Changing the visibility of a message that is not in flight (its
+   visibility timeout ran out) fails with MessageNotInflight, as on SQS.
+   Moto hides it again without marking its group in flight, and the
+   group's next message is delivered before it.
+"""
+
+import os
+import sys
+import threading
+import time
+
+
+def _install():
+    from moto.core.exceptions import ServiceException
+    from moto.sqs import models
+    from moto.sqs.exceptions import ReceiptHandleIsInvalid
+
+    class MessageNotInflight(ReceiptHandleIsInvalid):
+        # A ReceiptHandleIsInvalid for moto's batch handler, which reports
+        # it as a failed entry; its own code when changed alone.
+        def __init__(self):
+            ServiceException.__init__(
+                self, "MessageNotInflight", "The message referred to isn't in flight."
+            )
+
+    backend = models.SQSBackend
+    receive = backend.receive_message
+    change = backend.change_message_visibility
+
+    locks = {}
+    locks_lock = threading.Lock()
+
+    def turn(queue):
+        with locks_lock:
+            return locks.setdefault(id(queue), threading.Lock())
+
+    def receive_message(
+        self,
+        queue_name,
+        count,
+        wait_seconds_timeout,
+        visibility_timeout,
+        message_attribute_names=None,
+    ):
+        queue = self.get_queue(queue_name)
+        deadline = time.monotonic() + int(wait_seconds_timeout or 0)
+        while True:
+            with turn(queue):
+                for message in [m for m in queue.pending_messages if m.visible]:
+                    queue.pending_messages.discard(message)
+                result = receive(
+                    self, queue_name, count, 0, visibility_timeout, message_attribute_names
+                )
+            if result or time.monotonic() >= deadline:
+                return result
+            time.sleep(0.05)
+
+    def change_message_visibility(self, queue_name, receipt_handle, visibility_timeout):
+        queue = self.get_queue(queue_name)
+        for message in queue._messages:
+            if message.had_receipt_handle(receipt_handle):
+                if message.visible:
+                    queue.pending_messages.discard(message)
+                    raise MessageNotInflight()
+                break
+        return change(self, queue_name, receipt_handle, visibility_timeout)
+
+    backend.receive_message = receive_message
+    backend.change_message_visibility = change_message_visibility
+
+
+if os.path.basename(sys.argv[0] if sys.argv else "") == "moto_server":
+    _install()
