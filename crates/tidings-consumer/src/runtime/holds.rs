@@ -41,7 +41,16 @@ pub(super) const HOLDS_REFRESH: Duration = Duration::from_secs(1);
 
 impl<S: Store> Worker<S> {
     /// Applies the key's hold, if any ([`OnDeadLetter::HoldKey`]), then the stack.
+    ///
+    /// Once the session stops, nothing more is begun: every message is
+    /// given back. A message given back because the stop cut its retries
+    /// short must not be overtaken by the next message of its key, which
+    /// this member may hold too (an SQS message group, a batch that rolled
+    /// back), while its lease still lets it commit.
     pub(super) async fn handle(&self, work: Work) -> Settled {
+        if self.stop.is_cancelled() {
+            return self.give_back(&work.delivery).await;
+        }
         let key = match &work.envelope {
             // A message without a key holds back nothing when it fails.
             Ok(e) if self.holds_keys_of(&work.delivery.message.topic) && !e.aggregate_key.is_empty() => {

@@ -73,6 +73,8 @@ pub struct Recorder {
     pub max_sleep_ms: u64,
     /// Messages of this key take a whole second.
     pub slow_key: Option<String>,
+    /// The first message (seq 1) of this key fails transiently, until `healed`.
+    pub first_fails: Option<String>,
     /// Fail permanently unless the key's previous seq is applied, as the
     /// handler's transaction sees it: an out-of-order commit dead-letters.
     pub check_order: bool,
@@ -105,6 +107,12 @@ impl<DB: SqlDb> Handler<DB> for Recorder {
             return Err(HandlerError::transient("poisoned key"));
         }
         let event: TestEvent = ctx.decode()?;
+        if self.first_fails.as_deref() == Some(event.key.as_str())
+            && event.seq == 1
+            && !self.healed.load(Ordering::SeqCst)
+        {
+            return Err(HandlerError::transient("the key's first message fails"));
+        }
         if self.slow_key.as_deref() == Some(event.key.as_str()) {
             tokio::time::sleep(Duration::from_secs(1)).await;
         }

@@ -79,6 +79,7 @@ macro_rules! store_conformance {
                 batches_handle_each_message_once_in_key_order,
                 a_failing_batch_falls_back_to_one_message_at_a_time,
                 a_lane_stuck_in_the_transport_does_not_hold_its_session,
+                a_stop_during_a_retry_gives_back_the_rest_of_its_key,
             ],
             dead_letters: [
                 poison_is_dead_lettered_without_blocking_other_keys,
