@@ -7,22 +7,26 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use tidings_broker_pubsub::{PubSubOptions, PubSubTransport};
+use tidings_core::addresses::Addresses;
 use tidings_core::{Publisher, Subscriber};
-use tidings_testkit::conformance::TransportUnderTest;
-use tidings_testkit::pubsub::pubsub_url;
+use tidings_testkit::conformance::{ForeignAddress, TransportUnderTest};
+use tidings_testkit::pubsub::{PROJECT, emulator_host, pubsub_url};
 
 #[derive(Default)]
 struct PubSub {
     opened: Mutex<Vec<PubSubTransport>>,
 }
 
+fn options() -> PubSubOptions {
+    PubSubOptions::default()
+        .partitions(3)
+        .ack_deadline(Duration::from_secs(10))
+        .max_message_bytes(1 << 20)
+}
+
 impl PubSub {
     async fn open(&self) -> PubSubTransport {
-        let options = PubSubOptions::default()
-            .partitions(3)
-            .ack_deadline(Duration::from_secs(10))
-            .max_message_bytes(1 << 20);
-        let t = PubSubTransport::connect_with(&pubsub_url(), options)
+        let t = PubSubTransport::connect_with(&pubsub_url(), options())
             .await
             .unwrap_or_else(|e| {
                 panic!("the Pub/Sub emulator is not reachable (set PUBSUB_EMULATOR_HOST): {e}")
@@ -40,6 +44,25 @@ impl TransportUnderTest for PubSub {
 
     async fn subscriber(&self) -> Arc<dyn Subscriber> {
         Arc::new(self.open().await)
+    }
+
+    /// The Pub/Sub topics of the topic's partitions, as the transport's
+    /// addresses name them (`<prefix>-<topic>-{partition}-of-<n>`): a
+    /// foreign reader subscribes to each, a foreign producer publishes to
+    /// the first (partition 0).
+    fn foreign_address(&self, topic: &str) -> Option<ForeignAddress> {
+        let address = options().address(topic);
+        let topics: Vec<String> = (0..address.partitions)
+            .map(|p| {
+                let id = address.address.replace("{partition}", &p.to_string());
+                format!("projects/{PROJECT}/topics/{id}")
+            })
+            .collect();
+        Some(ForeignAddress {
+            broker: "pubsub",
+            url: emulator_host(),
+            address: topics.join(","),
+        })
     }
 
     fn redelivery_wait(&self) -> Duration {
@@ -69,6 +92,9 @@ impl TransportUnderTest for PubSub {
 tidings_testkit::transport_conformance!(
     async { PubSub::default() },
     features: [
+        foreign_readers_recognise_what_tidings_publishes,
+        foreign_producers_are_read_once,
+        foreign_plain_json_is_read_once,
         a_corrupt_record_waits_alone_with_its_key,
         an_oversized_record_waits_alone_with_its_key,
     ]

@@ -7,9 +7,10 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use tidings_broker_sqs::{SqsOptions, SqsTransport};
+use tidings_core::cloudevents::ContentMode;
 use tidings_core::{Publisher, Subscriber};
-use tidings_testkit::conformance::TransportUnderTest;
-use tidings_testkit::sqs::sqs_url;
+use tidings_testkit::conformance::{ForeignAddress, TransportUnderTest};
+use tidings_testkit::sqs::{sqs_endpoint, sqs_url};
 
 #[derive(Default)]
 struct Sqs {
@@ -42,6 +43,28 @@ impl TransportUnderTest for Sqs {
         Arc::new(self.open().await)
     }
 
+    /// SNS + SQS carry events in structured mode only.
+    async fn publisher_in(&self, mode: ContentMode) -> Arc<dyn Publisher> {
+        assert_eq!(
+            mode,
+            ContentMode::Structured,
+            "SNS + SQS carry events in structured mode only"
+        );
+        self.publisher().await
+    }
+
+    /// The SNS topic: a foreign reader subscribes a FIFO queue of its own to
+    /// it, a foreign producer publishes to it.
+    fn foreign_address(&self, topic: &str) -> Option<ForeignAddress> {
+        let opened = self.opened.lock().unwrap();
+        let t = opened.first()?;
+        Some(ForeignAddress {
+            broker: "sqs",
+            url: sqs_endpoint(),
+            address: t.topic(topic),
+        })
+    }
+
     fn redelivery_wait(&self) -> Duration {
         // A closed subscription makes what it held visible at once; a
         // crashed one's come back after the visibility timeout.
@@ -68,6 +91,9 @@ impl TransportUnderTest for Sqs {
 tidings_testkit::transport_conformance!(
     async { Sqs::default() },
     features: [
+        foreign_readers_recognise_what_tidings_publishes,
+        foreign_producers_are_read_once,
+        foreign_plain_json_is_read_once,
         broker_counts_pending,
         a_corrupt_record_waits_alone_with_its_key,
         an_oversized_record_waits_alone_with_its_key,

@@ -1,27 +1,50 @@
 #!/usr/bin/env python3
 """Another team's service, written with the official CloudEvents SDK for
-Python over the plain clients of Kafka (confluent-kafka), RabbitMQ (pika)
-and NATS (nats-py).
+Python over the plain clients of Kafka (confluent-kafka), RabbitMQ (pika),
+NATS (nats-py), Amazon SNS and SQS (boto3) and Google Cloud Pub/Sub
+(google-cloud-pubsub).
 
-    cloudevents_client.py read kafka|rabbitmq|nats URL ADDRESS COUNT
+    cloudevents_client.py read kafka|rabbitmq|nats|sqs|pubsub URL ADDRESS COUNT
 
-reads CloudEvents from a Kafka topic, a RabbitMQ exchange or a NATS subject
-prefix: it prints `ready` once it listens (anything published after that
-line reaches it), then one JSON line per event as the SDK understood it:
-{"mode", "key", "attributes", "data"}. It exits non-zero, naming what is
-missing, when fewer than COUNT events arrive within 30 seconds.
+reads CloudEvents from a Kafka topic, a RabbitMQ exchange, a NATS subject
+prefix, an SNS FIFO topic or Pub/Sub topics: it prints `ready` once it
+listens (anything published after that line reaches it), then one JSON
+line per event as the SDK understood it: {"mode", "key", "attributes",
+"data"}. It exits non-zero, naming what is missing, when fewer than COUNT
+events arrive within 30 seconds.
 
-    cloudevents_client.py write kafka|rabbitmq|nats URL ADDRESS
+On SNS (URL the endpoint, ADDRESS the topic's name; region us-east-1 and
+the access key test/test, as moto takes them, unless AWS_REGION,
+AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY say otherwise) it reads
+through a FIFO SQS queue of its own, subscribed to the topic with raw
+message delivery, removed when it is done. On Pub/Sub (URL the emulator's
+host and port, ADDRESS the topic paths `projects/P/topics/T`, several
+separated by commas: one per partition of a Tidings topic) it reads
+through a subscription of its own to each topic, removed when it is done.
+Neither has a CloudEvents binding in the SDK: the message attributes are
+read as the HTTP binding's headers (`ce-` attributes, `content-type`), and
+the content type tells structured mode from binary mode. The key printed
+is the SQS message group or the Pub/Sub ordering key.
+
+    cloudevents_client.py write kafka|rabbitmq|nats|sqs|pubsub URL ADDRESS
 
 writes what a foreign producer would (see `foreign_events`) to a Kafka
-topic, a RabbitMQ exchange (routing key `0.<type>`) or a NATS subject
-prefix (subject `<prefix>.0.<type>`), each confirmed by the broker, and
-prints one JSON line per record written.
+topic, a RabbitMQ exchange (routing key `0.<type>`), a NATS subject
+prefix (subject `<prefix>.0.<type>`), an SNS FIFO topic or the first of
+the Pub/Sub topics, each confirmed by the broker, and prints one JSON line
+per record written. On SNS each message has the key as its message group
+(the event id where it has none), a deduplication id made of the event's
+source and id (SNS drops the producer's retry within five minutes), and
+the message attribute `tidings-partition` = 0 (the partition its Tidings
+group reads, as the routing key and subject above name it). On Pub/Sub
+each has the key as its ordering key; each publish is awaited.
 
-    cloudevents_client.py write-plain kafka|rabbitmq|nats URL ADDRESS
+    cloudevents_client.py write-plain kafka|rabbitmq|nats|sqs|pubsub URL ADDRESS
 
 writes plain JSON records, no CloudEvents (see `plain_records`), where
-`write` writes, and prints one JSON line per record written.
+`write` writes, and prints one JSON line per record written. On SNS a
+record's deduplication id is its id, or the SHA-256 of its body where it
+has none.
 
     cloudevents_client.py own rabbitmq|nats URL NAME
 
@@ -57,10 +80,14 @@ as keys, each session's clicks in order).
 """
 
 import asyncio
+import hashlib
 import json
+import os
+import queue
 import signal
 import sys
 import time
+import uuid
 
 from cloudevents.core.bindings import http, kafka, rabbitmq
 from cloudevents.core.formats.json import JSONFormat
@@ -182,6 +209,173 @@ async def read_nats(url, subject, count):
     await client.close()
 
 
+def from_attributes(attributes, body):
+    """(mode, event) of a message whose attributes stand for the HTTP
+    binding's headers (SQS message attributes, Pub/Sub attributes): the
+    content type tells the mode, as every CloudEvents binding tells it
+    (attributes such as `ce-id` may come with a structured-mode message
+    too, where they are repeated for filters and consoles)."""
+    message = http.HTTPMessage(headers=attributes, body=body)
+    content_type = next((v for k, v in attributes.items() if k.lower() == "content-type"), "")
+    if content_type.lower().startswith("application/cloudevents"):
+        return "structured", http.from_structured(message, FORMAT, event_factory=as_sent)
+    return "binary", http.from_binary(message, FORMAT, event_factory=as_sent)
+
+
+def aws_clients(url):
+    """SNS and SQS clients at endpoint `url`."""
+    import boto3
+
+    session = boto3.session.Session(
+        region_name=os.environ.get("AWS_REGION", "us-east-1"),
+        aws_access_key_id=os.environ.get("AWS_ACCESS_KEY_ID", "test"),
+        aws_secret_access_key=os.environ.get("AWS_SECRET_ACCESS_KEY", "test"),
+    )
+    return session.client("sns", endpoint_url=url), session.client("sqs", endpoint_url=url)
+
+
+def sns_topic_arn(sns, url, name):
+    """The ARN of the SNS topic called `name`, as a team given its name finds it."""
+    for page in sns.get_paginator("list_topics").paginate():
+        for topic in page.get("Topics", []):
+            if topic["TopicArn"].rsplit(":", 1)[-1] == name:
+                return topic["TopicArn"]
+    sys.exit(f"SNS at {url} has no topic {name!r}")
+
+
+def read_sqs(url, name, count):
+    sns, sqs = aws_clients(url)
+    topic_arn = sns_topic_arn(sns, url, name)
+    queue_name = f"foreign-reader-{uuid.uuid4().hex[:12]}.fifo"
+    queue_url = sqs.create_queue(QueueName=queue_name, Attributes={"FifoQueue": "true"})["QueueUrl"]
+    subscription = None
+    try:
+        queue_arn = sqs.get_queue_attributes(QueueUrl=queue_url, AttributeNames=["QueueArn"])["Attributes"][
+            "QueueArn"
+        ]
+        policy = {
+            "Version": "2012-10-17",
+            "Statement": [
+                {
+                    "Effect": "Allow",
+                    "Principal": {"Service": "sns.amazonaws.com"},
+                    "Action": "sqs:SendMessage",
+                    "Resource": queue_arn,
+                    "Condition": {"ArnEquals": {"aws:SourceArn": topic_arn}},
+                }
+            ],
+        }
+        sqs.set_queue_attributes(QueueUrl=queue_url, Attributes={"Policy": json.dumps(policy)})
+        subscription = sns.subscribe(
+            TopicArn=topic_arn,
+            Protocol="sqs",
+            Endpoint=queue_arn,
+            Attributes={"RawMessageDelivery": "true"},
+            ReturnSubscriptionArn=True,
+        )["SubscriptionArn"]
+        ready()
+        got, deadline = 0, time.time() + WAIT_SECONDS
+        while got < count:
+            if time.time() > deadline:
+                short(got, count)
+            received = sqs.receive_message(
+                QueueUrl=queue_url,
+                MaxNumberOfMessages=10,
+                MessageAttributeNames=["All"],
+                MessageSystemAttributeNames=["MessageGroupId"],
+            ).get("Messages", [])
+            if not received:
+                time.sleep(0.2)
+                continue
+            for message in received:
+                attributes = {}
+                for k, v in message.get("MessageAttributes", {}).items():
+                    if "StringValue" in v:
+                        attributes[k] = v["StringValue"]
+                    elif "BinaryValue" in v:
+                        attributes[k] = v["BinaryValue"].decode()
+                mode, event = from_attributes(attributes, message["Body"].encode())
+                emit(event, mode, message.get("Attributes", {}).get("MessageGroupId"))
+                got += 1
+            sqs.delete_message_batch(
+                QueueUrl=queue_url,
+                Entries=[{"Id": str(n), "ReceiptHandle": m["ReceiptHandle"]} for n, m in enumerate(received)],
+            )
+    finally:
+        if subscription is not None:
+            sns.unsubscribe(SubscriptionArn=subscription)
+        sqs.delete_queue(QueueUrl=queue_url)
+
+
+def pubsub(url):
+    """Google's Pub/Sub client library, pointed at the emulator at `url`."""
+    os.environ["PUBSUB_EMULATOR_HOST"] = url
+    from google.cloud import pubsub_v1
+
+    return pubsub_v1
+
+
+def pubsub_publisher(url):
+    """A Pub/Sub publisher with ordering keys on."""
+    pubsub_v1 = pubsub(url)
+    options = pubsub_v1.types.PublisherOptions(enable_message_ordering=True)
+    return pubsub_v1.PublisherClient(publisher_options=options)
+
+
+def pubsub_topics(address):
+    """The Pub/Sub topic paths ADDRESS names, separated by commas."""
+    topics = [t for t in address.split(",") if t]
+    for topic in topics:
+        if not topic.startswith("projects/") or "/topics/" not in topic:
+            sys.exit(f"{topic!r} is not a Pub/Sub topic path (projects/PROJECT/topics/TOPIC)")
+    return topics
+
+
+def read_pubsub(url, address, count):
+    from google.api_core.exceptions import NotFound
+
+    subscriber = pubsub(url).SubscriberClient()
+    arrived = queue.Queue()
+
+    def take(message):
+        arrived.put((dict(message.attributes), message.data, message.ordering_key))
+        message.ack()
+
+    subscriptions, pulls = [], []
+    try:
+        for topic in pubsub_topics(address):
+            project = topic.split("/")[1]
+            name = f"projects/{project}/subscriptions/foreign-reader-{uuid.uuid4().hex[:12]}"
+            try:
+                subscriber.create_subscription(
+                    request={"name": name, "topic": topic, "enable_message_ordering": True, "ack_deadline_seconds": 10}
+                )
+            except NotFound:
+                sys.exit(f"Pub/Sub at {url} has no topic {topic}")
+            subscriptions.append(name)
+        for name in subscriptions:
+            pulls.append(subscriber.subscribe(name, callback=take))
+        ready()
+        deadline = time.time() + WAIT_SECONDS
+        for got in range(count):
+            try:
+                attributes, data, key = arrived.get(timeout=max(deadline - time.time(), 0.01))
+            except queue.Empty:
+                short(got, count)
+            mode, event = from_attributes(attributes, data)
+            emit(event, mode, key or None)
+    finally:
+        for pull in pulls:
+            pull.cancel()
+            try:
+                pull.result(timeout=10)
+            except Exception:
+                pass
+        for name in subscriptions:
+            subscriber.delete_subscription(request={"subscription": name})
+        subscriber.close()
+
+
 SOURCE = "https://pay.example/hooks"
 OTHER_SOURCE = "https://billing.example"
 GARBAGE = b"not an event {"
@@ -279,8 +473,19 @@ def write_plain(broker, url, address):
             await client.close()
 
         asyncio.run(publish())
+    elif broker == "sqs":
+        sns, _ = aws_clients(url)
+        topic_arn = sns_topic_arn(sns, url, address)
+        for key, headers, body in records:
+            deduplication = headers.get("x-event-id") or digest(body)
+            sns_publish(sns, topic_arn, body, key, deduplication, headers)
+    elif broker == "pubsub":
+        publisher = pubsub_publisher(url)
+        topic = pubsub_topics(address)[0]
+        for key, headers, body in records:
+            pubsub_publish(publisher, topic, body, key, headers)
     else:
-        sys.exit(f"unknown broker {broker!r} (kafka, rabbitmq or nats)")
+        sys.exit(f"unknown broker {broker!r} (kafka, rabbitmq, nats, sqs or pubsub)")
     for key, headers, _body in records:
         print(json.dumps({"key": key, "id": headers.get("x-event-id")}), flush=True)
 
@@ -507,6 +712,66 @@ async def write_nats(url, prefix):
     await client.close()
 
 
+# The message attribute a Tidings group's partitioned queues filter on.
+PARTITION_ATTRIBUTE = "tidings-partition"
+
+
+def sns_publish(sns, topic_arn, body, group, deduplication, attributes):
+    """Publishes one message to an SNS FIFO topic, with `attributes` as
+    string message attributes and the partition Tidings groups read,
+    confirmed by the message id SNS answers with."""
+    values = {k: {"DataType": "String", "StringValue": v} for k, v in attributes.items()}
+    values[PARTITION_ATTRIBUTE] = {"DataType": "String", "StringValue": "0"}
+    answer = sns.publish(
+        TopicArn=topic_arn,
+        Message=body.decode(),
+        MessageGroupId=group,
+        MessageDeduplicationId=deduplication,
+        MessageAttributes=values,
+    )
+    if not answer.get("MessageId"):
+        sys.exit(f"SNS did not confirm a message to {topic_arn}: {answer}")
+
+
+def digest(data):
+    return hashlib.sha256(data).hexdigest()
+
+
+def write_sqs(url, name):
+    sns, _ = aws_clients(url)
+    topic_arn = sns_topic_arn(sns, url, name)
+    for mode, event in foreign_events():
+        # The SDK has no SNS binding: message attributes follow HTTP's headers.
+        message = (http.to_binary if mode == "binary" else http.to_structured)(event, FORMAT)
+        group = event.get_attributes().get("partitionkey") or event.get_id()
+        deduplication = digest(f"{event.get_source()} {event.get_id()}".encode())
+        sns_publish(sns, topic_arn, message.body, group, deduplication, message.headers)
+        written(mode, event)
+    sns_publish(sns, topic_arn, GARBAGE, "garbage", digest(GARBAGE), {})
+    written("garbage")
+
+
+def pubsub_publish(publisher, topic, data, key, attributes):
+    """Publishes one message to a Pub/Sub topic and waits for its confirmation."""
+    try:
+        publisher.publish(topic, data, ordering_key=key, **attributes).result(timeout=30)
+    except Exception as refused:
+        sys.exit(f"Pub/Sub did not confirm a message to {topic}: {refused}")
+
+
+def write_pubsub(url, address):
+    publisher = pubsub_publisher(url)
+    topic = pubsub_topics(address)[0]
+    for mode, event in foreign_events():
+        # The SDK has no Pub/Sub binding: attributes follow HTTP's headers.
+        message = (http.to_binary if mode == "binary" else http.to_structured)(event, FORMAT)
+        key = event.get_attributes().get("partitionkey") or ""
+        pubsub_publish(publisher, topic, message.body, key, message.headers)
+        written(mode, event)
+    pubsub_publish(publisher, topic, GARBAGE, "", {})
+    written("garbage")
+
+
 def main(argv):
     # Whatever a broker does (a connection that never opens, a blocked
     # publish), the client ends: the test waiting on it never hangs.
@@ -519,8 +784,12 @@ def main(argv):
             write_rabbitmq(url, address)
         elif broker == "nats":
             asyncio.run(write_nats(url, address))
+        elif broker == "sqs":
+            write_sqs(url, address)
+        elif broker == "pubsub":
+            write_pubsub(url, address)
         else:
-            sys.exit(f"unknown broker {broker!r} (kafka, rabbitmq or nats)")
+            sys.exit(f"unknown broker {broker!r} (kafka, rabbitmq, nats, sqs or pubsub)")
         return
     if len(argv) == 5 and argv[1] == "write-plain":
         write_plain(argv[2], argv[3], argv[4])
@@ -549,8 +818,12 @@ def main(argv):
         read_rabbitmq(url, address, count)
     elif broker == "nats":
         asyncio.run(read_nats(url, address, count))
+    elif broker == "sqs":
+        read_sqs(url, address, count)
+    elif broker == "pubsub":
+        read_pubsub(url, address, count)
     else:
-        sys.exit(f"unknown broker {broker!r} (kafka, rabbitmq or nats)")
+        sys.exit(f"unknown broker {broker!r} (kafka, rabbitmq, nats, sqs or pubsub)")
 
 
 if __name__ == "__main__":

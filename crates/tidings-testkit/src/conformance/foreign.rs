@@ -1,5 +1,6 @@
 //! Other teams' clients: the official CloudEvents SDK for Python, over the
-//! plain Kafka, RabbitMQ and NATS clients, reading what Tidings publishes.
+//! plain Kafka, RabbitMQ, NATS, SNS + SQS and Pub/Sub clients, reading
+//! what Tidings publishes and writing what Tidings reads.
 
 use std::io::{BufRead, BufReader, Read};
 use std::path::PathBuf;
@@ -15,11 +16,15 @@ use super::{TransportUnderTest, fresh_topic, probe, subscribe};
 /// Where a foreign client finds what a transport writes for one topic.
 #[derive(Debug, Clone)]
 pub struct ForeignAddress {
-    /// `kafka`, `rabbitmq` or `nats`.
+    /// `kafka`, `rabbitmq`, `nats`, `sqs` or `pubsub`.
     pub broker: &'static str,
-    /// The broker's URL, as the foreign client takes it.
+    /// The broker's URL, as the foreign client takes it (SNS + SQS: the
+    /// endpoint; Pub/Sub: the emulator's host and port).
     pub url: String,
-    /// The Kafka topic, the RabbitMQ exchange or the NATS subject prefix.
+    /// The Kafka topic, the RabbitMQ exchange, the NATS subject prefix, the
+    /// SNS topic's name, or the Pub/Sub topic paths
+    /// (`projects/P/topics/T`) of the topic's partitions, separated by
+    /// commas (a foreign producer writes to the first).
     pub address: String,
 }
 
@@ -133,10 +138,12 @@ impl ForeignReader {
     }
 }
 
-/// What Tidings publishes, in binary and in structured mode, is read by
-/// the official CloudEvents SDK for Python over the broker's plain client:
-/// every event recognised, in the mode it was written, with its
-/// attributes, extensions and data intact.
+/// What Tidings publishes, in binary and in structured mode (each mode the
+/// transport writes: `modes_written`), is read by the official
+/// CloudEvents SDK for Python over the broker's plain client: every event
+/// recognised, in the mode it was written, with its attributes, extensions
+/// and data intact, and with its key where the broker carries one (the
+/// Kafka record key, the SQS message group, the Pub/Sub ordering key).
 pub async fn foreign_readers_recognise_what_tidings_publishes<T: TransportUnderTest>(t: &T) {
     read_by_a_foreign_sdk(t, Sdk::Python).await;
 }
@@ -175,8 +182,34 @@ fn rust_reader() -> PathBuf {
     path
 }
 
+/// The modes a broker's transport writes CloudEvents in: SNS + SQS only
+/// structured (the event whole in the body, a few attributes repeated as
+/// message attributes), Pub/Sub binary (its binding's `ce-` attributes;
+/// structured only for an event past Pub/Sub's attribute limits), the
+/// others the mode they are opened in.
+fn modes_written(broker: &str) -> &'static [ContentMode] {
+    match broker {
+        "sqs" => &[ContentMode::Structured],
+        "pubsub" => &[ContentMode::Binary],
+        _ => &[ContentMode::Binary, ContentMode::Structured],
+    }
+}
+
+/// The brokers whose foreign reader prints each message's key: the Kafka
+/// record key, the SQS message group, the Pub/Sub ordering key.
+fn carries_key(broker: &str) -> bool {
+    matches!(broker, "kafka" | "sqs" | "pubsub")
+}
+
 async fn read_by_a_foreign_sdk<T: TransportUnderTest>(t: &T, sdk: Sdk) {
-    for mode in [ContentMode::Binary, ContentMode::Structured] {
+    // A fixture names the addresses of what it opened: one publisher open,
+    // its foreign address names the broker, and so the modes it writes.
+    let _opened = t.publisher().await;
+    let broker = t
+        .foreign_address(&fresh_topic())
+        .expect("the transport names where foreign clients read")
+        .broker;
+    for &mode in modes_written(broker) {
         let topic = fresh_topic();
         let publisher = t.publisher_in(mode).await;
         // The topic's resources exist before the reader listens: a group
@@ -247,8 +280,8 @@ async fn read_by_a_foreign_sdk<T: TransportUnderTest>(t: &T, sdk: Sdk) {
             assert_eq!(time.timestamp_micros(), e.occurred_at.timestamp_micros(), "{got}");
             let payload: Value = serde_json::from_slice(&e.payload).unwrap();
             assert_eq!(got["data"], payload, "{got}");
-            if at.broker == "kafka" {
-                assert_eq!(got["key"], e.aggregate_key.as_str(), "the record key: {got}");
+            if carries_key(at.broker) {
+                assert_eq!(got["key"], e.aggregate_key.as_str(), "the broker's key: {got}");
             }
         }
     }
@@ -312,7 +345,9 @@ pub async fn run_client(what: &str, args: &[&str]) -> Vec<u8> {
 /// for Python onto the topic a Tidings group reads (binary and structured
 /// mode, ids that are not UUIDs, no `time`, an extension of its own, an
 /// event without a key) is handled once each; the producer's retry of an
-/// event is recognised as a duplicate, while the same id from another
+/// event is recognised as a duplicate (on SNS, SNS itself drops it: the
+/// producer sends it again with the same deduplication id within five
+/// minutes, see `retries_delivered`), while the same id from another
 /// source is another event; a record that is not an event is dead-lettered
 /// with its raw bytes, and holds nothing back.
 pub async fn foreign_producers_are_read_once<T: TransportUnderTest>(t: &T) {
@@ -324,7 +359,15 @@ pub async fn foreign_producers_are_read_once<T: TransportUnderTest>(t: &T) {
         .foreign_address(&topic)
         .expect("the transport names where foreign clients write");
     foreign_write(&at, "write").await;
-    read_foreign_events(subscriber, group, topic).await;
+    read_foreign_events(subscriber, group, topic, retries_delivered(at.broker)).await;
+}
+
+/// How many of the foreign producer's retries reach a Tidings group: none
+/// on SNS, which drops a FIFO message whose deduplication id it saw within
+/// five minutes (the foreign client gives a retry the id of its first
+/// send), one elsewhere.
+fn retries_delivered(broker: &str) -> u64 {
+    if broker == "sqs" { 0 } else { 1 }
 }
 
 /// A topic another team's producer writes under names of its own (a NATS
@@ -349,15 +392,18 @@ pub async fn foreign_names_are_read<T: TransportUnderTest>(t: &T) {
     run_client(&what, &["own", at.broker, &at.url, &at.address]).await;
     subscriber.ensure_group(&group, &topic).await.unwrap();
     foreign_write(&at, "write").await;
-    read_foreign_events(subscriber, group, topic).await;
+    read_foreign_events(subscriber, group, topic, retries_delivered(at.broker)).await;
 }
 
 /// Reads what `foreign_events` in the foreign client wrote to `topic` with
-/// a Tidings group, checking each event was handled once.
+/// a Tidings group, checking each event was handled once, and that the
+/// `retries` of the producer's retry that reached the group were each
+/// recognised as a duplicate.
 async fn read_foreign_events(
     subscriber: std::sync::Arc<dyn tidings_core::Subscriber>,
     group: String,
     topic: String,
+    retries: u64,
 ) {
     use tidings_core::FailureStore;
     let db = crate::services::SqliteTestDb::new().await;
@@ -367,8 +413,8 @@ async fn read_foreign_events(
     let stop = tokio_util::sync::CancellationToken::new();
     let (stats, task) = super::start_on(subscriber, consumer, stop.clone());
     super::eventually(
-        "four events handled, the retry suppressed, the garbage dead-lettered",
-        || stats.handled() == 4 && stats.duplicates() == 1 && stats.dead_lettered() == 1,
+        &format!("four events handled, {retries} duplicate(s) suppressed, the garbage dead-lettered"),
+        || stats.handled() == 4 && stats.duplicates() == retries && stats.dead_lettered() == 1,
     )
     .await;
     stop.cancel();
@@ -403,9 +449,10 @@ async fn read_foreign_events(
 /// What a producer that knows nothing of CloudEvents writes (plain JSON,
 /// its id in the header `x-event-id`) onto a topic a Tidings group reads
 /// as plain JSON of a declared type: each record handled once as that
-/// type, the producer's retry recognised as a duplicate, a record without
-/// its id and one that is not JSON each dead-lettered with the reason and
-/// its raw bytes, holding nothing back.
+/// type, the producer's retry recognised as a duplicate (on SNS dropped by
+/// SNS, its deduplication id the record's id: `retries_delivered`), a
+/// record without its id and one that is not JSON each dead-lettered with
+/// the reason and its raw bytes, holding nothing back.
 pub async fn foreign_plain_json_is_read_once<T: TransportUnderTest>(t: &T) {
     let topic = fresh_topic();
     let group = super::fresh_group("plain");
@@ -415,7 +462,7 @@ pub async fn foreign_plain_json_is_read_once<T: TransportUnderTest>(t: &T) {
         .foreign_address(&topic)
         .expect("the transport names where foreign clients write");
     foreign_write(&at, "write-plain").await;
-    read_plain_json(subscriber, group, topic).await;
+    read_plain_json_once(subscriber, group, topic, retries_delivered(at.broker)).await;
 }
 
 /// Reads what `plain_records` in the foreign client wrote to `topic` as
@@ -427,6 +474,17 @@ pub async fn read_plain_json(
     subscriber: std::sync::Arc<dyn tidings_core::Subscriber>,
     group: String,
     topic: String,
+) {
+    read_plain_json_once(subscriber, group, topic, 1).await;
+}
+
+/// [`read_plain_json`], with `retries` of the producer's retry reaching
+/// the group, each recognised as a duplicate.
+async fn read_plain_json_once(
+    subscriber: std::sync::Arc<dyn tidings_core::Subscriber>,
+    group: String,
+    topic: String,
+    retries: u64,
 ) {
     use tidings_core::FailureStore;
     use tidings_core::field::Field;
@@ -441,8 +499,8 @@ pub async fn read_plain_json(
     let stop = tokio_util::sync::CancellationToken::new();
     let (stats, task) = super::start_on(subscriber, consumer, stop.clone());
     super::eventually(
-        "two records handled, the retry suppressed, two dead-lettered",
-        || stats.handled() == 2 && stats.duplicates() == 1 && stats.dead_lettered() == 2,
+        &format!("two records handled, {retries} duplicate(s) suppressed, two dead-lettered"),
+        || stats.handled() == 2 && stats.duplicates() == retries && stats.dead_lettered() == 2,
     )
     .await;
     stop.cancel();
