@@ -350,19 +350,24 @@ where
         store.refuse_what_it_refuses(transport.publisher.clone())?;
     }
     // Every group exists on the transport before anything is published (on
-    // RabbitMQ, a queue only receives what is published after it exists).
-    for (group, topic) in [(COMMAND_CONSUMER, COMMANDS)]
+    // RabbitMQ, a queue only receives what is published after it exists);
+    // all at once, for a broker that answers slowly.
+    let groups = [(COMMAND_CONSUMER, COMMANDS)]
         .into_iter()
         .chain(EVENT_CONSUMERS.map(|c| (c, ORDERS)))
         .filter(|_| consumers)
-    {
-        // A broker away for a moment (restarting, frozen) is waited for.
-        let what = format!("making consumer group {group}'s subscription of {topic}");
-        transient(&Retry::default(), &what, || {
-            transport.subscriber.ensure_group(group, topic)
-        })
-        .await?;
-    }
+        .map(|(group, topic)| {
+            let transport = &transport;
+            async move {
+                // A broker away for a moment (restarting, frozen) is waited for.
+                let what = format!("making consumer group {group}'s subscription of {topic}");
+                transient(&Retry::default(), &what, || {
+                    transport.subscriber.ensure_group(group, topic)
+                })
+                .await
+            }
+        });
+    futures::future::try_join_all(groups).await?;
     let scale = Scale {
         members: options.members,
         relays: options.relays,
