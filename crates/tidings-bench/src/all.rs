@@ -18,7 +18,7 @@ pub struct AllBench {
     #[arg(long, env = "TIDINGS_DATABASE_URL")]
     pub(crate) database: String,
     /// A broker to run the transport scenarios over, besides the database
-    /// log: `nats://...` or `amqp://...`; repeat for several.
+    /// log: `nats://...`, `amqp://...`, `kafka://...`, `sqs://...` or `pubsub://PROJECT`; repeat for several.
     #[arg(long)]
     pub(crate) broker: Vec<String>,
     /// Every scenario at a tiny size, in seconds: checks that all of them

@@ -23,7 +23,7 @@ pub struct LatencyBench {
     /// own, dropped at the end).
     #[arg(long, env = "TIDINGS_DATABASE_URL")]
     pub(crate) database: String,
-    /// `nats://...` or `amqp://...`; the database log when left out.
+    /// `nats://...`, `amqp://...`, `kafka://...`, `sqs://...` or `pubsub://PROJECT`; the database log when left out.
     #[arg(long, env = "TIDINGS_BROKER_URL")]
     pub(crate) broker: Option<String>,
     /// Events per second, comma-separated.
