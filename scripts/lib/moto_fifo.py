@@ -1,4 +1,4 @@
-"""Brings moto's SQS FIFO queues closer to SQS on two points the test suite
+"""Brings moto's SQS FIFO queues closer to SQS on the points the test suite
 depends on. Loaded by moto's server only (see `ensure_moto` in
 services.sh, which installs it into moto's virtualenv with a .pth file).
 

@@ -262,7 +262,7 @@ MOTO_PYTHON_PACKAGE="moto[server]==5.2.1"
 ensure_moto() {
   pip_venv moto "moto's server, for SNS and SQS," "$MOTO_PYTHON_PACKAGE"
   export MOTO_SERVER_BIN="$VENV/bin/moto_server"
-  # Two corrections to moto's FIFO queues (see the file), loaded by its
+  # Three corrections to moto's FIFO queues (see the file), loaded by its
   # server at start-up.
   local site
   site="$("$VENV/bin/python" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')" \

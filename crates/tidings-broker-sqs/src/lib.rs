@@ -43,12 +43,13 @@
 //! A message held for 12 hours, the longest SQS hides one, is let go with
 //! a warning: SQS delivers it again.
 //!
-//! The test suite runs against moto's server with two corrections to its
-//! FIFO queues (`scripts/lib/moto_fifo.py`, installed by the test
+//! The test suite runs against moto's server with three corrections to
+//! its FIFO queues (`scripts/lib/moto_fifo.py`, installed by the test
 //! command): moto can deliver a message group's second expired message
-//! before its first, and lets a message whose visibility timeout ran out
-//! be hidden again without marking its group in flight. Both break the
-//! order of a key that a member let go of, which SQS keeps.
+//! before its first, lets a message whose visibility timeout ran out be
+//! hidden again without marking its group in flight, and lets two
+//! receives at once split a message group. Each breaks the order of a
+//! key, which SQS keeps.
 //!
 //! # Where the services are
 //!
