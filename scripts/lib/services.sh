@@ -99,6 +99,7 @@ pip_venv() {
 }
 
 tcp_open() { (exec 3<>"/dev/tcp/$1/$2") 2>/dev/null; }
+port_free() { ! tcp_open "$1" "$2"; }
 
 # The MariaDB client over loopback TCP as the tests connect: user root, no
 # password, no option files (a password in ~/.my.cnf would hide a problem).
@@ -262,13 +263,22 @@ MOTO_PYTHON_PACKAGE="moto[server]==5.2.1"
 ensure_moto() {
   pip_venv moto "moto's server, for SNS and SQS," "$MOTO_PYTHON_PACKAGE"
   export MOTO_SERVER_BIN="$VENV/bin/moto_server"
-  # Three corrections to moto's FIFO queues (see the file), loaded by its
-  # server at start-up.
-  local site
+  # Corrections to moto's FIFO queues and its speed (see the file), loaded
+  # by its server at start-up: a server started with other ones is
+  # started again.
+  local site patch changed=""
   site="$("$VENV/bin/python" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')" \
     || die "cannot find the site-packages of moto's virtualenv ($VENV)"
-  cp "$(dirname "${BASH_SOURCE[0]}")/moto_fifo.py" "$site/tidings_moto_fifo.py"
+  patch="$(dirname "${BASH_SOURCE[0]}")/moto_fifo.py"
+  if ! cmp -s "$patch" "$site/tidings_moto_fifo.py"; then
+    cp "$patch" "$site/tidings_moto_fifo.py"
+    changed=1
+  fi
   echo "import tidings_moto_fifo" >"$site/tidings_moto_fifo.pth"
+  if [ -n "$changed" ] && pkill -f "$VENV/bin/moto_server -H 127.0.0.1 -p 5000"; then
+    log "moto's corrections changed: stopping the server started with the old ones"
+    wait_until 30 "moto's server on 127.0.0.1:5000 to stop" port_free 127.0.0.1 5000
+  fi
   if tcp_open 127.0.0.1 5000; then
     # moto keeps everything in memory, and slows down as earlier runs'
     # topics and queues pile up: the suite starts from an empty service.

@@ -146,11 +146,7 @@ async fn relays_in<D: BenchDialect>(
 ) -> anyhow::Result<RelayScaling> {
     let system = format!("bench-{}", short_id());
     let transport = Transport::open(store, bench.broker.as_deref(), bench.partitions, &system).await?;
-    // A queue for what is published (RabbitMQ refuses what no queue takes).
-    transport
-        .subscriber
-        .ensure_group("bench", BenchEvent::TOPIC)
-        .await?;
+    let mut receiving = Receiving::open(&transport).await?;
     let n = bench.events;
 
     // A first drain to warm the caches, so that the first figure is not the cold one.
@@ -170,6 +166,7 @@ async fn relays_in<D: BenchDialect>(
         .chunks(bench.batch_size)
         .map(<[OutgoingMessage]>::to_vec)
         .collect::<Vec<_>>();
+    receiving.next().await?;
     let started = Instant::now();
     for batch in &batches {
         transport.publisher.publish(batch).await?;
@@ -181,6 +178,7 @@ async fn relays_in<D: BenchDialect>(
     let mut relays = Vec::new();
     for &instances in &bench.instances {
         fill(store, n).await?;
+        receiving.next().await?;
         let stop = CancellationToken::new();
         let started = Instant::now();
         let config = relay_config(bench.partitions)
@@ -212,6 +210,7 @@ async fn relays_in<D: BenchDialect>(
         }
     }
     fill(store, n).await?;
+    receiving.next().await?;
     let relay_process = RelayChild {
         database: bench.database.clone(),
         scratch: scratch.to_owned(),
@@ -223,7 +222,9 @@ async fn relays_in<D: BenchDialect>(
     }
     .spawn()
     .await?;
-    transport.remove(BenchEvent::TOPIC, &["bench"]).await?;
+    transport
+        .remove(BenchEvent::TOPIC, &[receiving.group.as_str()])
+        .await?;
     Ok(RelayScaling {
         database: D::NAME,
         transport: transport.label.clone(),
@@ -236,6 +237,43 @@ async fn relays_in<D: BenchDialect>(
         relays,
         relay_process,
     })
+}
+
+/// The consumer group that takes what a drain publishes: RabbitMQ refuses
+/// what no queue takes. Each drain has a group of its own, the previous
+/// one removed, so that no drain publishes onto a queue the ones before it
+/// filled (moto's SQS slows down with every message a queue holds).
+struct Receiving<'a> {
+    transport: &'a Transport,
+    drains: usize,
+    group: String,
+}
+
+impl<'a> Receiving<'a> {
+    async fn open(transport: &'a Transport) -> anyhow::Result<Self> {
+        let group = "bench-0".to_owned();
+        transport
+            .subscriber
+            .ensure_group(&group, BenchEvent::TOPIC)
+            .await?;
+        Ok(Self {
+            transport,
+            drains: 0,
+            group,
+        })
+    }
+
+    /// A group for the next drain: made before the last one is removed.
+    async fn next(&mut self) -> anyhow::Result<()> {
+        self.drains += 1;
+        let group = format!("bench-{}", self.drains);
+        self.transport
+            .subscriber
+            .ensure_group(&group, BenchEvent::TOPIC)
+            .await?;
+        let last = std::mem::replace(&mut self.group, group);
+        self.transport.remove_group(BenchEvent::TOPIC, &last).await
+    }
 }
 
 impl fmt::Display for RelayScaling {

@@ -40,6 +40,10 @@
 //! messages, and always on a plain `http://` endpoint (moto, LocalStack),
 //! receives return at once, and one that brought nothing is followed by a
 //! pause growing to a second, cut short when a message held is settled.
+//! A FIFO receive that failed on the way back is asked again under the
+//! same `ReceiveRequestAttemptId`: SQS hands back what it had taken,
+//! instead of hiding those messages, and their keys, for a visibility
+//! timeout.
 //! A message held for 12 hours, the longest SQS hides one, is let go with
 //! a warning: SQS delivers it again.
 //!
@@ -49,7 +53,8 @@
 //! before its first, lets a message whose visibility timeout ran out be
 //! hidden again without marking its group in flight, and lets two
 //! receives at once split a message group. Each breaks the order of a
-//! key, which SQS keeps.
+//! key, which SQS keeps. The same file spares moto two costs that grow
+//! with the messages a queue holds, each paid per message received.
 //!
 //! # Where the services are
 //!

@@ -136,7 +136,11 @@ impl SqsOptions {
     /// Receives of one message after which SQS moves it to the group's
     /// dead-letter queue (the queue's redrive policy). Keep it above the
     /// consumer's `max_crashes`, so that Tidings' own guard, which keeps
-    /// the error history, decides first.
+    /// the error history, decides first. SQS counts every receive: a
+    /// message a member had received but not begun, made visible again
+    /// when the member closed its subscription (a rebalance, a shutdown),
+    /// counts too, which Tidings' guard does not (it counts handlings that
+    /// began). Hence the high default, 50.
     pub fn max_receive_count(mut self, n: u32) -> Self {
         self.max_receive_count = n.clamp(1, 1000);
         self

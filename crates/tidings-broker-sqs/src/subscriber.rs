@@ -117,6 +117,12 @@ impl Reader {
         let long_poll = self.transport.options.receive_wait.as_secs() as i32;
         let mut failures = 0u32;
         let mut idle = Duration::ZERO;
+        // A FIFO receive that failed on the way back is asked again under
+        // its attempt id, and SQS answers with the messages it had already
+        // taken (for five minutes), instead of keeping them and their
+        // message groups hidden for a visibility timeout.
+        let fifo = crate::names::is_fifo(&self.queue_url);
+        let mut attempt = uuid::Uuid::new_v4().to_string();
         loop {
             // Room first: what is received is hidden from other members.
             let room = tokio::select! {
@@ -147,6 +153,7 @@ impl Reader {
                 .sqs
                 .receive_message()
                 .queue_url(&self.queue_url)
+                .set_receive_request_attempt_id(fifo.then(|| attempt.clone()))
                 .max_number_of_messages(room as i32)
                 // The timeout the renewals below are timed for, whatever
                 // the queue was made with.
@@ -161,6 +168,7 @@ impl Reader {
             let messages = match received {
                 Ok(out) => {
                     failures = 0;
+                    attempt = uuid::Uuid::new_v4().to_string();
                     out.messages.unwrap_or_default()
                 }
                 Err(e) => {

@@ -124,23 +124,31 @@ impl Transport {
     }
 
     /// Removes what this system created on the broker for `topic` and its
-    /// `groups`: the NATS stream or Kafka topic, or the groups' RabbitMQ
-    /// queues (the database log keeps its rows).
+    /// `groups`: the NATS stream, Kafka topic, SNS topic or Pub/Sub
+    /// topics, and the groups' queues or subscriptions (the database log
+    /// keeps its rows).
     pub async fn remove(&self, topic: &str, groups: &[&str]) -> anyhow::Result<()> {
+        for group in groups {
+            self.remove_group(topic, group).await?;
+        }
         match &self.broker {
             AnyBroker::Nats(nats) => nats.delete_topic(topic).await?,
             AnyBroker::Kafka(kafka) => kafka.delete_topic(topic).await?,
-            AnyBroker::RabbitMq(rabbit) => {
-                for group in groups {
-                    rabbit.delete_group(topic, group).await?;
-                }
-            }
-            AnyBroker::Sqs(sqs) => {
-                for group in groups {
-                    sqs.delete_group(topic, group).await?;
-                }
-                sqs.delete_topic_of(topic).await?;
-            }
+            AnyBroker::Sqs(sqs) => sqs.delete_topic_of(topic).await?,
+            AnyBroker::PubSub(pubsub) => pubsub.delete_topic_of(topic).await?,
+            _ => {}
+        }
+        Ok(())
+    }
+
+    /// Removes `group`'s queues or subscriptions on `topic` where the
+    /// broker keeps some per group (RabbitMQ, SQS, Pub/Sub), with what they
+    /// hold; elsewhere a group holds nothing, and this does nothing.
+    pub async fn remove_group(&self, topic: &str, group: &str) -> anyhow::Result<()> {
+        match &self.broker {
+            AnyBroker::RabbitMq(rabbit) => rabbit.delete_group(topic, group).await?,
+            AnyBroker::Sqs(sqs) => sqs.delete_group(topic, group).await?,
+            AnyBroker::PubSub(pubsub) => pubsub.delete_group(topic, group).await?,
             _ => {}
         }
         Ok(())
