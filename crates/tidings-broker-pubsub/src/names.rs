@@ -97,7 +97,10 @@ impl Addresses for PubSubOptions {
     }
 
     /// The topic, `<prefix>-<topic>`, or with several partitions one topic
-    /// each, `<prefix>-<topic>-{partition}-of-<n>`.
+    /// each, `<prefix>-<topic>-{partition}-of-<n>`. No `googlepubsub`
+    /// channel binding: it requires the topic's Pub/Sub schema settings,
+    /// and Tidings' topics have no Pub/Sub schema (the document's messages
+    /// carry the events' schemas).
     fn address(&self, topic: &str) -> Address {
         let count = self.partitions_of(topic);
         let whole = self.topic_id(topic, Partition { index: 0, count: 1 });

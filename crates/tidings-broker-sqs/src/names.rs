@@ -96,12 +96,20 @@ impl Addresses for SqsOptions {
         tidings_core::cloudevents::ContentMode::Structured
     }
 
+    /// The SNS topic (one for every partition: a partition is a filter on
+    /// the `tidings-partition` attribute of each group's subscriptions),
+    /// FIFO, deduplicated by the id Tidings gives, not by content.
     fn address(&self, topic: &str) -> Address {
+        let name = self.topic_name(topic);
         Address {
-            address: self.topic_name(topic),
+            channel_binding: Some(serde_json::json!({"sns": {
+                "name": name,
+                "ordering": {"type": "FIFO", "contentBasedDeduplication": false},
+                "bindingVersion": "0.1.0",
+            }})),
+            address: name,
             partitions: self.partitions_of(topic),
             type_token: type_as_is,
-            channel_binding: None,
             message_binding: None,
         }
     }

@@ -162,6 +162,14 @@ fn with_a_server_the_channels_are_the_brokers_real_addresses() {
     ));
     assert_eq!(doc["servers"]["production"]["protocol"], "sns");
     assert_eq!(doc["channels"]["orders"]["address"], "tidings-orders.fifo");
+    assert_eq!(
+        doc["channels"]["orders"]["bindings"]["sns"],
+        serde_json::json!({
+            "name": "tidings-orders.fifo",
+            "ordering": {"type": "FIFO", "contentBasedDeduplication": false},
+            "bindingVersion": "0.1.0",
+        })
+    );
 
     // Pub/Sub: a topic per partition.
     let pubsub = tidings_broker_pubsub::PubSubOptions::default().partitions(4);
