@@ -71,7 +71,8 @@ def _install():
         deadline = time.monotonic() + int(wait_seconds_timeout or 0)
         while True:
             with turn(queue):
-                for message in [m for m in queue.pending_messages if m.visible]:
+                # A copy first: settlements change the set meanwhile.
+                for message in [m for m in list(queue.pending_messages) if m.visible]:
                     queue.pending_messages.discard(message)
                 result = receive(
                     self, queue_name, count, 0, visibility_timeout, message_attribute_names

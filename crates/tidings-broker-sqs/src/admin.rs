@@ -68,15 +68,55 @@ impl SqsTransport {
         Ok(())
     }
 
-    /// Deletes the queues of `group` on `topic`: every partition's and the
-    /// dead-letter queue, with what they hold.
+    /// Deletes the queues of `group` on `topic`, every partition's and the
+    /// dead-letter queue, with what they hold, and their subscriptions to
+    /// the topic (SNS keeps a deleted queue's, and takes at most 100 on a
+    /// FIFO topic).
     pub async fn delete_group(&self, topic: &str, group: &str) -> Result<()> {
-        for partition in tidings_core::Partition::all(self.options.partitions_of(topic)) {
-            self.delete_queue(&self.options.queue_name(topic, group, partition))
-                .await?;
+        let queues: Vec<String> = tidings_core::Partition::all(self.options.partitions_of(topic))
+            .map(|partition| self.options.queue_name(topic, group, partition))
+            .collect();
+        self.unsubscribe(topic, &queues).await?;
+        for name in &queues {
+            self.delete_queue(name).await?;
         }
         self.delete_queue(&self.options.dead_queue_name(topic, group))
             .await
+    }
+
+    /// Removes the subscriptions of queues `names` to `topic`'s SNS topic.
+    async fn unsubscribe(&self, topic: &str, names: &[String]) -> Result<()> {
+        let arn = self.topic_arn(topic).await?;
+        let mut pages = self
+            .sns
+            .list_subscriptions_by_topic()
+            .topic_arn(&arn)
+            .into_paginator()
+            .send();
+        let mut ours = Vec::new();
+        while let Some(page) = pages.next().await {
+            let page =
+                page.map_err(|e| self.error(&format!("listing the subscriptions of SNS topic {arn}"), e))?;
+            for subscription in page.subscriptions() {
+                // A queue's ARN ends with its name.
+                let queue = subscription.endpoint().and_then(|e| e.rsplit(':').next());
+                if queue.is_some_and(|q| names.iter().any(|n| n == q))
+                    && let Some(id) = subscription.subscription_arn()
+                {
+                    ours.push(id.to_owned());
+                }
+            }
+        }
+        for id in ours {
+            self.sns
+                .unsubscribe()
+                .subscription_arn(&id)
+                .send()
+                .await
+                .map_err(|e| self.error(&format!("removing subscription {id} of SNS topic {arn}"), e))?;
+        }
+        self.declared.subscribed.lock().unwrap().remove(&arn);
+        Ok(())
     }
 
     /// Deletes the SNS topic of `topic` and its subscriptions.
