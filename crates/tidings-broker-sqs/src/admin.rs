@@ -86,7 +86,7 @@ impl SqsTransport {
 
     /// Removes the subscriptions of queues `names` to `topic`'s SNS topic.
     async fn unsubscribe(&self, topic: &str, names: &[String]) -> Result<()> {
-        let arn = self.topic_arn(topic).await?;
+        let arn = self.create_topic(&self.options.topic_name(topic)).await?;
         let mut pages = self
             .sns
             .list_subscriptions_by_topic()
@@ -121,7 +121,7 @@ impl SqsTransport {
 
     /// Deletes the SNS topic of `topic` and its subscriptions.
     pub async fn delete_topic_of(&self, topic: &str) -> Result<()> {
-        let arn = self.topic_arn(topic).await?;
+        let arn = self.create_topic(&self.options.topic_name(topic)).await?;
         self.sns
             .delete_topic()
             .topic_arn(&arn)

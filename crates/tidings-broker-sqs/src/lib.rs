@@ -29,6 +29,15 @@
 //! one does. Subscribe every consumer group once (or
 //! [`Subscriber::ensure_group`]) before the relay starts on a new topic.
 //!
+//! The topic carries the partition count its messages are spread over,
+//! as its tag `tidings-partitions`, set by the first publisher or group
+//! to find it missing. A transport configured for another count is
+//! refused, naming both: a consumer does not start
+//! ([`Subscriber::check_partitions`]), a publisher keeps its messages in
+//! the outbox (a retryable error). Its credentials need
+//! `sns:ListTagsForResource` and `sns:TagResource` for this; without
+//! them Tidings warns and checks nothing.
+//!
 //! Messages are published in batches of ten, a key's next message only
 //! once SNS confirmed the one before; SNS drops a message it has seen
 //! within five minutes (the relay sending a batch again after a failure).

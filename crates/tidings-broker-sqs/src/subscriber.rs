@@ -31,6 +31,12 @@ impl Subscriber for SqsTransport {
         self.options.partitions_of(topic)
     }
 
+    /// Refuses a topic whose SNS topic spreads its messages over another
+    /// partition count (its `tidings-partitions` tag).
+    async fn check_partitions(&self, topic: &str) -> Result<()> {
+        self.check_topic_partitions(topic).await
+    }
+
     /// Messages waiting, in flight and delayed over the group's partition
     /// queues, as SQS counts them (approximately); declares nothing.
     async fn pending(&self, group: &str, topic: &str) -> Result<Option<u64>> {

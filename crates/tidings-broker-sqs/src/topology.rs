@@ -14,32 +14,120 @@ use crate::{SqsTransport, TRANSPORT};
 /// Fourteen days, SQS's longest retention: what the relay confirmed stays
 /// until a member settles it.
 const RETENTION_SECONDS: &str = "1209600";
+/// The SNS topic's tag holding the partitions its messages are spread over.
+const PARTITIONS_TAG: &str = "tidings-partitions";
+
+/// Whether SNS refused `e` for want of a permission.
+fn denied<E: ProvideErrorMetadata, R>(e: &aws_sdk_sns::error::SdkError<E, R>) -> bool {
+    e.as_service_error()
+        .and_then(ProvideErrorMetadata::code)
+        .is_some_and(|c| matches!(c, "AuthorizationError" | "AccessDenied" | "AccessDeniedException"))
+}
 
 impl SqsTransport {
-    /// The ARN of `topic`'s SNS topic, created if need be.
+    /// The ARN of `topic`'s SNS topic, created if need be. A topic whose
+    /// messages are spread over another partition count than this
+    /// transport's is refused, retryably: a publisher keeps its messages in
+    /// the outbox until the counts agree ([`SqsTransport::partition_mismatch`]).
     pub(crate) async fn topic_arn(&self, topic: &str) -> Result<String> {
         let name = self.options.topic_name(topic);
         if let Some(arn) = self.declared.topics.lock().unwrap().get(&name) {
             return Ok(arn.clone());
         }
+        let arn = self.create_topic(&name).await?;
+        if let Some(reason) = self.partition_mismatch(topic, &arn).await? {
+            return Err(Error::transport_reason(TRANSPORT, reason, true));
+        }
+        self.declared.topics.lock().unwrap().insert(name, arn.clone());
+        Ok(arn)
+    }
+
+    /// Refuses to read `topic` where its SNS topic spreads messages over
+    /// another partition count than this transport's: a configuration to
+    /// fix, not to wait out.
+    pub(crate) async fn check_topic_partitions(&self, topic: &str) -> Result<()> {
+        let name = self.options.topic_name(topic);
+        let arn = self.create_topic(&name).await?;
+        match self.partition_mismatch(topic, &arn).await? {
+            Some(reason) => Err(Error::Config {
+                key: format!("SNS topic {name}"),
+                reason,
+            }),
+            None => {
+                self.declared.topics.lock().unwrap().insert(name, arn);
+                Ok(())
+            }
+        }
+    }
+
+    /// Why `topic`'s SNS topic `arn` cannot be used with this transport's
+    /// partition count, if it cannot. The count travels as the topic's tag
+    /// `tidings-partitions`, set by the first publisher or group to find
+    /// it missing: every message carries its partition in an attribute,
+    /// and each group's queue takes one partition's by a filter, so a
+    /// publisher and a group counting differently would send a key's
+    /// messages to a queue no member reads, or to none. Without the
+    /// permission to read or set tags, this says so and checks nothing.
+    pub(crate) async fn partition_mismatch(&self, topic: &str, arn: &str) -> Result<Option<String>> {
+        let configured = self.options.partitions_of(topic);
+        let listed = match self.sns.list_tags_for_resource().resource_arn(arn).send().await {
+            Ok(listed) => listed,
+            Err(e) if denied(&e) => {
+                tracing::warn!(topic = %arn, "cannot read the tags of the SNS topic (grant sns:ListTagsForResource and sns:TagResource): its partition count is not checked against this process's");
+                return Ok(None);
+            }
+            Err(e) => return Err(self.error(&format!("reading the tags of SNS topic {arn}"), e)),
+        };
+        let found = listed
+            .tags()
+            .iter()
+            .find(|t| t.key() == PARTITIONS_TAG)
+            .map(|t| t.value().to_owned());
+        match found {
+            Some(found) if found == configured.to_string() => Ok(None),
+            Some(found) => Ok(Some(format!(
+                "SNS topic {arn} carries {PARTITIONS_TAG}={found} and this transport is configured for \
+                 {configured} partitions: a publisher and a consumer group counting differently send a \
+                 key's messages to a queue no member reads, or to none. Every publisher and group of a \
+                 topic uses one count: configure {found} (SqsOptions::partitions, [broker] partitions in \
+                 tidings.toml, or --partitions)"
+            ))),
+            None => {
+                let tag = aws_sdk_sns::types::Tag::builder()
+                    .key(PARTITIONS_TAG)
+                    .value(configured.to_string())
+                    .build()
+                    .map_err(|e| Error::transport(TRANSPORT, "building an SNS tag", e, false))?;
+                match self.sns.tag_resource().resource_arn(arn).tags(tag).send().await {
+                    Ok(_) => Ok(None),
+                    Err(e) if denied(&e) => {
+                        tracing::warn!(topic = %arn, "cannot tag the SNS topic with its partition count (grant sns:TagResource): it is not checked against other processes'");
+                        Ok(None)
+                    }
+                    Err(e) => Err(self.error(&format!("tagging SNS topic {arn}"), e)),
+                }
+            }
+        }
+    }
+
+    /// Creates SNS topic `name`, or finds it: its ARN.
+    pub(crate) async fn create_topic(&self, name: &str) -> Result<String> {
         let created = self
             .sns
             .create_topic()
-            .name(&name)
+            .name(name)
             .attributes("FifoTopic", "true")
             .attributes("ContentBasedDeduplication", "false")
             .send()
             .await
             .map_err(|e| self.error(&format!("creating SNS topic {name}"), e))?;
-        let arn = created.topic_arn.ok_or_else(|| {
+        created.topic_arn.ok_or_else(|| {
             Error::transport_reason(
                 TRANSPORT,
                 format!("SNS created topic {name} without an ARN"),
                 true,
             )
-        })?;
-        self.declared.topics.lock().unwrap().insert(name, arn.clone());
-        Ok(arn)
+        })
     }
 
     /// The URL of queue `name`, created with `attributes` if missing (an
