@@ -18,14 +18,23 @@ services.sh, which installs it into moto's virtualenv with a .pth file).
    Moto hides it again without marking its group in flight, and the
    group's next message is delivered before it.
 
+3. Deleting a message does not lose another sent at the same moment.
+   Moto deletes by building a new list of the queue's messages without
+   the deleted one and putting it in place of the old: a message added
+   to the old list in between (sent, or delivered from an SNS topic, on
+   another request's thread) was gone, with its send confirmed, and of
+   two deletes at once the later one brought the earlier one's message
+   back. Deletes, purges and receives (which move messages received too
+   often to a dead-letter queue) now hold the lock sends append under.
+
 And two changes of speed alone, without which a few thousand messages in
 a queue bring moto's server to a crawl (each costs a walk of the whole
 queue, or a calendar computation, per message received):
 
-3. A receive checks a message's retention period against the queue's
+4. A receive checks a message's retention period against the queue's
    setting, not against a copy of every attribute of the queue (moto
    counts the queue's messages three times to make that copy).
-4. The clock SQS reads is the system's, in seconds and milliseconds since
+5. The clock SQS reads is the system's, in seconds and milliseconds since
    the epoch, as before, without going through calendar dates.
 """
 
@@ -51,6 +60,8 @@ def _install():
     backend = models.SQSBackend
     receive = backend.receive_message
     change = backend.change_message_visibility
+    purge = backend.purge_queue
+    queue_delete = models.Queue.delete_message
 
     locks = {}
     locks_lock = threading.Lock()
@@ -74,9 +85,10 @@ def _install():
                 # A copy first: settlements change the set meanwhile.
                 for message in [m for m in list(queue.pending_messages) if m.visible]:
                     queue.pending_messages.discard(message)
-                result = receive(
-                    self, queue_name, count, 0, visibility_timeout, message_attribute_names
-                )
+                with queue._messages_lock:
+                    result = receive(
+                        self, queue_name, count, 0, visibility_timeout, message_attribute_names
+                    )
             if result or time.monotonic() >= deadline:
                 return result
             time.sleep(0.05)
@@ -91,6 +103,14 @@ def _install():
                 break
         return change(self, queue_name, receipt_handle, visibility_timeout)
 
+    def delete_queue_message(self, receipt_handle):
+        with self._messages_lock:
+            return queue_delete(self, receipt_handle)
+
+    def purge_queue(self, queue_name):
+        with self.get_queue(queue_name)._messages_lock:
+            return purge(self, queue_name)
+
     def is_message_valid_based_on_retention_period(self, queue_name, message):
         retention = int(self.get_queue(queue_name).message_retention_period)
         return retention + message.sent_timestamp / 1000 > time.time()
@@ -103,7 +123,9 @@ def _install():
     def millis(dt=None):
         return seconds(dt) * 1000.0
 
+    models.Queue.delete_message = delete_queue_message
     backend.receive_message = receive_message
+    backend.purge_queue = purge_queue
     backend.change_message_visibility = change_message_visibility
     backend.is_message_valid_based_on_retention_period = (
         is_message_valid_based_on_retention_period
