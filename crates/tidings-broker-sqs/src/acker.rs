@@ -53,9 +53,18 @@ pub(crate) struct Holding {
 pub(crate) const MAX_HIDDEN: std::time::Duration = std::time::Duration::from_secs(12 * 3600);
 
 impl HeldMessages {
-    /// Stops holding `message_id`; whether it was still held for sure.
-    pub(crate) fn let_go(&self, message_id: &str) -> bool {
-        let held = self.receipts.lock().unwrap().remove(message_id);
+    /// Stops holding `message_id` under `receipt`; whether it was still
+    /// held for sure. A message SQS delivered again meanwhile (its hiding
+    /// ran out) is held under its newer receipt, for its newer delivery:
+    /// settling the older one leaves that holding alone.
+    pub(crate) fn let_go(&self, message_id: &str, receipt: &str) -> bool {
+        let held = {
+            let mut receipts = self.receipts.lock().unwrap();
+            match receipts.get(message_id) {
+                Some(h) if h.receipt == receipt => receipts.remove(message_id),
+                _ => None,
+            }
+        };
         self.settled.notify_one();
         held.is_some_and(|h| h.hidden_until > Instant::now())
     }
@@ -114,12 +123,12 @@ impl Acker for SqsAcker {
             // The subscription keeps every message it holds hidden.
             AckKind::Progress => Ok(()),
             AckKind::Ack => {
-                self.held.let_go(&self.message_id);
+                self.held.let_go(&self.message_id, &self.receipt);
                 self.delete().await
             }
             AckKind::Nak(delay) => {
                 let _changing = self.held.changing.lock().await;
-                if !self.held.let_go(&self.message_id) {
+                if !self.held.let_go(&self.message_id, &self.receipt) {
                     // Its hiding ran out: it is visible already, or another
                     // member's now.
                     tracing::debug!(queue = %self.queue_url, message_id = %self.message_id, "not held any more: left as it is");
@@ -130,7 +139,7 @@ impl Acker for SqsAcker {
                     .await
             }
             AckKind::Term => {
-                self.held.let_go(&self.message_id);
+                self.held.let_go(&self.message_id, &self.receipt);
                 let dead = self.transport.queue(&self.dead_queue, &[]).await?;
                 // A copy in the dead-letter queue, then the original goes:
                 // a crash in between leaves both, never neither.
@@ -158,5 +167,32 @@ impl Acker for SqsAcker {
                 self.delete().await
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use super::*;
+
+    fn holding(receipt: &str) -> Holding {
+        Holding {
+            receipt: receipt.to_owned(),
+            hidden_until: Instant::now() + Duration::from_secs(30),
+            received: Instant::now(),
+        }
+    }
+
+    #[test]
+    fn settling_an_older_delivery_leaves_the_newer_holding() {
+        let held = HeldMessages::default();
+        // Delivered under r1, then again under r2 once r1's hiding ran out.
+        held.receipts.lock().unwrap().insert("m".into(), holding("r1"));
+        held.receipts.lock().unwrap().insert("m".into(), holding("r2"));
+        assert!(!held.let_go("m", "r1"), "r1 is not held any more");
+        assert_eq!(held.receipts.lock().unwrap()["m"].receipt, "r2");
+        assert!(held.let_go("m", "r2"));
+        assert!(held.receipts.lock().unwrap().is_empty());
     }
 }

@@ -121,35 +121,31 @@ impl SqsTransport {
 
     /// Deletes the SNS topic of `topic` and its subscriptions.
     pub async fn delete_topic_of(&self, topic: &str) -> Result<()> {
-        let arn = self.create_topic(&self.options.topic_name(topic)).await?;
-        self.sns
-            .delete_topic()
-            .topic_arn(&arn)
-            .send()
-            .await
-            .map_err(|e| self.error(&format!("deleting SNS topic {arn}"), e))?;
-        self.declared
-            .topics
-            .lock()
-            .unwrap()
-            .remove(&self.options.topic_name(topic));
-        self.declared.subscribed.lock().unwrap().remove(&arn);
-        self.declared.groups.lock().unwrap().clear();
-        Ok(())
+        let name = self.options.topic_name(topic);
+        let arn = self.create_topic(&name).await?;
+        self.delete_sns_topic(&name, &arn).await
     }
 
     /// Deletes SNS topic `name` (made by this transport) and its subscriptions.
     pub async fn delete_topic(&self, name: &str) -> Result<()> {
-        let Some(arn) = self.declared.topics.lock().unwrap().remove(name) else {
-            return Ok(());
-        };
+        let arn = self.declared.topics.lock().unwrap().get(name).cloned();
+        match arn {
+            Some(arn) => self.delete_sns_topic(name, &arn).await,
+            None => Ok(()),
+        }
+    }
+
+    /// Deletes SNS topic `name` at `arn`, and forgets it and what was
+    /// declared on it.
+    async fn delete_sns_topic(&self, name: &str, arn: &str) -> Result<()> {
         self.sns
             .delete_topic()
-            .topic_arn(&arn)
+            .topic_arn(arn)
             .send()
             .await
-            .map_err(|e| self.error(&format!("deleting SNS topic {name}"), e))?;
-        self.declared.subscribed.lock().unwrap().remove(&arn);
+            .map_err(|e| self.error(&format!("deleting SNS topic {name} ({arn})"), e))?;
+        self.declared.forget_topic(name);
+        self.declared.subscribed.lock().unwrap().remove(arn);
         self.declared.groups.lock().unwrap().clear();
         Ok(())
     }

@@ -380,15 +380,20 @@ impl Reader {
                     .error("changing the visibility of held messages", e)
             })?;
         let mut receipts = self.held.receipts.lock().unwrap();
+        // By receipt: a message delivered again meanwhile is held under
+        // its newer one, which this change did not touch.
         for ok in out.successful() {
-            if let Some((id, _)) = ok.id().parse::<usize>().ok().and_then(|i| chunk.get(i))
+            if let Some((id, receipt)) = ok.id().parse::<usize>().ok().and_then(|i| chunk.get(i))
                 && let Some(h) = receipts.get_mut(id)
+                && h.receipt == *receipt
             {
                 h.hidden_until = sent_at + Duration::from_secs(seconds.max(0) as u64);
             }
         }
         for failed in out.failed() {
-            if let Some((id, _)) = failed.id().parse::<usize>().ok().and_then(|i| chunk.get(i)) {
+            if let Some((id, receipt)) = failed.id().parse::<usize>().ok().and_then(|i| chunk.get(i))
+                && receipts.get(id).is_some_and(|h| h.receipt == *receipt)
+            {
                 receipts.remove(id);
             }
             tracing::debug!(queue = %self.queue_url, code = failed.code(), reason = failed.message().unwrap_or(""), "a held SQS message's visibility was not changed: let go");
