@@ -45,6 +45,7 @@ impl PubSubTransport {
         if self.declared.groups.lock().unwrap().contains(&key) {
             return Ok(());
         }
+        self.check_topic_partitions(topic).await?;
         let dead = self.options.dead_id(topic, group);
         self.topic(&dead).await?;
         self.subscription(&dead, &dead, SubscriptionConfig::default())

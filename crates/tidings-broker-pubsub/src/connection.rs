@@ -35,6 +35,9 @@ pub(crate) struct Declared {
     pub(crate) subscribed: Mutex<HashSet<String>>,
     /// `(topic, group)` whose subscriptions are in place.
     pub(crate) groups: Mutex<HashSet<(String, String)>>,
+    /// Tidings topics whose partition count was found to agree with the
+    /// project's Pub/Sub topics.
+    pub(crate) counted: Mutex<HashSet<String>>,
     /// A publisher per topic id.
     pub(crate) publishers: Mutex<HashMap<String, Publisher>>,
 }

@@ -32,6 +32,13 @@
 //! the outbox) until one does. Subscribe every consumer group once (or
 //! [`Subscriber::ensure_group`]) before the relay starts on a new topic.
 //!
+//! Each partition count has topics of its own, so every publisher and
+//! group of a topic must use one count: a group does not start, and a
+//! publisher keeps its messages in the outbox (retryably), while the
+//! project has topics of the same Tidings topic for another count (found
+//! by listing the project's topics: grant `pubsub.topics.list`, without
+//! which this is warned about and not checked).
+//!
 //! Publishing sends a batch's messages for each topic in `Publish`
 //! requests of up to 1000 messages, each confirmed before the next leaves:
 //! Pub/Sub keeps a key's order within a request and between requests sent
@@ -88,6 +95,7 @@ mod connection;
 mod marshal;
 mod names;
 mod options;
+mod partitions;
 mod publisher;
 mod settlements;
 mod subscriber;

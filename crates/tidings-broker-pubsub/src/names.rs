@@ -34,6 +34,12 @@ impl PubSubOptions {
         }
     }
 
+    /// The Pub/Sub topic of `topic` with one partition, and the stem of
+    /// its partitions' topics with several.
+    pub(crate) fn topic_base(&self, topic: &str) -> String {
+        names::fit(&self.base(topic), "", NAME_MAX)
+    }
+
     fn partitioned(&self, mut base: String, partition: Partition) -> String {
         if partition.count > 1 {
             base.push_str(&format!("-{}-of-{}", partition.index, partition.count));

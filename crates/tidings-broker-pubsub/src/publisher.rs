@@ -114,6 +114,7 @@ impl Publisher for PubSubTransport {
                 .push((m, message, size));
         }
         for (id, messages) in &by_topic {
+            self.check_publish_partitions(&messages[0].0.topic).await?;
             self.topic(id).await?;
             self.check_subscribed(&messages[0].0.topic, id).await?;
         }

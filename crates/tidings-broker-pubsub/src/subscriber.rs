@@ -36,6 +36,11 @@ impl Subscriber for PubSubTransport {
         self.options.partitions_of(topic)
     }
 
+    /// Refuses a topic that has Pub/Sub topics of another partition count.
+    async fn check_partitions(&self, topic: &str) -> Result<()> {
+        self.check_topic_partitions(topic).await
+    }
+
     /// Pub/Sub counts a subscription's backlog only in Cloud Monitoring,
     /// not through its own API: unknown here.
     async fn pending(&self, _group: &str, _topic: &str) -> Result<Option<u64>> {
