@@ -52,7 +52,9 @@
 //!    failure rolls the batch back and its messages go through this stack
 //!    one at a time.
 //! 6. **Timeout.** The handler has [`ConsumerConfig::handler_timeout`]; past
-//!    it the attempt is rolled back and counts as a transient failure.
+//!    it the attempt is rolled back and counts as a transient failure. So
+//!    does a handler that panics: the panic's message is the attempt's
+//!    error, and its lane goes on with the next key.
 //! 7. **Handler.** Your code, with a [`Context`]: the envelope, the
 //!    transaction, [`Context::emit`] (outbox, same transaction) and
 //!    [`Context::once`] (the effects ledger).

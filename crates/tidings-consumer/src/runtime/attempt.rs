@@ -2,7 +2,11 @@
 //! checks the partition's lease (the fence), then runs the handler within
 //! its timeout and commits the marker with the handler's writes.
 
+use std::any::Any;
+use std::panic::AssertUnwindSafe;
 use std::time::Instant;
+
+use futures::FutureExt;
 
 use sqlx::Transaction;
 use tidings_core::Store;
@@ -91,12 +95,19 @@ impl<S: Store> Worker<S> {
         };
         let timeout = self.config.handler_timeout;
         let started = Instant::now();
-        let ran = tokio::time::timeout(timeout, self.handler.handle(&mut ctx)).await;
+        // A handler that panics fails this attempt, as an error would: its
+        // lane, and the keys waiting for it, go on.
+        let handling = AssertUnwindSafe(self.handler.handle(&mut ctx)).catch_unwind();
+        let ran = tokio::time::timeout(timeout, handling).await;
         self.stats
             .handler_duration
             .record(started.elapsed().as_secs_f64());
         match ran {
-            Ok(result) => result.map(|()| ctx.emitted),
+            Ok(Ok(result)) => result.map(|()| ctx.emitted),
+            Ok(Err(panic)) => Err(HandlerError::transient(format!(
+                "the handler panicked: {}",
+                panic_message(panic.as_ref())
+            ))),
             Err(_) => Err(HandlerError::transient(format!(
                 "handler timed out after {timeout:?}"
             ))),
@@ -131,4 +142,13 @@ impl<S: Store> Worker<S> {
         }
         Ok(())
     }
+}
+
+/// What a panic said, when it said it with a string.
+fn panic_message(panic: &(dyn Any + Send)) -> &str {
+    panic
+        .downcast_ref::<&str>()
+        .copied()
+        .or_else(|| panic.downcast_ref::<String>().map(String::as_str))
+        .unwrap_or("(no message)")
 }

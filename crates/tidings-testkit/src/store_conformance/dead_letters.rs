@@ -68,6 +68,52 @@ pub async fn poison_is_dead_lettered_without_blocking_other_keys<T: TestDb>(db: 
     assert_eq!(store.lag().await.unwrap().dead_letters_pending(), 1);
 }
 
+/// A handler that panics fails its attempt as an error would: on one lane
+/// (which a panic would otherwise end, with the key it held), the message
+/// is tried again, then dead-lettered with what the panic said, and the
+/// other keys, on that same lane, go on.
+pub async fn a_panicking_handler_fails_its_attempt_and_the_lane_goes_on<T: TestDb>(db: &T) {
+    let store = setup(db).await;
+    store.enqueue_in_tx(&message("panics", 1), true).await;
+    for seq in 1..=12 {
+        store
+            .enqueue_in_tx(&message(&format!("good-{}", seq % 3), seq), true)
+            .await;
+    }
+    let recorder = Recorder {
+        panic_key: Some("panics".into()),
+        ..Recorder::default()
+    };
+    let consumer = Consumer::new("panicky", store.clone(), recorder.clone())
+        .topic(TOPIC)
+        .config(quick().lanes(1).max_attempts(2));
+    let stats = consumer.stats();
+    let pipeline = Pipeline::start(&store, consumer, subscriber(&store));
+    eventually(
+        WAIT,
+        "good events handled and the panicking one dead-lettered",
+        || async { stats.handled() == 12 && stats.dead_lettered() == 1 },
+    )
+    .await;
+    pipeline.stop().await;
+
+    let letters = store
+        .dead_letters(&DeadLetterFilter::default().consumer("panicky"))
+        .await
+        .unwrap();
+    assert_eq!(letters.len(), 1, "{letters:?}");
+    assert_eq!(letters[0].aggregate_key.as_deref(), Some("panics"));
+    assert_eq!(letters[0].attempts, 2);
+    assert!(
+        letters[0]
+            .errors
+            .iter()
+            .all(|f| f.error.contains("the handler panicked: a bug in the handler")),
+        "{:?}",
+        letters[0].errors
+    );
+}
+
 /// Malformed envelopes, unknown types, unsupported versions and bad payloads
 /// are dead-lettered at once, each as received and with an error saying what is wrong.
 pub async fn bad_input_reaches_the_failure_store_with_a_clear_error<T: TestDb>(db: &T) {

@@ -67,6 +67,8 @@ pub fn message(key: &str, seq: i64) -> OutgoingMessage {
 pub struct Recorder {
     /// Messages of this key fail transiently, until `healed`.
     pub poison_key: Option<String>,
+    /// Messages of this key make the handler panic, until `healed`.
+    pub panic_key: Option<String>,
     /// The fix for the poison key shipped.
     pub healed: Arc<AtomicBool>,
     /// Sleep up to this long in each run, to shake up timing.
@@ -105,6 +107,11 @@ impl<DB: SqlDb> Handler<DB> for Recorder {
             && !self.healed.load(Ordering::SeqCst)
         {
             return Err(HandlerError::transient("poisoned key"));
+        }
+        if self.panic_key.as_deref() == Some(ctx.envelope().aggregate_key.as_str())
+            && !self.healed.load(Ordering::SeqCst)
+        {
+            panic!("a bug in the handler");
         }
         let event: TestEvent = ctx.decode()?;
         if self.first_fails.as_deref() == Some(event.key.as_str())

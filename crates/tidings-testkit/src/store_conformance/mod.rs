@@ -83,6 +83,7 @@ macro_rules! store_conformance {
             ],
             dead_letters: [
                 poison_is_dead_lettered_without_blocking_other_keys,
+                a_panicking_handler_fails_its_attempt_and_the_lane_goes_on,
                 bad_input_reaches_the_failure_store_with_a_clear_error,
                 a_redriven_dead_letter_is_handled_once,
                 a_dead_letter_holds_its_key_until_redriven,
