@@ -64,6 +64,9 @@
 //! messages reach it. Failures of Tidings' own database calls (begin,
 //! marker, commit) are retried without counting as attempts: an outage of
 //! the database is not the message's fault and must not dead-letter it.
+//! A commit the database refuses for a constraint the handler's writes
+//! break (a deferred one, checked at commit) is the message's: it fails
+//! the attempt permanently and the message is dead-lettered.
 //!
 //! ```no_run
 //! use sqlx::Sqlite;

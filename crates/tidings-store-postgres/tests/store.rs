@@ -36,3 +36,11 @@ async fn postgres_wakes_relays_in_other_processes_after_commit() {
     producer.pool().close().await;
     db.drop_schema().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_commit_refused_for_the_handlers_writes_is_dead_lettered() {
+    let db = PgTestDb::new().await;
+    tidings_testkit::store_conformance::dead_letters::a_commit_refused_for_the_handlers_writes_is_dead_lettered(&db)
+        .await;
+    db.drop_schema().await;
+}

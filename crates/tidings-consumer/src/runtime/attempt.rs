@@ -130,6 +130,15 @@ impl<S: Store> Worker<S> {
         operation: &'static str,
     ) -> Result<(), AttemptError> {
         tx.commit().await.map_err(|e| {
+            if violates_a_constraint(&e) {
+                // The database refused the handler's writes themselves (a
+                // deferred constraint, checked at commit): the message's
+                // failure, which trying again would only repeat. Anything
+                // else (a lost connection, a full disk) is not its fault.
+                return AttemptError::Handler(HandlerError::permanent(format!(
+                    "{operation}: the database refused the handler's writes: {e}"
+                )));
+            }
             AttemptError::Store(tidings_core::Error::database(
                 operation,
                 self.store.error_class(&e),
@@ -151,4 +160,10 @@ fn panic_message(panic: &(dyn Any + Send)) -> &str {
         .copied()
         .or_else(|| panic.downcast_ref::<String>().map(String::as_str))
         .unwrap_or("(no message)")
+}
+
+/// Whether `e` is the database refusing rows for a constraint (unique,
+/// foreign key, not null, check).
+fn violates_a_constraint(e: &sqlx::Error) -> bool {
+    matches!(e, sqlx::Error::Database(db) if !matches!(db.kind(), sqlx::error::ErrorKind::Other))
 }

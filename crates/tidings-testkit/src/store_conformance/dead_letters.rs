@@ -500,3 +500,81 @@ pub async fn a_member_past_its_lease_holds_no_key<T: TestDb>(db: &T) {
     assert_eq!(held.len(), 1, "the lease's holder holds the key");
     assert_eq!(store.dead_letters(&filter).await.unwrap().len(), 1);
 }
+
+/// Inserts the event as a child of parent 1, or, for key `orphan`, of a
+/// parent that does not exist: PostgreSQL checks the deferred foreign key
+/// only at commit.
+struct Adopts;
+
+#[async_trait::async_trait]
+impl tidings_consumer::Handler<sqlx::Postgres> for Adopts {
+    async fn handle(
+        &self,
+        ctx: &mut tidings_consumer::Context<'_, sqlx::Postgres>,
+    ) -> Result<(), tidings_consumer::HandlerError> {
+        let event: super::fixtures::TestEvent = ctx.decode()?;
+        let parent: i64 = if event.key == "orphan" { 0 } else { 1 };
+        sqlx::query("INSERT INTO test_children (k, seq, parent) VALUES ($1, $2, $3)")
+            .bind(&event.key)
+            .bind(event.seq)
+            .bind(parent)
+            .execute(ctx.tx())
+            .await?;
+        Ok(())
+    }
+}
+
+/// A commit the database refuses for what the handler wrote (a deferred
+/// constraint, checked at commit) is the message's failure, not an outage
+/// to wait out: the message is dead-lettered at once, saying why, and the
+/// other keys go on. PostgreSQL only (MySQL has no deferred constraints).
+pub async fn a_commit_refused_for_the_handlers_writes_is_dead_lettered(db: &crate::services::PgTestDb) {
+    let store = setup(db).await;
+    for ddl in [
+        "CREATE TABLE test_parents (id BIGINT PRIMARY KEY)",
+        "INSERT INTO test_parents VALUES (1)",
+        "CREATE TABLE test_children (k TEXT, seq BIGINT, parent BIGINT REFERENCES test_parents (id) \
+         DEFERRABLE INITIALLY DEFERRED, PRIMARY KEY (k, seq))",
+    ] {
+        sqlx::query(ddl).execute(db.store.pool()).await.unwrap();
+    }
+    store.enqueue_in_tx(&message("orphan", 1), true).await;
+    for seq in 1..=12 {
+        store
+            .enqueue_in_tx(&message(&format!("good-{}", seq % 3), seq), true)
+            .await;
+    }
+    let consumer = Consumer::new("adopting", store.clone(), Adopts)
+        .topic(TOPIC)
+        .config(quick().max_attempts(5));
+    let stats = consumer.stats();
+    let pipeline = Pipeline::start(&store, consumer, subscriber(&store));
+    eventually(
+        WAIT,
+        "good events handled and the orphan dead-lettered",
+        || async { stats.handled() == 12 && stats.dead_lettered() == 1 },
+    )
+    .await;
+    pipeline.stop().await;
+
+    let letters = store
+        .dead_letters(&DeadLetterFilter::default().consumer("adopting"))
+        .await
+        .unwrap();
+    assert_eq!(letters.len(), 1, "{letters:?}");
+    assert_eq!(letters[0].aggregate_key.as_deref(), Some("orphan"));
+    assert_eq!(letters[0].attempts, 1, "refused for good: not tried again");
+    assert!(
+        letters[0].errors[0]
+            .error
+            .contains("the database refused the handler's writes")
+            && letters[0].errors[0].class == "permanent",
+        "{:?}",
+        letters[0].errors
+    );
+    let children: i64 = sqlx::query_scalar("SELECT count(*) FROM test_children")
+        .fetch_one(db.store.pool())
+        .await
+        .unwrap();
+    assert_eq!(children, 12);
+}
