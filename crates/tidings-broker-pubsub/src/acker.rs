@@ -11,7 +11,7 @@ use gcloud_googleapis::pubsub::v1::PubsubMessage;
 use tidings_core::{AckKind, Acker, Error, Result};
 
 use crate::settlements::{Settle, Settlements};
-use crate::{PubSubTransport, TRANSPORT};
+use crate::PubSubTransport;
 
 /// The ack deadline a message handed back is given: it comes back when it
 /// runs out (see [`PubSubAcker`]'s `Nak`).
@@ -109,16 +109,9 @@ impl Acker for PubSubAcker {
                     .publish_immediately(vec![copy], None)
                     .await
                     .map_err(|e| {
-                        Error::transport_reason(
-                            TRANSPORT,
-                            format!(
-                                "moving message {} to dead-letter topic {}: {:?}: {}",
-                                self.message.message_id,
-                                self.dead_topic,
-                                e.code(),
-                                e.message()
-                            ),
-                            true,
+                        self.failed(
+                            &format!("copying to dead-letter topic {} the", self.dead_topic),
+                            e,
                         )
                     })?;
                 self.acknowledge().await
