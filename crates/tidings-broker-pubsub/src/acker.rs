@@ -10,8 +10,8 @@ use async_trait::async_trait;
 use gcloud_googleapis::pubsub::v1::PubsubMessage;
 use tidings_core::{AckKind, Acker, Error, Result};
 
-use crate::settlements::{Settle, Settlements};
 use crate::PubSubTransport;
+use crate::settlements::{Settle, Settlements};
 
 /// The ack deadline a message handed back is given: it comes back when it
 /// runs out (see [`PubSubAcker`]'s `Nak`).
