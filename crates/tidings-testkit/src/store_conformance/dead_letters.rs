@@ -74,34 +74,14 @@ pub async fn poison_is_dead_lettered_without_blocking_other_keys<T: TestDb>(db: 
 /// other keys, on that same lane, go on.
 pub async fn a_panicking_handler_fails_its_attempt_and_the_lane_goes_on<T: TestDb>(db: &T) {
     let store = setup(db).await;
-    store.enqueue_in_tx(&message("panics", 1), true).await;
-    for seq in 1..=12 {
-        store
-            .enqueue_in_tx(&message(&format!("good-{}", seq % 3), seq), true)
-            .await;
-    }
     let recorder = Recorder {
         panic_key: Some("panics".into()),
         ..Recorder::default()
     };
-    let consumer = Consumer::new("panicky", store.clone(), recorder.clone())
+    let consumer = Consumer::new("panicky", store.clone(), recorder)
         .topic(TOPIC)
         .config(quick().lanes(1).max_attempts(2));
-    let stats = consumer.stats();
-    let pipeline = Pipeline::start(&store, consumer, subscriber(&store));
-    eventually(
-        WAIT,
-        "good events handled and the panicking one dead-lettered",
-        || async { stats.handled() == 12 && stats.dead_lettered() == 1 },
-    )
-    .await;
-    pipeline.stop().await;
-
-    let letters = store
-        .dead_letters(&DeadLetterFilter::default().consumer("panicky"))
-        .await
-        .unwrap();
-    assert_eq!(letters.len(), 1, "{letters:?}");
+    let letters = one_bad_among_twelve(&store, "panics", consumer).await;
     assert_eq!(letters[0].aggregate_key.as_deref(), Some("panics"));
     assert_eq!(letters[0].attempts, 2);
     assert!(
@@ -112,6 +92,38 @@ pub async fn a_panicking_handler_fails_its_attempt_and_the_lane_goes_on<T: TestD
         "{:?}",
         letters[0].errors
     );
+}
+
+/// Runs `consumer` over one message of key `bad` and twelve good ones
+/// (three keys) until the twelve are handled and one message is
+/// dead-lettered; returns the consumer's dead letters.
+async fn one_bad_among_twelve<D: Dialect>(
+    store: &SqlStore<D>,
+    bad: &str,
+    consumer: Consumer<SqlStore<D>>,
+) -> Vec<tidings_core::DeadLetter> {
+    store.enqueue_in_tx(&message(bad, 1), true).await;
+    for seq in 1..=12 {
+        store
+            .enqueue_in_tx(&message(&format!("good-{}", seq % 3), seq), true)
+            .await;
+    }
+    let name = consumer.name().to_owned();
+    let stats = consumer.stats();
+    let pipeline = Pipeline::start(store, consumer, subscriber(store));
+    eventually(
+        WAIT,
+        &format!("good events handled and {bad:?} dead-lettered"),
+        || async { stats.handled() == 12 && stats.dead_lettered() == 1 },
+    )
+    .await;
+    pipeline.stop().await;
+    let letters = store
+        .dead_letters(&DeadLetterFilter::default().consumer(&name))
+        .await
+        .unwrap();
+    assert_eq!(letters.len(), 1, "{letters:?}");
+    letters
 }
 
 /// Malformed envelopes, unknown types, unsupported versions and bad payloads
@@ -538,30 +550,10 @@ pub async fn a_commit_refused_for_the_handlers_writes_is_dead_lettered(db: &crat
     ] {
         sqlx::query(ddl).execute(db.store.pool()).await.unwrap();
     }
-    store.enqueue_in_tx(&message("orphan", 1), true).await;
-    for seq in 1..=12 {
-        store
-            .enqueue_in_tx(&message(&format!("good-{}", seq % 3), seq), true)
-            .await;
-    }
     let consumer = Consumer::new("adopting", store.clone(), Adopts)
         .topic(TOPIC)
         .config(quick().max_attempts(5));
-    let stats = consumer.stats();
-    let pipeline = Pipeline::start(&store, consumer, subscriber(&store));
-    eventually(
-        WAIT,
-        "good events handled and the orphan dead-lettered",
-        || async { stats.handled() == 12 && stats.dead_lettered() == 1 },
-    )
-    .await;
-    pipeline.stop().await;
-
-    let letters = store
-        .dead_letters(&DeadLetterFilter::default().consumer("adopting"))
-        .await
-        .unwrap();
-    assert_eq!(letters.len(), 1, "{letters:?}");
+    let letters = one_bad_among_twelve(&store, "orphan", consumer).await;
     assert_eq!(letters[0].aggregate_key.as_deref(), Some("orphan"));
     assert_eq!(letters[0].attempts, 1, "refused for good: not tried again");
     assert!(
