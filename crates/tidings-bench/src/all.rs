@@ -79,14 +79,12 @@ pub(crate) async fn all(bench: AllBench) -> anyhow::Result<AllFigures> {
             .as_deref()
             .map_or("the database log".to_owned(), redact_url);
         eprintln!("bench: relay drain over {over}");
-        let relays = relays(RelayBench {
-            database: database.clone(),
-            broker: broker.clone(),
-            events: if quick { 1500 } else { 200_000 },
-            instances: if quick { vec![1] } else { vec![1, 2, 4] },
-            partitions: 8,
-            batch_size: 500,
-        })
+        let relays = relays(RelayBench::new(
+            database.clone(),
+            broker.clone(),
+            if quick { 1500 } else { 200_000 },
+            if quick { vec![1] } else { vec![1, 2, 4] },
+        ))
         .await?;
         eprintln!("bench: steady state over {over}");
         let steady = steady(SteadyBench {

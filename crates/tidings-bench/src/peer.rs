@@ -116,14 +116,12 @@ pub(crate) async fn peer(bench: PeerBench) -> anyhow::Result<PeerComparison> {
     eprintln!("bench: the peer drains {} events", bench.events);
     let peer_drain: PeerDrain = run_peer(&dir, &bench, "drain").await?;
     eprintln!("bench: Tidings drains {} events", bench.events);
-    let ours = relays(RelayBench {
-        database: bench.database.clone(),
-        broker: Some(bench.broker.clone()),
-        events: bench.events,
-        instances: vec![1],
-        partitions: 8,
-        batch_size: 500,
-    })
+    let ours = relays(RelayBench::new(
+        bench.database.clone(),
+        Some(bench.broker.clone()),
+        bench.events,
+        vec![1],
+    ))
     .await?;
     eprintln!("bench: the peer at {}/s", bench.rate);
     let peer_latency: PeerLatency = run_peer(&dir, &bench, "latency").await?;

@@ -38,9 +38,31 @@ pub struct RelayBench {
     /// Records per relay batch.
     #[arg(long, default_value_t = 500)]
     pub(crate) batch_size: usize,
+    /// Batches each relay keeps in flight at once, one per partition it holds.
+    #[arg(long, default_value_t = 4, value_parser = clap::value_parser!(u32).range(1..=64))]
+    pub(crate) window: u32,
 }
 
 impl RelayBench {
+    /// `events` per backlog drained by each count of `instances`, with the
+    /// command line's defaults: 8 partitions, batches of 500, 4 in flight.
+    pub(crate) fn new(
+        database: String,
+        broker: Option<String>,
+        events: usize,
+        instances: Vec<usize>,
+    ) -> Self {
+        RelayBench {
+            database,
+            broker,
+            events,
+            instances,
+            partitions: 8,
+            batch_size: 500,
+            window: 4,
+        }
+    }
+
     /// Refuses what cannot run, with one line.
     pub(crate) fn check(&self) -> anyhow::Result<()> {
         ensure_measured(&self.database, "relay")?;
@@ -69,6 +91,8 @@ pub(crate) struct RelayScaling {
     pub(crate) partitions: u32,
     /// Records per batch.
     pub(crate) batch_size: usize,
+    /// Batches each relay keeps in flight.
+    pub(crate) window: u32,
     /// Raw limit of the database: a hand-written claim (the oldest unsent
     /// rows `FOR UPDATE SKIP LOCKED`, read and deleted, one transaction per
     /// batch), publishing nothing, by connections.
@@ -183,6 +207,7 @@ async fn relays_in<D: BenchDialect>(
         let started = Instant::now();
         let config = relay_config(bench.partitions)
             .batch_size(bench.batch_size)
+            .max_in_flight_batches(bench.window as usize)
             .poll_interval(Duration::from_millis(50));
         let (mut running, stats) = start_relays(store, &transport, instances, config, &stop);
         // Watch the relays' own counters: querying the outbox while it drains
@@ -219,6 +244,7 @@ async fn relays_in<D: BenchDialect>(
         events: n,
         partitions: bench.partitions,
         batch_size: bench.batch_size,
+        window: bench.window,
     }
     .spawn()
     .await?;
@@ -231,6 +257,7 @@ async fn relays_in<D: BenchDialect>(
         events: n,
         partitions: bench.partitions,
         batch_size: bench.batch_size,
+        window: bench.window,
         sql_drain: sql,
         publish_only,
         raw_publish,
@@ -280,8 +307,8 @@ impl fmt::Display for RelayScaling {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         writeln!(
             f,
-            "relay scaling · {} outbox -> {} · {} events per backlog · {} partitions · batches of {}",
-            self.database, self.transport, self.events, self.partitions, self.batch_size
+            "relay scaling · {} outbox -> {} · {} events per backlog · {} partitions · batches of {}, {} in flight",
+            self.database, self.transport, self.events, self.partitions, self.batch_size, self.window
         )?;
         for d in &self.sql_drain {
             writeln!(
@@ -361,6 +388,9 @@ pub struct RelayChild {
     /// Records per relay batch.
     #[arg(long)]
     pub(crate) batch_size: usize,
+    /// Batches in flight at once.
+    #[arg(long)]
+    pub(crate) window: u32,
 }
 
 /// What the relay process measured.
@@ -383,6 +413,7 @@ impl RelayChild {
         command.args(["--events", &self.events.to_string()]);
         command.args(["--partitions", &self.partitions.to_string()]);
         command.args(["--batch-size", &self.batch_size.to_string()]);
+        command.args(["--window", &self.window.to_string()]);
         if let Some(broker) = &self.broker {
             command.args(["--broker", broker]);
         }
@@ -411,6 +442,7 @@ impl RelayChild {
         let stop = CancellationToken::new();
         let config = relay_config(self.partitions)
             .batch_size(self.batch_size)
+            .max_in_flight_batches(self.window as usize)
             .poll_interval(Duration::from_millis(50));
         let started = Instant::now();
         let (mut running, stats) = start_relays(&store, &transport, 1, config, &stop);

@@ -36,6 +36,15 @@
 //! marks nothing more. With one partition, one relay publishes and the
 //! others stand by.
 //!
+//! # Several batches in flight
+//!
+//! A relay holding several partitions deals them into up to
+//! [`RelayConfig::max_in_flight_batches`] lanes, each running the loop
+//! above for its own partitions: one lane claims its next batch while
+//! another's is being confirmed. A partition's batches still go out one
+//! after the other, so each key keeps its order, and a batch that fails
+//! rests only its lane's partitions. With one partition there is one lane.
+//!
 //! ```no_run
 //! use tidings_relay::{Relay, RelayConfig};
 //! use tidings_store_sqlite::SqliteStore;
@@ -66,6 +75,7 @@ use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
 
 mod isolate;
+mod window;
 
 /// Tuning of a [`Relay`].
 ///
@@ -93,6 +103,8 @@ pub struct RelayConfig {
     #[cfg_attr(feature = "serde", serde(with = "tidings_core::duration"))]
     lease_ttl: Duration,
     member: Option<String>,
+    max_in_flight_batches: usize,
+    max_in_flight_bytes: usize,
 }
 
 impl Default for RelayConfig {
@@ -100,7 +112,8 @@ impl Default for RelayConfig {
     /// give a publish 30 s to be confirmed; back off from 100 ms to 30 s
     /// after failures; run retention cleanup every minute; one outbox
     /// partition (one relay publishes at a time, others stand by), leases
-    /// of 10 s.
+    /// of 10 s; up to 4 batches in flight, holding up to 16 MiB, when the
+    /// relay holds several partitions.
     fn default() -> Self {
         RelayConfig {
             batch_size: 500,
@@ -111,6 +124,8 @@ impl Default for RelayConfig {
             partitions: 1,
             lease_ttl: Duration::from_secs(10),
             member: None,
+            max_in_flight_batches: 4,
+            max_in_flight_bytes: 16 << 20,
         }
     }
 }
@@ -178,9 +193,27 @@ impl RelayConfig {
         self
     }
 
+    /// How many batches may be in flight at once, at most one per outbox
+    /// partition: a relay holding several
+    /// partitions claims the next batch of one while another's are being
+    /// confirmed. 1 publishes one batch at a time. On PostgreSQL and MySQL
+    /// each batch in flight holds a connection of the pool until it ends.
+    pub fn max_in_flight_batches(mut self, n: usize) -> Self {
+        self.max_in_flight_batches = n.max(1);
+        self
+    }
+
+    /// No further batch is claimed while the batches in flight hold about
+    /// this many bytes of records or more.
+    pub fn max_in_flight_bytes(mut self, n: usize) -> Self {
+        self.max_in_flight_bytes = n.max(1);
+        self
+    }
+
     /// The first value that makes no sense, as [`Error::Config`] naming
     /// its key (`batch_size`): a batch of 1 to 100 000 records, 1 to 1024
-    /// partitions, intervals and timeouts above 0, leases of at least 300 ms.
+    /// partitions, intervals and timeouts above 0, leases of at least 300 ms,
+    /// 1 to 64 batches and 1 KiB to 1 GiB in flight.
     /// The setters keep the lower bounds; the upper bounds, and every bound
     /// of a deserialized configuration, are checked here.
     ///
@@ -204,6 +237,13 @@ impl RelayConfig {
         };
         range("batch_size", self.batch_size as u64, 1, 100_000)?;
         range("partitions", self.partitions.into(), 1, 1024)?;
+        range("max_in_flight_batches", self.max_in_flight_batches as u64, 1, 64)?;
+        range(
+            "max_in_flight_bytes",
+            self.max_in_flight_bytes as u64,
+            1 << 10,
+            1 << 30,
+        )?;
         for (key, d) in [
             ("poll_interval", self.poll_interval),
             ("publish_timeout", self.publish_timeout),
@@ -444,17 +484,29 @@ impl<S: RelayStore + LeaseStore + Clone, P: Publisher> Relay<S, P> {
         if self.held.lock().expect("held lock").is_empty() {
             self.join().await?;
         }
-        let partitions = self.partitions();
+        match self.claim_batch(&self.partitions()).await? {
+            Some(batch) => self.send(batch).await,
+            None => Ok(Round::Idle),
+        }
+    }
+
+    /// Claims a batch of `partitions`: `None` when nothing of theirs waits.
+    async fn claim_batch(&self, partitions: &OutboxPartitions) -> Result<Option<S::Batch>> {
         let batch = self
             .store
-            .claim(self.claim_limit(), &partitions)
+            .claim(self.claim_limit(), partitions)
             .await
             .inspect_err(|_| self.stats.claim_failures.bump())?;
-        let n = batch.messages().len() + batch.undecodable().len();
-        if n == 0 {
+        if batch.messages().is_empty() && batch.undecodable().is_empty() {
             batch.release().await?;
-            return Ok(Round::Idle);
+            return Ok(None);
         }
+        Ok(Some(batch))
+    }
+
+    /// Publishes a claimed batch and ends it, in its trace spans.
+    async fn send(&self, batch: S::Batch) -> Result<Round> {
+        let n = batch.messages().len() + batch.undecodable().len();
         let span = tracing::info_span!("tidings.relay.batch", records = n, member = %self.member);
         let _sends = send_spans(batch.messages());
         self.publish_batch(batch, n).instrument(span).await
@@ -615,19 +667,19 @@ impl<S: RelayStore + LeaseStore + Clone, P: Publisher> Relay<S, P> {
         Ok(())
     }
 
-    /// Publishes round after round until `stop` (shutdown, or a hand-over).
+    /// Publishes round after round until `stop` (shutdown, or a hand-over):
+    /// one batch at a time, or several in flight when the relay holds
+    /// several partitions and the window allows it
+    /// ([`RelayConfig::max_in_flight_batches`]).
     async fn publish_until(&self, stop: &CancellationToken) {
+        let lanes = window::lanes(&self.partitions(), self.config.max_in_flight_batches);
+        if lanes.len() > 1 {
+            return self.publish_pipelined(stop, lanes).await;
+        }
         let mut failures = 0u32;
         let mut last_cleanup = Instant::now();
         while !stop.is_cancelled() {
-            if last_cleanup.elapsed() >= self.config.cleanup_interval {
-                last_cleanup = Instant::now();
-                match self.store.cleanup().await {
-                    Ok(0) => {}
-                    Ok(n) => tracing::debug!(deleted = n, "deleted sent outbox records past retention"),
-                    Err(e) => tracing::warn!(error = %e.report(), "outbox retention cleanup failed"),
-                }
-            }
+            self.cleanup_when_due(&mut last_cleanup).await;
             match self.round().await {
                 Ok(Round::Published(_)) => failures = 0,
                 Ok(Round::Idle) => {
@@ -644,6 +696,19 @@ impl<S: RelayStore + LeaseStore + Clone, P: Publisher> Relay<S, P> {
                     sleep_unless(stop, delay).await;
                 }
             }
+        }
+    }
+
+    /// Deletes sent records past retention once per cleanup interval.
+    async fn cleanup_when_due(&self, last: &mut Instant) {
+        if last.elapsed() < self.config.cleanup_interval {
+            return;
+        }
+        *last = Instant::now();
+        match self.store.cleanup().await {
+            Ok(0) => {}
+            Ok(n) => tracing::debug!(deleted = n, "deleted sent outbox records past retention"),
+            Err(e) => tracing::warn!(error = %e.report(), "outbox retention cleanup failed"),
         }
     }
 }

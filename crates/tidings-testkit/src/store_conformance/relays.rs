@@ -3,18 +3,20 @@
 //! and go, and a relay whose lease was taken over publishes nothing more.
 
 use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use async_trait::async_trait;
 use tidings_core::log::LogBackend;
-use tidings_core::{LagSource, OutgoingMessage, Publisher};
+use tidings_core::partition::key_hash;
+use tidings_core::{Backoff, LagSource, OutgoingMessage, Publisher};
 use tidings_log::LogPublisher;
 use tidings_relay::{Relay, RelayConfig, Round};
 use tidings_sql::{Dialect, SqlStore};
 use tokio_util::sync::CancellationToken;
 
-use super::fixtures::{StoreExt, TestEvent, eventually, produce, setup};
+use super::fixtures::{StoreExt, TestEvent, eventually, message, produce, setup};
 use crate::services::TestDb;
 
 const WAIT: Duration = Duration::from_secs(60);
@@ -132,9 +134,14 @@ pub async fn relays_share_the_partitions_and_keep_each_key_in_order<T: TestDb>(d
         per_key.entry(key.clone()).or_default().push(*seq);
     }
     assert!(by_relay.len() == 3, "every relay published a share: {by_relay:?}");
+    in_commit_order(per_key, 45);
+}
+
+/// Asserts that each key's records `1..=last` were first published in
+/// commit order. A record may go out twice (a batch published, then not
+/// completed in time); what counts is that each first publish keeps order.
+fn in_commit_order(per_key: BTreeMap<String, Vec<i64>>, last: i64) {
     for (key, seqs) in per_key {
-        // A record may go out twice (a batch published, then not completed
-        // in time); what counts is that each first publish keeps commit order.
         let mut firsts = Vec::new();
         for s in seqs {
             if !firsts.contains(&s) {
@@ -143,7 +150,7 @@ pub async fn relays_share_the_partitions_and_keep_each_key_in_order<T: TestDb>(d
         }
         assert_eq!(
             firsts,
-            (1..=45).collect::<Vec<_>>(),
+            (1..=last).collect::<Vec<_>>(),
             "key {key} published out of order"
         );
     }
@@ -259,4 +266,110 @@ pub async fn a_relay_stalled_mid_batch_marks_nothing_it_no_longer_holds<T: TestD
         }
         Ok(other) => panic!("the stalled relay's round ended {other:?}"),
     }
+}
+
+/// The database log, counting the batches in flight at once, and refusing
+/// the first batches of one partition as a broker that lost that
+/// partition's leader would.
+struct Windowed<B> {
+    inner: LogPublisher<B>,
+    refused_partition: u32,
+    refusals_left: AtomicUsize,
+    in_flight: AtomicUsize,
+    most_in_flight: AtomicUsize,
+    others_sent_while_refusing: AtomicUsize,
+    log: PublishLog,
+}
+
+#[async_trait]
+impl<B: LogBackend> Publisher for Windowed<B> {
+    async fn publish(&self, batch: &[OutgoingMessage]) -> tidings_core::Result<()> {
+        let now = self.in_flight.fetch_add(1, Ordering::SeqCst) + 1;
+        self.most_in_flight.fetch_max(now, Ordering::SeqCst);
+        tokio::time::sleep(Duration::from_millis(10)).await;
+        let refused = batch
+            .iter()
+            .any(|m| key_hash(&m.envelope.aggregate_key) % PARTITIONS == self.refused_partition)
+            && self
+                .refusals_left
+                .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1))
+                .is_ok();
+        let result = if refused {
+            Err(tidings_core::Error::transport_reason(
+                "test",
+                "the partition's leader is away",
+                true,
+            ))
+        } else {
+            self.inner.publish(batch).await
+        };
+        if result.is_ok() {
+            if self.refusals_left.load(Ordering::SeqCst) > 0 {
+                self.others_sent_while_refusing
+                    .fetch_add(batch.len(), Ordering::SeqCst);
+            }
+            let mut log = self.log.lock().unwrap();
+            for m in batch {
+                let event: TestEvent = m.envelope.decode().unwrap();
+                log.push(("relay", event.key, event.seq));
+            }
+        }
+        self.in_flight.fetch_sub(1, Ordering::SeqCst);
+        result
+    }
+}
+
+/// One relay holding every partition keeps a batch of each in flight at
+/// once; a partition whose batches fail waits alone, and every key's
+/// records still go out in commit order.
+pub async fn one_relay_keeps_several_partitions_in_flight_and_each_key_in_order<T: TestDb>(db: &T) {
+    let store = setup(db).await;
+    const KEYS: usize = 16;
+    const LAST: i64 = 30;
+    let backlog: Vec<_> = (1..=LAST)
+        .flat_map(|seq| (0..KEYS).map(move |k| message(&format!("key-{k}"), seq)))
+        .collect();
+    store.enqueue_all(&backlog).await;
+    let publisher = Arc::new(Windowed {
+        inner: LogPublisher::new(Arc::new(store.clone())),
+        refused_partition: key_hash("key-0") % PARTITIONS,
+        refusals_left: AtomicUsize::new(3),
+        in_flight: AtomicUsize::new(0),
+        most_in_flight: AtomicUsize::new(0),
+        others_sent_while_refusing: AtomicUsize::new(0),
+        log: PublishLog::default(),
+    });
+    let relay = Relay::new(store.clone(), publisher.clone()).config(
+        config("relay")
+            .max_in_flight_batches(PARTITIONS as usize)
+            .backoff(Backoff::new(
+                Duration::from_millis(50),
+                Duration::from_millis(200),
+            )),
+    );
+    let stop = CancellationToken::new();
+    let task = tokio::spawn(relay.run(stop.clone()));
+    eventually(WAIT, "every record published", || async {
+        store.lag().await.unwrap().outbox_pending == 0
+    })
+    .await;
+    stop.cancel();
+    task.await.unwrap().unwrap();
+
+    let most = publisher.most_in_flight.load(Ordering::SeqCst);
+    assert!(
+        (2..=PARTITIONS as usize).contains(&most),
+        "at most one batch per partition in flight, and more than one at once: {most}"
+    );
+    assert_eq!(publisher.refusals_left.load(Ordering::SeqCst), 0);
+    assert!(
+        publisher.others_sent_while_refusing.load(Ordering::SeqCst) > 0,
+        "the other partitions went on while one was refused"
+    );
+    let mut per_key: BTreeMap<String, Vec<i64>> = BTreeMap::new();
+    for (_, key, seq) in publisher.log.lock().unwrap().iter() {
+        per_key.entry(key.clone()).or_default().push(*seq);
+    }
+    assert_eq!(per_key.len(), KEYS, "every key published");
+    in_commit_order(per_key, LAST);
 }
