@@ -60,7 +60,7 @@
 #![warn(missing_docs, missing_debug_implementations, unreachable_pub)]
 
 use std::fmt;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -112,8 +112,8 @@ impl Default for RelayConfig {
     /// give a publish 30 s to be confirmed; back off from 100 ms to 30 s
     /// after failures; run retention cleanup every minute; one outbox
     /// partition (one relay publishes at a time, others stand by), leases
-    /// of 10 s; up to 4 batches in flight, holding up to 16 MiB, when the
-    /// relay holds several partitions.
+    /// of 10 s; one batch in flight at a time (a window of up to 16 MiB
+    /// once [`max_in_flight_batches`](RelayConfig::max_in_flight_batches) is raised).
     fn default() -> Self {
         RelayConfig {
             batch_size: 500,
@@ -124,7 +124,7 @@ impl Default for RelayConfig {
             partitions: 1,
             lease_ttl: Duration::from_secs(10),
             member: None,
-            max_in_flight_batches: 4,
+            max_in_flight_batches: 1,
             max_in_flight_bytes: 16 << 20,
         }
     }
@@ -360,6 +360,12 @@ pub struct Relay<S, P> {
     /// The most records a round claims now (0: the batch size); see
     /// [`Relay::claim_limit`].
     claim_limit: AtomicUsize,
+    /// Shared by the publishes of the lanes, taken alone by a search for
+    /// the records at fault: a refusal that closes a connection or channel
+    /// the lanes share is then never blamed on another lane's records.
+    alone: tokio::sync::RwLock<()>,
+    /// More than one lane publishes now ([`window`]).
+    pipelined: AtomicBool,
 }
 
 impl<S, P> fmt::Debug for Relay<S, P> {
@@ -391,6 +397,8 @@ impl<S: RelayStore + LeaseStore + Clone, P: Publisher> Relay<S, P> {
             member: tidings_lease::unique_member("relay"),
             held: Mutex::default(),
             claim_limit: AtomicUsize::new(0),
+            alone: tokio::sync::RwLock::new(()),
+            pipelined: AtomicBool::new(false),
         }
     }
 
@@ -525,7 +533,11 @@ impl<S: RelayStore + LeaseStore + Clone, P: Publisher> Relay<S, P> {
                 .iter()
                 .any(|m| self.publisher.refuses(m).is_some());
         let failed = if clean {
-            match isolate::publish(&self.publisher, self.config.publish_timeout, batch.messages()).await {
+            let published = {
+                let _shared = self.alone.read().await;
+                isolate::publish(&self.publisher, self.config.publish_timeout, batch.messages()).await
+            };
+            match published {
                 Ok(()) => {
                     self.went_through();
                     return self.complete(batch, n, started).await;
@@ -552,14 +564,22 @@ impl<S: RelayStore + LeaseStore + Clone, P: Publisher> Relay<S, P> {
         } else {
             None
         };
-        let isolated = isolate::isolate(
-            &self.publisher,
-            self.config.publish_timeout,
-            isolate::Records::of(&batch),
-            failed,
-        )
-        .instrument(tracing::info_span!("tidings.relay.isolate", records = n))
-        .await;
+        // The search publishes alone. With other lanes publishing, the
+        // batch's refusal may have been caused by one of their records (a
+        // broker closing the channel they share): it is published again,
+        // alone, before anything is blamed.
+        let isolated = {
+            let _alone = self.alone.write().await;
+            let failed = failed.filter(|_| !self.pipelined.load(Ordering::Relaxed));
+            isolate::isolate(
+                &self.publisher,
+                self.config.publish_timeout,
+                isolate::Records::of(&batch),
+                failed,
+            )
+            .instrument(tracing::info_span!("tidings.relay.isolate", records = n))
+            .await
+        };
         let sent = isolated.settlement.sent.len();
         self.settle(batch, isolated.settlement, started).await?;
         match isolated.error {

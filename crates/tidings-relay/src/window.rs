@@ -77,6 +77,7 @@ impl<S: RelayStore + LeaseStore + Clone, P: Publisher> Relay<S, P> {
         let mut rounds = FuturesUnordered::new();
         let mut last_cleanup = Instant::now();
         tracing::debug!(lanes = lanes.len(), "publishing with several batches in flight");
+        self.pipelined.store(true, Ordering::Relaxed);
         while !stop.is_cancelled() {
             self.cleanup_when_due(&mut last_cleanup).await;
             let now = Instant::now();
@@ -150,6 +151,7 @@ impl<S: RelayStore + LeaseStore + Clone, P: Publisher> Relay<S, P> {
                 tracing::debug!(lane, error = %e.report(), "a batch in flight at shutdown failed; its records stay unsent");
             }
         }
+        self.pipelined.store(false, Ordering::Relaxed);
     }
 
     /// One round of a lane: claims a batch of its partitions and publishes

@@ -10,7 +10,9 @@ use std::time::Duration;
 use async_trait::async_trait;
 use tidings_core::log::LogBackend;
 use tidings_core::partition::key_hash;
-use tidings_core::{Backoff, LagSource, OutgoingMessage, Publisher};
+use tidings_core::{
+    Backoff, DeadLetterFilter, FailureStore, LagSource, OutgoingMessage, Publisher, RELAY_LETTERS,
+};
 use tidings_log::LogPublisher;
 use tidings_relay::{Relay, RelayConfig, Round};
 use tidings_sql::{Dialect, SqlStore};
@@ -372,4 +374,109 @@ pub async fn one_relay_keeps_several_partitions_in_flight_and_each_key_in_order<
     }
     assert_eq!(per_key.len(), KEYS, "every key published");
     in_commit_order(per_key, LAST);
+}
+
+/// The database log behind one channel that all publishes share, as
+/// RabbitMQ's: the broker refuses one record by closing the channel, and
+/// every publish under way on it fails with the same refusal.
+struct SharedChannel<B> {
+    inner: LogPublisher<B>,
+    /// The record the broker refuses: (key, seq).
+    refused: (String, i64),
+    /// Grows each time the channel is closed.
+    closings: AtomicUsize,
+}
+
+#[async_trait]
+impl<B: LogBackend> Publisher for SharedChannel<B> {
+    async fn publish(&self, batch: &[OutgoingMessage]) -> tidings_core::Result<()> {
+        let closed = || {
+            tidings_core::Error::transport_reason(
+                "test",
+                "the broker closed the channel: PRECONDITION_FAILED",
+                false,
+            )
+        };
+        let opened = self.closings.load(Ordering::SeqCst);
+        let refused = batch.iter().any(|m| {
+            let event: TestEvent = m.envelope.decode().unwrap();
+            (event.key, event.seq) == self.refused
+        });
+        if refused {
+            self.closings.fetch_add(1, Ordering::SeqCst);
+            return Err(closed());
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+        if self.closings.load(Ordering::SeqCst) != opened {
+            return Err(closed());
+        }
+        self.inner.publish(batch).await
+    }
+}
+
+/// A refusal that fails every publish under way (a channel the lanes
+/// share, closed by the broker) is blamed on its one record: the other
+/// lanes' records go out, only that record becomes a dead letter, and
+/// only its key waits behind it.
+pub async fn a_refusal_that_fails_every_lane_blames_only_its_record<T: TestDb>(db: &T) {
+    let store = setup(db).await;
+    const KEYS: usize = 16;
+    const LAST: i64 = 10;
+    let backlog: Vec<_> = (1..=LAST)
+        .flat_map(|seq| (0..KEYS).map(move |k| message(&format!("key-{k}"), seq)))
+        .collect();
+    store.enqueue_all(&backlog).await;
+    let publisher = SharedChannel {
+        inner: LogPublisher::new(Arc::new(store.clone())),
+        refused: ("key-0".to_owned(), 5),
+        closings: AtomicUsize::new(0),
+    };
+    let relay = Relay::new(store.clone(), publisher).config(
+        config("relay")
+            .max_in_flight_batches(PARTITIONS as usize)
+            // Batches of one record: a batch refused whole is its record
+            // refused, unless the refusal is checked alone.
+            .batch_size(1)
+            .backoff(Backoff::new(Duration::from_millis(10), Duration::from_millis(50))),
+    );
+    let stop = CancellationToken::new();
+    let task = tokio::spawn(relay.run(stop.clone()));
+    // key-0's seq 5 is set aside, and its 5 later records wait behind it.
+    let behind = (LAST - 5) as u64;
+    eventually(
+        WAIT,
+        "everything but key-0's refused record and those behind it sent",
+        || async {
+            store.lag().await.unwrap().outbox_pending == behind + 1
+                && !store
+                    .dead_letters(&DeadLetterFilter::default().consumer(RELAY_LETTERS))
+                    .await
+                    .unwrap()
+                    .is_empty()
+        },
+    )
+    .await;
+    // Long enough for a wrongly blamed record to show.
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    stop.cancel();
+    task.await.unwrap().unwrap();
+    let letters = store
+        .dead_letters(&DeadLetterFilter::default().consumer(RELAY_LETTERS))
+        .await
+        .unwrap();
+    let blamed: Vec<(Option<String>, Option<uuid::Uuid>)> = letters
+        .iter()
+        .map(|l| (l.aggregate_key.clone(), l.message_id))
+        .collect();
+    assert_eq!(
+        blamed.len(),
+        1,
+        "only the refused record is a dead letter: {blamed:?}"
+    );
+    assert_eq!(blamed[0].0.as_deref(), Some("key-0"));
+    assert_eq!(
+        store.lag().await.unwrap().outbox_pending,
+        behind + 1,
+        "every other key's records sent"
+    );
 }
