@@ -104,7 +104,17 @@ impl PrivateNats {
             .unwrap_or_else(|e| panic!("cannot start nats-server ({bin}; set NATS_SERVER_BIN): {e}"));
         self.child = Some(child);
         let deadline = Instant::now() + Duration::from_secs(20);
-        while std::net::TcpStream::connect(("127.0.0.1", self.port)).is_err() {
+        loop {
+            let greeted = self.greets();
+            if let Some(status) = self.child.as_mut().and_then(|c| c.try_wait().ok().flatten()) {
+                panic!(
+                    "private nats-server on port {} exited ({status}): is the port taken by another process?",
+                    self.port
+                );
+            }
+            if greeted {
+                break;
+            }
             assert!(
                 Instant::now() < deadline,
                 "private nats-server on port {} did not start",
@@ -112,6 +122,19 @@ impl PrivateNats {
             );
             std::thread::sleep(Duration::from_millis(50));
         }
+    }
+
+    /// Whether the server on the port answers a connection with its
+    /// `INFO` greeting: a port that merely accepts may belong to a server
+    /// still starting, or to another process.
+    fn greets(&self) -> bool {
+        use std::io::Read;
+        let Ok(mut stream) = std::net::TcpStream::connect(("127.0.0.1", self.port)) else {
+            return false;
+        };
+        let _ = stream.set_read_timeout(Some(Duration::from_secs(1)));
+        let mut greeting = [0u8; 4];
+        stream.read_exact(&mut greeting).is_ok() && &greeting == b"INFO"
     }
 }
 
