@@ -24,19 +24,14 @@ use crate::{Relay, Round};
 /// Deals the partitions `held` into `window` lanes or fewer (one per
 /// partition at most), round robin in partition order.
 pub(crate) fn lanes(held: &OutboxPartitions, window: usize) -> Vec<OutboxPartitions> {
-    let mut partitions: Vec<u32> = held.leases.iter().map(|l| l.partition).collect();
-    partitions.sort_unstable();
-    let n = window.min(partitions.len()).max(1);
-    (0..n)
-        .map(|lane| {
-            held.only(|p| {
-                partitions
-                    .iter()
-                    .position(|q| *q == p)
-                    .is_some_and(|i| i % n == lane)
-            })
-        })
-        .collect()
+    let mut leases = held.leases.clone();
+    leases.sort_unstable_by_key(|l| l.partition);
+    let mut lanes = vec![held.only(|_| false); window.min(leases.len()).max(1)];
+    let n = lanes.len();
+    for (i, lease) in leases.into_iter().enumerate() {
+        lanes[i % n].leases.push(lease);
+    }
+    lanes
 }
 
 /// About how many bytes a record holds in memory.

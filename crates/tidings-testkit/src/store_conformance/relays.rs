@@ -321,6 +321,13 @@ impl<B: LogBackend> Publisher for Windowed<B> {
     }
 }
 
+/// Records `1..=last` of `keys` keys (`key-0`, ...), in rounds of one record per key.
+fn backlog(keys: usize, last: i64) -> Vec<OutgoingMessage> {
+    (1..=last)
+        .flat_map(|seq| (0..keys).map(move |k| message(&format!("key-{k}"), seq)))
+        .collect()
+}
+
 /// One relay holding every partition keeps a batch of each in flight at
 /// once; a partition whose batches fail waits alone, and every key's
 /// records still go out in commit order.
@@ -328,10 +335,7 @@ pub async fn one_relay_keeps_several_partitions_in_flight_and_each_key_in_order<
     let store = setup(db).await;
     const KEYS: usize = 16;
     const LAST: i64 = 30;
-    let backlog: Vec<_> = (1..=LAST)
-        .flat_map(|seq| (0..KEYS).map(move |k| message(&format!("key-{k}"), seq)))
-        .collect();
-    store.enqueue_all(&backlog).await;
+    store.enqueue_all(&backlog(KEYS, LAST)).await;
     let publisher = Arc::new(Windowed {
         inner: LogPublisher::new(Arc::new(store.clone())),
         refused_partition: key_hash("key-0") % PARTITIONS,
@@ -422,10 +426,7 @@ pub async fn a_refusal_that_fails_every_lane_blames_only_its_record<T: TestDb>(d
     let store = setup(db).await;
     const KEYS: usize = 16;
     const LAST: i64 = 10;
-    let backlog: Vec<_> = (1..=LAST)
-        .flat_map(|seq| (0..KEYS).map(move |k| message(&format!("key-{k}"), seq)))
-        .collect();
-    store.enqueue_all(&backlog).await;
+    store.enqueue_all(&backlog(KEYS, LAST)).await;
     let publisher = SharedChannel {
         inner: LogPublisher::new(Arc::new(store.clone())),
         refused: ("key-0".to_owned(), 5),
