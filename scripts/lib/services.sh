@@ -213,6 +213,27 @@ ensure_node() {
   fi
 }
 
+# A real browser for the console's tests: Debian's chromium, driven by npm's
+# playwright-core (pinned; it downloads no browser of its own), kept under
+# target/browser.
+PLAYWRIGHT_CORE_VERSION=1.65.1
+ensure_browser() {
+  if ! command -v chromium >/dev/null; then
+    log "installing chromium (the console's tests drive it headless)"
+    apt_install chromium
+  fi
+  local dir="$PWD/target/browser"
+  if [ ! -f "$dir/node_modules/playwright-core/package.json" ]; then
+    log "installing playwright-core@$PLAYWRIGHT_CORE_VERSION from npm"
+    mkdir -p "$dir"
+    npm install --prefix "$dir" --silent --no-audit --no-fund "playwright-core@$PLAYWRIGHT_CORE_VERSION" >/dev/null \
+      || die "could not install playwright-core from npm (needed to drive the browser in the console's tests)"
+  fi
+  export TIDINGS_CHROMIUM
+  TIDINGS_CHROMIUM="$(command -v chromium)"
+  export TIDINGS_BROWSER_MODULES="$dir/node_modules"
+}
+
 # The AsyncAPI 3.0 JSON Schema, from npm's @asyncapi/specs, for the test that
 # validates the generated AsyncAPI document. Kept under target/.
 ASYNCAPI_SPECS_VERSION=6.11.1

@@ -18,7 +18,7 @@ use tidings::{Topology, with_store};
 use tidings_core::lease::sleep_unless;
 use tidings_core::log::LogBackend;
 use tidings_core::secret::redact_url;
-use tidings_core::{ConsumerStore, InboxStore, Inspect, LagSource, LeaseStore, RelayStore};
+use tidings_core::{ConsumerStore, FailureStore, InboxStore, Inspect, LagSource, LeaseStore, RelayStore};
 use tidings_relay::Relay;
 use tokio::net::TcpListener;
 use tokio::task::JoinSet;
@@ -61,6 +61,17 @@ pub(crate) async fn run(loaded: Loaded, shutdown: CancellationToken) -> anyhow::
         }
         None => None,
     };
+    let console = match loaded.console_listen {
+        Some(addr) => {
+            let section = &loaded.config.console;
+            let file = Some(section.tokens_file.trim())
+                .filter(|f| !f.is_empty())
+                .map(std::path::Path::new);
+            let access = crate::console::access(addr, file, section.reads_need_token).context("[console]")?;
+            Some((crate::console::bind(addr, "console.listen").await?, access))
+        }
+        None => None,
+    };
     let url = loaded.database_url.expose();
     let config = &loaded.config;
     let mut options = StoreOptions::default().max_connections(config.database.max_connections);
@@ -88,20 +99,45 @@ pub(crate) async fn run(loaded: Loaded, shutdown: CancellationToken) -> anyhow::
         }
         (RelayMode::Cdc, _) => anyhow::bail!("relay.mode = \"cdc\" needs a PostgreSQL database"),
     };
-    with_store!(store, |s| run_on(s, &loaded, metrics, inbox, cdc, shutdown).await)
+    let listeners = Listeners {
+        metrics,
+        inbox,
+        console,
+    };
+    with_store!(store, |s| run_on(s, &loaded, listeners, cdc, shutdown).await)
+}
+
+/// The sockets bound before anything starts, so that a taken port is
+/// refused at once.
+struct Listeners {
+    metrics: Option<(TcpListener, tidings_prometheus::PrometheusHandle)>,
+    inbox: Option<(TcpListener, Vec<Provider>)>,
+    console: Option<(TcpListener, tidings_console::Access)>,
 }
 
 async fn run_on<S>(
     store: S,
     loaded: &Loaded,
-    metrics: Option<(TcpListener, tidings_prometheus::PrometheusHandle)>,
-    inbox: Option<(TcpListener, Vec<Provider>)>,
+    listeners: Listeners,
     cdc: Option<CdcStore>,
     shutdown: CancellationToken,
 ) -> anyhow::Result<()>
 where
-    S: RelayStore + ConsumerStore + InboxStore + LeaseStore + LagSource + LogBackend + Inspect + Clone,
+    S: RelayStore
+        + ConsumerStore
+        + FailureStore
+        + InboxStore
+        + LeaseStore
+        + LagSource
+        + LogBackend
+        + Inspect
+        + Clone,
 {
+    let Listeners {
+        metrics,
+        inbox,
+        console,
+    } = listeners;
     let config = &loaded.config;
     let mut tasks: JoinSet<anyhow::Result<()>> = JoinSet::new();
     let mut parts = Vec::new();
@@ -121,6 +157,17 @@ where
         let stop = shutdown.clone();
         tasks.spawn(async move {
             tidings::inbox::serve(listener, app, stop.cancelled_owned()).await;
+            Ok(())
+        });
+    }
+    if let Some((listener, access)) = console {
+        parts.push(format!("console on http://{}", listener.local_addr()?));
+        let app = tidings_console::Console::new(store.clone(), access)
+            .partitions(config.relay.partition_count())
+            .router();
+        let stop = shutdown.clone();
+        tasks.spawn(async move {
+            tidings_console::serve(listener, app, stop.cancelled_owned()).await;
             Ok(())
         });
     }

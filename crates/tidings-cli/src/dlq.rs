@@ -1,16 +1,17 @@
 //! `tidings dlq`: list dead letters grouped by cause, show one, redrive or
 //! skip them, on either database.
 
-use std::collections::BTreeMap;
 use std::time::Duration;
 
 use chrono::{DateTime, Utc};
 use clap::{Args, Subcommand};
-use serde::Serialize;
-use tidings_core::{DeadLetter, DeadLetterFilter, FailureStore, Redrive, Skip};
-use uuid::Uuid;
+use tidings_console::actions::{PurgeRequest, Purged, RedriveReport, RedriveRequest, Redriven, Skipped};
+use tidings_console::letter::LetterView;
+use tidings_console::triage::{self, Cause, CauseGroup, Selection, state};
+use tidings_core::{DeadLetter, FailureStore, Skip};
 
-use crate::cause::Cause;
+use crate::daemon_client::Daemon;
+use uuid::Uuid;
 
 /// The dead-letter commands.
 #[derive(Debug, Subcommand)]
@@ -103,95 +104,36 @@ pub(crate) struct Select {
 }
 
 impl Select {
+    fn selection(&self) -> Selection {
+        Selection {
+            consumer: self.consumer.clone(),
+            message_type: self.message_type.clone(),
+            error: self.error.clone(),
+            cause: self.cause.clone(),
+            since: self.since,
+            until: self.until,
+            include_settled: self.include_settled,
+        }
+    }
+
     fn is_empty(&self) -> bool {
-        self.consumer.is_none()
-            && self.message_type.is_none()
-            && self.error.is_none()
-            && self.cause.is_none()
-            && self.since.is_none()
-            && self.until.is_none()
+        self.selection().is_empty()
     }
 
     async fn letters<S: FailureStore>(&self, store: &S) -> anyhow::Result<Vec<DeadLetter>> {
-        let filter = DeadLetterFilter {
-            consumer: self.consumer.clone(),
-            message_type: self.message_type.clone(),
-            limit: None,
-            include_redriven: self.include_settled,
-        };
-        let mut letters = store.dead_letters(&filter).await?;
-        letters.retain(|l| {
-            let last_error = l.errors.last().map_or("", |f| f.error.as_str());
-            self.error.as_deref().is_none_or(|e| last_error.contains(e))
-                && self
-                    .cause
-                    .as_deref()
-                    .is_none_or(|c| Cause::of(l).fingerprint() == c)
-                && self.since.is_none_or(|t| l.created_at >= t)
-                && self.until.is_none_or(|t| l.created_at < t)
-        });
-        Ok(letters)
+        Ok(self.selection().letters(store).await?)
     }
 }
 
-/// The dead letter `id`, pending or (with `settled`) any. The failure store
-/// has no lookup by id: this reads the list.
+/// The dead letter `id`, pending or (with `settled`) any.
 async fn find<S: FailureStore>(store: &S, id: Uuid, settled: bool) -> anyhow::Result<Option<DeadLetter>> {
-    let select = Select {
-        include_settled: settled,
-        ..Select::default()
-    };
-    Ok(select.letters(store).await?.into_iter().find(|l| l.id == id))
-}
-
-/// The dead letters of one cause.
-#[derive(Debug, Serialize)]
-struct Group {
-    fingerprint: String,
-    cause: Cause,
-    count: usize,
-    first_at: DateTime<Utc>,
-    last_at: DateTime<Utc>,
-    /// The newest dead letter's last error, as it was.
-    example: String,
-    ids: Vec<Uuid>,
-}
-
-fn groups(letters: &[DeadLetter]) -> Vec<Group> {
-    let mut by_cause: BTreeMap<Cause, Vec<&DeadLetter>> = BTreeMap::new();
-    for letter in letters {
-        by_cause.entry(Cause::of(letter)).or_default().push(letter);
-    }
-    let mut groups: Vec<Group> = by_cause
-        .into_iter()
-        .map(|(cause, letters)| Group {
-            fingerprint: cause.fingerprint(),
-            count: letters.len(),
-            first_at: letters.iter().map(|l| l.created_at).min().unwrap_or_default(),
-            last_at: letters.iter().map(|l| l.created_at).max().unwrap_or_default(),
-            example: letters
-                .iter()
-                .max_by_key(|l| l.created_at)
-                .and_then(|l| l.errors.last())
-                .map_or_else(String::new, |f| f.error.clone()),
-            ids: letters.iter().map(|l| l.id).collect(),
-            cause,
-        })
-        .collect();
-    groups.sort_by(|a, b| b.count.cmp(&a.count).then(b.last_at.cmp(&a.last_at)));
-    groups
+    Ok(triage::find(store, id)
+        .await?
+        .filter(|l| settled || state(l) == "pending"))
 }
 
 fn when(t: DateTime<Utc>) -> String {
     t.format("%Y-%m-%d %H:%M:%S").to_string()
-}
-
-fn state(letter: &DeadLetter) -> &'static str {
-    match (letter.skipped_at, letter.redriven_at) {
-        (Some(_), _) => "skipped",
-        (None, Some(_)) => "redriven",
-        (None, None) => "pending",
-    }
 }
 
 /// Runs one dead-letter command against `store`.
@@ -203,65 +145,16 @@ pub(crate) async fn run<S: FailureStore + tidings_core::ConsumerStore>(
         Dlq::List { select, each, json } => {
             let letters = select.letters(store).await?;
             if each {
-                if json {
-                    let views: Vec<LetterView<'_>> = letters.iter().map(LetterView::of).collect();
-                    say!("{}", serde_json::to_string(&views)?);
-                    return Ok(());
-                }
-                for l in &letters {
-                    say!(
-                        "{}  {}  {:<9} {:<16} {:<20} {:<9} {}",
-                        l.id,
-                        when(l.created_at),
-                        state(l),
-                        l.consumer,
-                        l.message_type.as_deref().unwrap_or("?"),
-                        Cause::of(l).fingerprint(),
-                        l.errors.last().map_or("", |f| f.error.as_str())
-                    );
-                }
-                say!("{} dead letter(s)", letters.len());
-                return Ok(());
+                let views: Vec<LetterView> = letters.iter().map(LetterView::of).collect();
+                return print_each(&views, json);
             }
-            let groups = groups(&letters);
-            if json {
-                say!("{}", serde_json::to_string(&groups)?);
-                return Ok(());
-            }
-            say!(
-                "{:>5}  {:<12}  {:<16} {:<20} {:<19}  {:<19}  cause",
-                "count",
-                "fingerprint",
-                "consumer",
-                "type",
-                "first",
-                "last"
-            );
-            for g in &groups {
-                say!(
-                    "{:>5}  {:<12}  {:<16} {:<20} {}  {}  {}",
-                    g.count,
-                    g.fingerprint,
-                    g.cause.consumer,
-                    g.cause.message_type.as_deref().unwrap_or("?"),
-                    when(g.first_at),
-                    when(g.last_at),
-                    g.cause
-                );
-            }
-            say!("{} dead letter(s), {} cause(s)", letters.len(), groups.len());
-            Ok(())
+            print_causes(&triage::by_cause(&letters), json)
         }
         Dlq::Show { id, json } => {
             let letter = find(store, id, true)
                 .await?
                 .ok_or_else(|| anyhow::anyhow!("no dead letter has id {id}"))?;
-            if json {
-                say!("{}", serde_json::to_string(&LetterView::of(&letter))?);
-                return Ok(());
-            }
-            say_part!("{}", describe(&letter));
-            Ok(())
+            print_letter(&LetterView::of(&letter), json)
         }
         Dlq::Redrive {
             id,
@@ -324,36 +217,11 @@ pub(crate) async fn run<S: FailureStore + tidings_core::ConsumerStore>(
                 if i > 0 {
                     tokio::time::sleep(pause).await;
                 }
-                match store.redrive(l.id).await? {
-                    Redrive::Enqueued { message_id, redrive } => {
-                        redriven += 1;
-                        say!(
-                            "redriven {}  message {message_id} to {} again (redrive {redrive})",
-                            l.id,
-                            l.topic
-                        );
-                    }
-                    Redrive::Released { message_id, redrive } => {
-                        redriven += 1;
-                        say!(
-                            "redriven {}  message {message_id} released to the relay, which tries it again before the rest of its key (redrive {redrive})",
-                            l.id
-                        );
-                    }
-                    Redrive::NotFound => say!("gone {}  (no longer stored)", l.id),
-                    Redrive::Undecodable => say!(
-                        "kept {}  its body is not a valid envelope: fix it at the source and publish it anew",
-                        l.id
-                    ),
-                }
+                let outcome = Redriven::of(l.id, store.redrive(l.id).await?);
+                redriven += usize::from(outcome.message_id.is_some());
+                print_redriven(&outcome, Some(&l.topic))?;
             }
-            say!("{redriven} of {} dead letter(s) redriven", letters.len());
-            anyhow::ensure!(
-                redriven > 0,
-                "none of the {} dead letter(s) could be redriven (see above)",
-                letters.len()
-            );
-            Ok(())
+            redrive_done(redriven, letters.len())
         }
         Dlq::Purge { select, all, yes } => {
             anyhow::ensure!(
@@ -394,82 +262,213 @@ pub(crate) async fn run<S: FailureStore + tidings_core::ConsumerStore>(
             say!("purged {purged} dead letter(s)");
             Ok(())
         }
-        Dlq::Skip { id } => {
-            match store.skip(id).await? {
-                Skip::Skipped { released_key: true } => {
-                    say!("skipped {id}; its key is released")
-                }
-                Skip::Skipped { released_key: false } => say!("skipped {id}"),
-                Skip::NotFound => anyhow::bail!("no dead letter has id {id}"),
+        Dlq::Skip { id } => match store.skip(id).await? {
+            Skip::Skipped { released_key } => print_skipped(&Skipped { id, released_key }),
+            Skip::NotFound => anyhow::bail!("no dead letter has id {id}"),
+        },
+    }
+}
+
+/// Runs one dead-letter command through a daemon's console.
+pub(crate) async fn run_remote(daemon: &Daemon, command: Dlq) -> anyhow::Result<()> {
+    let none: &[(&str, &str)] = &[];
+    match command {
+        Dlq::List { select, each, json } => {
+            let selection = select.selection();
+            if each {
+                print_each(
+                    &daemon.get::<Vec<LetterView>>("/dead-letters", &selection).await?,
+                    json,
+                )
+            } else {
+                print_causes(&daemon.get::<Vec<CauseGroup>>("/causes", &selection).await?, json)
             }
+        }
+        Dlq::Show { id, json } => {
+            print_letter(&daemon.get(&format!("/dead-letters/{id}"), &none).await?, json)
+        }
+        Dlq::Redrive {
+            id,
+            select,
+            all,
+            dry_run,
+            rate,
+            force,
+        } => {
+            anyhow::ensure!(rate > 0.0, "--rate must be positive");
+            anyhow::ensure!(
+                id.is_some() || all || !select.is_empty(),
+                "say which dead letters: an id, a selection (--consumer, --type, --cause, --error, --since, --until), or --all"
+            );
+            let selection = Selection {
+                include_settled: false,
+                ..select.selection()
+            };
+            if dry_run {
+                let letters: Vec<LetterView> = match id {
+                    Some(id) => vec![daemon.get(&format!("/dead-letters/{id}"), &none).await?],
+                    None => daemon.get("/dead-letters", &selection).await?,
+                };
+                for l in &letters {
+                    say!(
+                        "would redrive {}  {} {} ({})",
+                        l.id,
+                        l.consumer,
+                        l.message_type.as_deref().unwrap_or("?"),
+                        l.cause
+                    );
+                }
+                say!(
+                    "{} dead letter(s) would be redriven; nothing changed",
+                    letters.len()
+                );
+                return Ok(());
+            }
+            let request = RedriveRequest {
+                ids: id.into_iter().collect(),
+                selection,
+                all,
+                force,
+                rate: Some(rate),
+            };
+            let report: RedriveReport = daemon.post("/redrive", &request).await?;
+            for outcome in &report.letters {
+                print_redriven(outcome, None)?;
+            }
+            redrive_done(report.redriven, report.letters.len())
+        }
+        Dlq::Purge { select, all, yes } => {
+            anyhow::ensure!(
+                all || !select.is_empty(),
+                "say which dead letters: a selection (--consumer, --type, --cause, --error, --since, --until), or --all"
+            );
+            anyhow::ensure!(
+                yes,
+                "purging through the daemon deletes the settled dead letters for good: pass --yes"
+            );
+            let request = PurgeRequest {
+                selection: select.selection(),
+                all,
+            };
+            let done: Purged = daemon.post("/purge", &request).await?;
+            say!("purged {} dead letter(s)", done.purged);
             Ok(())
         }
+        Dlq::Skip { id } => print_skipped(&daemon.post(&format!("/dead-letters/{id}/skip"), &()).await?),
     }
 }
 
-/// A dead letter as JSON: its body as JSON when it is, as text when it is
-/// text, else in hex (`body_hex`).
-#[derive(Serialize)]
-struct LetterView<'a> {
-    id: Uuid,
-    state: &'static str,
-    fingerprint: String,
-    cause: Cause,
-    consumer: &'a str,
-    topic: &'a str,
-    message_id: Option<Uuid>,
-    message_type: Option<&'a str>,
-    aggregate_key: Option<&'a str>,
-    created_at: DateTime<Utc>,
-    attempts: u32,
-    errors: &'a [tidings_core::Failure],
-    redrives: u32,
-    redriven_at: Option<DateTime<Utc>>,
-    skipped_at: Option<DateTime<Utc>>,
-    headers: &'a tidings_core::Headers,
-    /// The body as JSON when it is, as text when it is text, else null.
-    body: serde_json::Value,
-    /// The body in hex, when it is not text.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    body_hex: Option<String>,
+/// Prints what one redrive did; `topic` is the message's, when known.
+fn print_redriven(r: &Redriven, topic: Option<&str>) -> anyhow::Result<()> {
+    let message = r.message_id.map_or("?".to_owned(), |m| m.to_string());
+    let redrive = r.redrive.unwrap_or(0);
+    match r.outcome.as_str() {
+        "enqueued" => say!(
+            "redriven {}  message {message} to {} again (redrive {redrive})",
+            r.id,
+            topic.unwrap_or("its topic")
+        ),
+        "released" => say!(
+            "redriven {}  message {message} released to the relay, which tries it again before the rest of its key (redrive {redrive})",
+            r.id
+        ),
+        "gone" => say!("gone {}  (no longer stored)", r.id),
+        _ => say!(
+            "kept {}  its body is not a valid envelope: fix it at the source and publish it anew",
+            r.id
+        ),
+    }
+    Ok(())
 }
 
-impl<'a> LetterView<'a> {
-    fn of(l: &'a DeadLetter) -> Self {
-        let cause = Cause::of(l);
-        let (body, body_hex) = match Body::of(&l.body) {
-            Body::Json(v) => (v, None),
-            Body::Text(t) => (serde_json::Value::String(t.to_owned()), None),
-            Body::Binary => (serde_json::Value::Null, Some(hex(&l.body))),
-        };
-        LetterView {
-            id: l.id,
-            state: state(l),
-            fingerprint: cause.fingerprint(),
-            cause,
-            consumer: &l.consumer,
-            topic: &l.topic,
-            message_id: l.message_id,
-            message_type: l.message_type.as_deref(),
-            aggregate_key: l.aggregate_key.as_deref(),
-            created_at: l.created_at,
-            attempts: l.attempts,
-            errors: &l.errors,
-            redrives: l.redrives,
-            redriven_at: l.redriven_at,
-            skipped_at: l.skipped_at,
-            headers: &l.headers,
-            body,
-            body_hex,
-        }
+/// Says how many of `total` went back; an error if none did.
+fn redrive_done(redriven: usize, total: usize) -> anyhow::Result<()> {
+    say!("{redriven} of {total} dead letter(s) redriven");
+    anyhow::ensure!(
+        redriven > 0,
+        "none of the {total} dead letter(s) could be redriven (see above)"
+    );
+    Ok(())
+}
+
+fn print_skipped(s: &Skipped) -> anyhow::Result<()> {
+    if s.released_key {
+        say!("skipped {}; its key is released", s.id);
+    } else {
+        say!("skipped {}", s.id);
     }
+    Ok(())
+}
+
+/// Prints dead letters one by one.
+fn print_each(letters: &[LetterView], json: bool) -> anyhow::Result<()> {
+    if json {
+        say!("{}", serde_json::to_string(letters)?);
+        return Ok(());
+    }
+    for l in letters {
+        say!(
+            "{}  {}  {:<9} {:<16} {:<20} {:<9} {}",
+            l.id,
+            when(l.created_at),
+            l.state,
+            l.consumer,
+            l.message_type.as_deref().unwrap_or("?"),
+            l.fingerprint,
+            l.errors.last().map_or("", |f| f.error.as_str())
+        );
+    }
+    say!("{} dead letter(s)", letters.len());
+    Ok(())
+}
+
+/// Prints dead letters grouped by cause.
+fn print_causes(groups: &[CauseGroup], json: bool) -> anyhow::Result<()> {
+    if json {
+        say!("{}", serde_json::to_string(groups)?);
+        return Ok(());
+    }
+    say!(
+        "{:>5}  {:<12}  {:<16} {:<20} {:<19}  {:<19}  cause",
+        "count",
+        "fingerprint",
+        "consumer",
+        "type",
+        "first",
+        "last"
+    );
+    for g in groups {
+        say!(
+            "{:>5}  {:<12}  {:<16} {:<20} {}  {}  {}",
+            g.count,
+            g.fingerprint,
+            g.cause.consumer,
+            g.cause.message_type.as_deref().unwrap_or("?"),
+            when(g.first_at),
+            when(g.last_at),
+            g.cause
+        );
+    }
+    let letters: usize = groups.iter().map(|g| g.count).sum();
+    say!("{letters} dead letter(s), {} cause(s)", groups.len());
+    Ok(())
+}
+
+/// Prints one dead letter in full.
+fn print_letter(letter: &LetterView, json: bool) -> anyhow::Result<()> {
+    if json {
+        say!("{}", serde_json::to_string(letter)?);
+    } else {
+        say_part!("{}", describe(letter));
+    }
+    Ok(())
 }
 
 /// A dead letter in full, for people.
-fn describe(l: &DeadLetter) -> String {
+fn describe(l: &LetterView) -> String {
     use std::fmt::Write as _;
     let mut out = String::new();
-    let _ = writeln!(out, "dead letter   {} ({})", l.id, state(l));
+    let _ = writeln!(out, "dead letter   {} ({})", l.id, l.state);
     let _ = writeln!(out, "consumer      {}", l.consumer);
     let _ = writeln!(out, "topic         {}", l.topic);
     let _ = writeln!(
@@ -479,12 +478,7 @@ fn describe(l: &DeadLetter) -> String {
         l.message_type.as_deref().unwrap_or("?"),
         l.aggregate_key.as_deref().unwrap_or("?")
     );
-    let _ = writeln!(
-        out,
-        "cause         {} ({})",
-        Cause::of(l),
-        Cause::of(l).fingerprint()
-    );
+    let _ = writeln!(out, "cause         {} ({})", l.cause, l.fingerprint);
     let _ = writeln!(
         out,
         "dead-lettered {} after {} attempt(s)",
@@ -507,65 +501,23 @@ fn describe(l: &DeadLetter) -> String {
         let _ = writeln!(out, "  #{} {} {}: {}", f.attempt, when(f.at), f.class, f.error);
     }
     let _ = writeln!(out, "headers");
-    for (name, value) in l.headers.iter() {
+    for (name, value) in &l.headers {
         let _ = writeln!(out, "  {name}: {value}");
     }
-    match Body::of(&l.body) {
-        Body::Json(v) => {
-            let pretty = serde_json::to_string_pretty(&v).unwrap_or_default();
+    match (&l.body, &l.body_hex) {
+        (_, Some(hex)) => {
+            let _ = writeln!(out, "body ({} bytes, not text; in hex)\n{hex}", hex.len() / 2);
+        }
+        (serde_json::Value::String(text), None) => {
+            let _ = writeln!(out, "body\n{text}");
+        }
+        (json, None) => {
+            let pretty = serde_json::to_string_pretty(json).unwrap_or_default();
             let _ = writeln!(out, "body\n{pretty}");
         }
-        Body::Text(t) => {
-            let _ = writeln!(out, "body\n{t}");
-        }
-        Body::Binary => {
-            let _ = writeln!(
-                out,
-                "body ({} bytes, not text; in hex)\n{}",
-                l.body.len(),
-                hex(&l.body)
-            );
-        }
+    }
+    if !l.masked.is_empty() {
+        let _ = writeln!(out, "masked        {}", l.masked.join("; "));
     }
     out
-}
-
-/// What a dead letter's body holds, for showing it.
-enum Body<'a> {
-    /// A JSON document (an envelope, usually).
-    Json(serde_json::Value),
-    /// Text that is not JSON.
-    Text(&'a str),
-    /// Bytes that are not text, or text with control characters a
-    /// terminal would act on: shown in hex, never raw.
-    Binary,
-}
-
-impl<'a> Body<'a> {
-    fn of(bytes: &'a [u8]) -> Body<'a> {
-        if let Ok(v) = serde_json::from_slice(bytes) {
-            return Body::Json(v);
-        }
-        match std::str::from_utf8(bytes) {
-            Ok(t)
-                if !t
-                    .chars()
-                    .any(|c| c.is_control() && !matches!(c, '\n' | '\t' | '\r')) =>
-            {
-                Body::Text(t)
-            }
-            _ => Body::Binary,
-        }
-    }
-}
-
-/// `bytes` in lowercase hex.
-fn hex(bytes: &[u8]) -> String {
-    use std::fmt::Write as _;
-    bytes
-        .iter()
-        .fold(String::with_capacity(bytes.len() * 2), |mut out, b| {
-            let _ = write!(out, "{b:02x}");
-            out
-        })
 }

@@ -20,9 +20,10 @@ macro_rules! say_part {
     }};
 }
 
-mod cause;
 mod cdc;
+mod console;
 mod daemon;
+mod daemon_client;
 mod demo;
 mod dlq;
 mod doctor;
@@ -72,6 +73,10 @@ enum Command {
     Dlq {
         #[command(flatten)]
         database: DatabaseArg,
+        /// Ask a running daemon's console (`http://host:9470`) rather than
+        /// the database; writes send the token of TIDINGS_CONSOLE_TOKEN.
+        #[arg(long, global = true)]
+        daemon: Option<String>,
         #[command(subcommand)]
         command: dlq::Dlq,
     },
@@ -110,6 +115,14 @@ enum Command {
     /// Event contracts: generate the schema registry, check the types against it.
     #[command(subcommand)]
     Schema(schema::SchemaCommand),
+    /// Serve the web console alone: the overview, dead letters by cause,
+    /// one letter in full, and the JSON API, over a database.
+    Console {
+        #[command(flatten)]
+        database: DatabaseArg,
+        #[command(flatten)]
+        args: console::ConsoleArgs,
+    },
     /// Outbox backlog, consumer lag, dead letters, and keys held behind them.
     Lag {
         #[command(flatten)]
@@ -225,7 +238,7 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             let loaded = Loaded::from_file(config.as_deref(), std::env::vars(), SCHEMES)?;
             if check {
                 say!(
-                    "configuration ok: database {}, broker {}, relay {}, metrics {}, inbox {}",
+                    "configuration ok: database {}, broker {}, relay {}, metrics {}, inbox {}, console {}",
                     redact_url(loaded.database_url.expose()),
                     redact_url(loaded.broker_url.expose()),
                     if loaded.config.relay_enabled { "on" } else { "off" },
@@ -237,6 +250,9 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
                         loaded.config.inbox.path,
                         loaded.config.inbox.providers.len()
                     )),
+                    loaded
+                        .console_listen
+                        .map_or("off".to_owned(), |a| format!("on {a}")),
                 );
                 return Ok(ExitCode::SUCCESS);
             }
@@ -245,7 +261,20 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         }
         Command::Demo(shape) => demo::run(shape).await,
         Command::Bench(bench) => bench.run().await,
-        Command::Dlq { database, command } => {
+        Command::Dlq {
+            database,
+            daemon: Some(daemon),
+            command,
+        } => {
+            drop(database);
+            dlq::run_remote(&daemon_client::Daemon::new(&daemon)?, command).await?;
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::Dlq {
+            database,
+            daemon: None,
+            command,
+        } => {
             with_store!(open_existing(&database.url()).await?, |s| dlq::run(&s, command)
                 .await?);
             Ok(ExitCode::SUCCESS)
@@ -281,6 +310,11 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             })
         }
         Command::Schema(command) => schema::run(command),
+        Command::Console { database, args } => {
+            let store = open_existing(&database.url()).await?;
+            console::run(store, args, shutdown_on_signal()?).await?;
+            Ok(ExitCode::SUCCESS)
+        }
         Command::Migrate(db) => {
             let url = db.url();
             open(&url).await?.migrate().await?;

@@ -253,7 +253,7 @@ fn a_bad_config_and_an_unreachable_database_are_one_line_errors() {
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     assert_eq!(
         stdout.trim(),
-        "configuration ok: database postgres://tidings@127.0.0.1/shop, broker log, relay on, metrics on 127.0.0.1:9464, inbox off"
+        "configuration ok: database postgres://tidings@127.0.0.1/shop, broker log, relay on, metrics on 127.0.0.1:9464, inbox off, console off"
     );
 }
 

@@ -29,6 +29,85 @@ fn json(database: &str, args: &[&str]) -> Value {
     serde_json::from_str(stdout.trim()).unwrap_or_else(|e| panic!("not JSON ({e}): {stdout}"))
 }
 
+const OPERATOR: &str = "ops-0123456789abcdef01234567";
+const READER: &str = "dash-0123456789abcdef0123456";
+
+/// `tidings console` over a database, killed when dropped.
+struct ConsoleProcess {
+    child: std::process::Child,
+    url: String,
+}
+
+impl ConsoleProcess {
+    fn start(database: &str) -> ConsoleProcess {
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port();
+        let mut child = Command::new(env!("CARGO_BIN_EXE_tidings"))
+            .args([
+                "console",
+                "--database",
+                database,
+                "--listen",
+                &format!("127.0.0.1:{port}"),
+            ])
+            .env(
+                "TIDINGS_CONSOLE_TOKENS",
+                format!("operator:ops:{OPERATOR},reader:dash:{READER}"),
+            )
+            .env("RUST_LOG", "warn")
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .expect("starting tidings console");
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+        while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
+            if let Some(status) = child.try_wait().unwrap() {
+                let mut stderr = String::new();
+                std::io::Read::read_to_string(child.stderr.as_mut().unwrap(), &mut stderr).unwrap();
+                panic!("tidings console exited ({status}): {stderr}");
+            }
+            assert!(
+                std::time::Instant::now() < deadline,
+                "tidings console did not listen within 30 s"
+            );
+            std::thread::sleep(std::time::Duration::from_millis(50));
+        }
+        ConsoleProcess {
+            child,
+            url: format!("http://127.0.0.1:{port}"),
+        }
+    }
+
+    /// Runs `tidings args --daemon <this console>`, with `token` if given.
+    fn tidings(&self, args: &[&str], token: Option<&str>) -> (bool, String, String) {
+        let mut command = Command::new(env!("CARGO_BIN_EXE_tidings"));
+        command
+            .env("RUST_LOG", "error")
+            .env_remove("TIDINGS_CONSOLE_TOKEN")
+            .args(args)
+            .args(["--daemon", &self.url]);
+        if let Some(token) = token {
+            command.env("TIDINGS_CONSOLE_TOKEN", token);
+        }
+        let out = command.output().expect("running tidings");
+        (
+            out.status.success(),
+            String::from_utf8_lossy(&out.stdout).into_owned(),
+            String::from_utf8_lossy(&out.stderr).into_owned(),
+        )
+    }
+}
+
+impl Drop for ConsoleProcess {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
 fn database() -> (PathBuf, String) {
     let dir = std::env::temp_dir().join(format!("tidings-dlq-{}", uuid::Uuid::new_v4().simple()));
     std::fs::create_dir_all(&dir).unwrap();
@@ -85,6 +164,45 @@ fn dead_letters_of_a_demo_run(db: &str) {
         "{text}"
     );
 
+    // The same list through a console over the same database; a write
+    // without an operator's token is refused there and changes nothing.
+    let console = ConsoleProcess::start(&db);
+    let (ok, text, stderr) = console.tidings(&["dlq", "list", "--json"], None);
+    assert!(ok, "{stderr}");
+    let remote: Value = serde_json::from_str(text.trim()).unwrap();
+    assert_eq!(
+        remote,
+        json(&db, &["dlq", "list", "--json"]),
+        "--daemon lists as --database"
+    );
+    let (ok, text, stderr) = console.tidings(&["dlq", "list"], None);
+    assert!(
+        ok && text.contains(&fingerprint) && text.contains("1 cause(s)"),
+        "{text}{stderr}"
+    );
+    let ids = |v: Value| -> Vec<String> {
+        v.as_array()
+            .unwrap()
+            .iter()
+            .map(|l| format!("{} {}", l["id"], l["state"]))
+            .collect()
+    };
+    let (ok, text, stderr) = console.tidings(&["dlq", "list", "--each", "--json"], None);
+    assert!(ok, "{stderr}");
+    assert_eq!(
+        ids(serde_json::from_str(text.trim()).unwrap()),
+        ids(json(&db, &["dlq", "list", "--each", "--json"]))
+    );
+    for token in [None, Some(READER)] {
+        let (ok, _, stderr) = console.tidings(&["dlq", "redrive", "--cause", &fingerprint], token);
+        assert!(!ok, "a redrive through the daemon with {token:?} was accepted");
+        assert!(
+            stderr.contains(if token.is_none() { "401" } else { "403" }),
+            "{stderr}"
+        );
+    }
+    assert_eq!(json(&db, &["dlq", "list", "--json"])[0]["count"], poisoned);
+
     // One in full.
     let id = group["ids"][0].as_str().unwrap().to_owned();
     let letter = json(&db, &["dlq", "show", &id, "--json"]);
@@ -112,9 +230,11 @@ fn dead_letters_of_a_demo_run(db: &str) {
     let (ok, _, stderr) = tidings(&db, &["dlq", "redrive"]);
     assert!(!ok && stderr.contains("say which dead letters"), "{stderr}");
 
-    // Skip one, redrive the rest of the cause: each is recorded.
-    let (ok, text, _) = tidings(&db, &["dlq", "skip", &id]);
-    assert!(ok && text.contains(&format!("skipped {id}")), "{text}");
+    // Skip one (through the console, as an operator), redrive the rest of
+    // the cause: each is recorded.
+    let (ok, text, stderr) = console.tidings(&["dlq", "skip", &id], Some(OPERATOR));
+    assert!(ok && text.contains(&format!("skipped {id}")), "{text}{stderr}");
+    drop(console);
     let (ok, text, stderr) = tidings(
         &db,
         &["dlq", "redrive", "--cause", &fingerprint, "--rate", "1000"],

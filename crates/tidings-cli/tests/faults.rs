@@ -49,10 +49,8 @@ mod common;
 
 use common::{count, texts};
 
-/// The `tidings` binary's error shapes, to group the dead letters a failure reports.
-#[path = "../src/cause.rs"]
-#[allow(dead_code)]
-mod cause;
+/// The error shapes `tidings dlq` groups dead letters by, to group those a failure reports.
+use tidings_console::triage as cause;
 
 /// Orders per scenario: three commands and three events each, every event
 /// handled by four consumers; and at most how many a second the producer

@@ -94,6 +94,8 @@ pub struct Config {
     pub metrics: MetricsConfig,
     /// The webhook inbox.
     pub inbox: InboxConfig,
+    /// The console.
+    pub console: ConsoleConfig,
 }
 
 /// `[database]`
@@ -169,6 +171,7 @@ impl Default for Config {
             consumer: ConsumerSection::default(),
             metrics: MetricsConfig::default(),
             inbox: InboxConfig::default(),
+            console: ConsoleConfig::default(),
         }
     }
 }
@@ -263,6 +266,22 @@ impl Default for InboxConfig {
     }
 }
 
+/// `[console]`: the web console `tidings run` serves, off unless it listens.
+/// Its tokens are never in this file: `TIDINGS_CONSOLE_TOKENS` or the file
+/// `tokens_file` names hold them.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct ConsoleConfig {
+    /// Serve the console here, e.g. "127.0.0.1:9470" (empty: no console).
+    pub listen: String,
+    /// A file of tokens, one `role:name:token` per line (role `reader` or
+    /// `operator`); empty for none but the environment's.
+    pub tokens_file: String,
+    /// Whether reading needs a token too (it always does on an address
+    /// other than the loopback interface).
+    pub reads_need_token: bool,
+}
+
 /// A duration written `500ms`, `30s`, `5m`, `2h` or `7d` (`0` for none).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Dur(pub Duration);
@@ -302,6 +321,8 @@ pub struct Loaded {
     pub metrics_listen: Option<SocketAddr>,
     /// Where the webhook inbox listens, if anywhere.
     pub inbox_listen: Option<SocketAddr>,
+    /// Where the console listens, if anywhere.
+    pub console_listen: Option<SocketAddr>,
 }
 
 impl Loaded {
@@ -459,12 +480,22 @@ impl Loaded {
                 )
             })?),
         };
+        let console_listen = match config.console.listen.trim() {
+            "" => None,
+            addr => Some(addr.parse().map_err(|_| {
+                refuse(
+                    "console.listen",
+                    format!("{addr:?} is not an address (write 127.0.0.1:9470, or \"\" for no console)"),
+                )
+            })?),
+        };
         let loaded = Loaded {
             config,
             database_url,
             broker_url,
             metrics_listen,
             inbox_listen,
+            console_listen,
         };
         loaded
             .check(schemes)

@@ -45,7 +45,7 @@ pub struct PartitionBacklog {
 }
 
 /// A key the relay holds behind a record it set aside ([`crate::set_aside`]).
-#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct RelayHold {
     /// The record's outbox sequence number.
     pub seq: i64,
@@ -98,7 +98,7 @@ pub trait Inspect: LagSource {
 }
 
 /// A replication slot, and the write-ahead log it keeps from being recycled.
-#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct ReplicationSlot {
     /// The slot's name.
     pub name: String,

@@ -1,0 +1,84 @@
+//! `tidings console`, and the daemon's `[console]`: the web console over a
+//! database, with the tokens of the environment and a file.
+
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+
+use anyhow::Context as _;
+use clap::Args;
+use tidings::{AnyStore, with_store};
+use tidings_console::{Access, Console};
+use tokio::net::TcpListener;
+use tokio_util::sync::CancellationToken;
+
+/// `tidings console`'s options.
+#[derive(Debug, Args)]
+pub(crate) struct ConsoleArgs {
+    /// Where to serve the console.
+    #[arg(long, default_value = "127.0.0.1:9470")]
+    listen: SocketAddr,
+    /// A file of tokens, one `role:name:token` per line (else only
+    /// TIDINGS_CONSOLE_TOKENS'); redrive, skip and purge need an operator's.
+    #[arg(long)]
+    tokens_file: Option<PathBuf>,
+    /// Reading needs a token too (always so off the loopback interface).
+    #[arg(long)]
+    reads_need_token: bool,
+    /// The outbox's partition count (default: as the live relays hold them).
+    #[arg(long)]
+    partitions: Option<u32>,
+}
+
+/// Who may use a console on `listen`: the tokens of the environment and of
+/// `file`. Off the loopback interface, reading needs a token too, and a
+/// console without any is refused.
+pub(crate) fn access(
+    listen: SocketAddr,
+    file: Option<&Path>,
+    reads_need_token: bool,
+) -> anyhow::Result<Access> {
+    let access = Access::from_env_and_file(file)?;
+    let public = !listen.ip().is_loopback();
+    anyhow::ensure!(
+        !(public && access.is_empty()),
+        "the console would listen on {listen}, which is not a loopback address, with no token: \
+         give tokens ({}, or a tokens file) or listen on 127.0.0.1",
+        tidings_console::access::TOKENS_VAR
+    );
+    Ok(access.reads_need_token(public || reads_need_token))
+}
+
+/// Binds the console's socket, naming the setting on failure.
+pub(crate) async fn bind(listen: SocketAddr, setting: &str) -> anyhow::Result<TcpListener> {
+    TcpListener::bind(listen)
+        .await
+        .with_context(|| format!("{setting}: cannot listen on {listen}"))
+}
+
+/// Serves the console over `store` until `shutdown`.
+pub(crate) async fn run(
+    store: AnyStore,
+    args: ConsoleArgs,
+    shutdown: CancellationToken,
+) -> anyhow::Result<()> {
+    let access = access(args.listen, args.tokens_file.as_deref(), args.reads_need_token)?;
+    let listener = bind(args.listen, "--listen").await?;
+    eprintln!(
+        "console on http://{} ({} token(s){})",
+        listener.local_addr()?,
+        access.len(),
+        if access.reading_needs_token() {
+            ", reading needs one"
+        } else {
+            ""
+        }
+    );
+    with_store!(store, |s| {
+        let mut console = Console::new(s, access);
+        if let Some(n) = args.partitions {
+            console = console.partitions(n);
+        }
+        tidings_console::serve(listener, console.router(), shutdown.cancelled_owned()).await
+    });
+    Ok(())
+}

@@ -1,0 +1,102 @@
+// Drives the console in a real headless browser (Debian's chromium through
+// playwright-core) and prints, as one JSON object, what a person would see.
+//
+//   node console.cjs <step> [argument]
+//
+// Steps: `read` signs in, reads the overview's figures, the dead-letter
+// causes with their counts and the first letter of the first cause;
+// `redrive <fingerprint>` signs in and presses that cause's Redrive button;
+// `letters` reads the dead-letter page again. Each page is saved as a
+// screenshot in TIDINGS_SHOTS. The console is at TIDINGS_CONSOLE_URL, the
+// token is TIDINGS_CONSOLE_TOKEN, chromium is TIDINGS_CHROMIUM.
+const { chromium } = require("playwright-core");
+
+const base = process.env.TIDINGS_CONSOLE_URL;
+const token = process.env.TIDINGS_CONSOLE_TOKEN;
+const shots = process.env.TIDINGS_SHOTS;
+
+async function signIn(page) {
+  await page.goto(`${base}/login`);
+  await page.fill('input[name="token"]', token);
+  await Promise.all([page.waitForURL(`${base}/`), page.click('form.login button[type="submit"]')]);
+}
+
+async function shot(page, name) {
+  await page.screenshot({ path: `${shots}/${name}.png`, fullPage: true });
+}
+
+async function causes(page) {
+  return page.$$eval("#causes tbody tr", (rows) =>
+    rows.map((r) => ({
+      fingerprint: r.dataset.fingerprint,
+      count: Number(r.querySelector("td.count").textContent.trim()),
+      text: r.textContent,
+    })),
+  );
+}
+
+async function read(page) {
+  await signIn(page);
+  const figures = await page.$$eval("[data-figure]", (els) =>
+    Object.fromEntries(els.map((e) => [e.dataset.figure, e.querySelector(".value").textContent.trim()])),
+  );
+  const signedIn = await page.textContent("#signed-in");
+  await shot(page, "overview");
+  await page.click('nav a[href="/dead-letters"]');
+  await page.waitForSelector("#dead-letter-count");
+  const found = await causes(page);
+  await shot(page, "dead-letters");
+  let letter = null;
+  if (found.length > 0) {
+    await page.click(`tr[data-fingerprint="${found[0].fingerprint}"] a`);
+    await page.waitForSelector("#letters");
+    await shot(page, "dead-letters-of-a-cause");
+    await page.click("#letters tbody tr:first-child a");
+    await page.waitForSelector("#body");
+    letter = {
+      state: await page.textContent("#state"),
+      body: await page.textContent("#body"),
+      errors: await page.$$eval("#errors tbody tr", (rows) => rows.length),
+      actions: await page.$$eval(".actions button", (bs) => bs.map((b) => b.textContent.trim())),
+    };
+    await shot(page, "dead-letter");
+  }
+  return { figures, signedIn, causes: found, letter };
+}
+
+async function redrive(page, fingerprint) {
+  await signIn(page);
+  await page.goto(`${base}/dead-letters`);
+  const button = page.locator(`tr[data-fingerprint="${fingerprint}"] button.redrive`);
+  const label = (await button.textContent()).trim();
+  await Promise.all([page.waitForURL(`${base}/dead-letters/redrive`), button.click()]);
+  const outcome = (await page.textContent("#outcome")).trim();
+  await shot(page, "redriven");
+  return { label, outcome };
+}
+
+async function letters(page) {
+  await signIn(page);
+  await page.goto(`${base}/dead-letters`);
+  const count = (await page.textContent("#dead-letter-count")).trim();
+  await shot(page, "dead-letters-after-redrive");
+  return { count, causes: await causes(page) };
+}
+
+(async () => {
+  const [step, argument] = process.argv.slice(2);
+  const browser = await chromium.launch({ executablePath: process.env.TIDINGS_CHROMIUM, headless: true });
+  try {
+    const page = await browser.newPage({ viewport: { width: 1280, height: 900 } });
+    page.setDefaultTimeout(15000);
+    const steps = { read, redrive, letters };
+    if (!steps[step]) throw new Error(`no step ${step}: read, redrive <fingerprint> or letters`);
+    const seen = await steps[step](page, argument);
+    process.stdout.write(JSON.stringify(seen) + "\n");
+  } finally {
+    await browser.close();
+  }
+})().catch((e) => {
+  process.stderr.write(`${e.stack || e}\n`);
+  process.exit(1);
+});

@@ -1,0 +1,176 @@
+//! The console in a real headless browser (Debian's chromium, driven by
+//! playwright-core: `tests/browser/console.cjs`), served by the daemon over
+//! PostgreSQL after a checkout run with poison: the overview shows the
+//! database's figures, the dead-letter page the cause with its count; the
+//! cause is redriven from the page and, with the fixed handler running,
+//! every order is handled once and no dead letter is left. Screenshots of
+//! each page are saved under `target/console-screenshots/`.
+
+use std::path::PathBuf;
+use std::process::Command;
+
+use serde_json::Value;
+use tidings_testkit::services::PgTestDb;
+
+mod common;
+
+use common::{free_port, start_daemon, summary_of, tidings, wait_for_endpoint};
+
+const TOKEN: &str = "oncall-0123456789abcdef0123";
+
+/// What the browser saw in `step`.
+fn browse(console: &str, step: &[&str]) -> Value {
+    let modules = std::env::var("TIDINGS_BROWSER_MODULES").unwrap_or_else(|_| {
+        panic!("TIDINGS_BROWSER_MODULES is not set: run scripts/test, which installs chromium and playwright-core (ensure_browser)")
+    });
+    let chromium = std::env::var("TIDINGS_CHROMIUM").unwrap_or_else(|_| "/usr/bin/chromium".into());
+    assert!(
+        std::path::Path::new(&chromium).exists(),
+        "no chromium at {chromium}: run scripts/test, which installs it (ensure_browser)"
+    );
+    let shots = shots();
+    let out = Command::new("node")
+        .arg(concat!(env!("CARGO_MANIFEST_DIR"), "/tests/browser/console.cjs"))
+        .args(step)
+        .env("NODE_PATH", modules)
+        .env("TIDINGS_CHROMIUM", chromium)
+        .env("TIDINGS_CONSOLE_URL", console)
+        .env("TIDINGS_CONSOLE_TOKEN", TOKEN)
+        .env("TIDINGS_SHOTS", &shots)
+        .output()
+        .expect("running node (the browser's driver)");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "the browser's step {step:?} failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_json::from_str(stdout.trim()).unwrap_or_else(|e| panic!("not JSON ({e}): {stdout}"))
+}
+
+/// Where the screenshots go.
+fn shots() -> PathBuf {
+    let target = std::env::var_os("CARGO_TARGET_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/../../target")));
+    let dir = target.join("console-screenshots");
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
+}
+
+fn json(database: &str, args: &[&str]) -> Value {
+    let out = tidings()
+        .args(args)
+        .args(["--database", database])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "tidings {args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_json::from_slice(&out.stdout).unwrap()
+}
+
+#[tokio::test]
+async fn a_cause_redriven_from_the_page_is_handled_once() {
+    let db = PgTestDb::new().await;
+    let run = tidings()
+        .args([
+            "demo",
+            "checkout",
+            "--json",
+            "--orders",
+            "200",
+            "--poison-rate",
+            "0.05",
+        ])
+        .args(["--database", &db.url, "--max-connections", "8"])
+        .output()
+        .unwrap();
+    let summary = summary_of(&run);
+    let poisoned = summary["dead_lettered"]["inventory"]
+        .as_i64()
+        .expect("poisoned orders");
+    assert!(poisoned >= 3, "{summary:#}");
+
+    // The daemon serves the console; its relay is off, the fixed handler
+    // runs later in the demo's own process.
+    let (port, metrics) = (free_port(), free_port());
+    let mut daemon = start_daemon(
+        &db.url,
+        &[
+            ("TIDINGS_RELAY__ENABLED", "false".into()),
+            ("TIDINGS_METRICS__LISTEN", format!("127.0.0.1:{metrics}")),
+            ("TIDINGS_CONSOLE__LISTEN", format!("127.0.0.1:{port}")),
+            ("TIDINGS_CONSOLE_TOKENS", format!("operator:oncall:{TOKEN}")),
+        ],
+    );
+    wait_for_endpoint(metrics, &mut daemon);
+    let console = format!("http://127.0.0.1:{port}");
+
+    // The overview shows the database's figures; the dead-letter page the
+    // cause with its count; a letter in full, with its actions.
+    let seen = browse(&console, &["read"]);
+    let lag = json(&db.url, &["lag", "--json"]);
+    let pending: i64 = lag["dead_letters"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|d| d["pending"].as_i64().unwrap())
+        .sum();
+    assert_eq!(seen["figures"]["dead-letters"], pending.to_string(), "{seen:#}");
+    assert_eq!(
+        seen["figures"]["outbox-pending"],
+        lag["outbox_pending"].to_string(),
+        "{seen:#}"
+    );
+    assert_eq!(seen["signedIn"], "oncall (operator)");
+    let causes = json(&db.url, &["dlq", "list", "--json"]);
+    let fingerprint = causes[0]["fingerprint"].as_str().unwrap().to_owned();
+    assert_eq!(seen["causes"].as_array().unwrap().len(), 1, "{seen:#}");
+    assert_eq!(seen["causes"][0]["fingerprint"], fingerprint.as_str());
+    assert_eq!(seen["causes"][0]["count"], poisoned);
+    assert!(
+        seen["causes"][0]["text"]
+            .as_str()
+            .unwrap()
+            .contains("warehouse rejected sku POISON-<n>")
+    );
+    let letter = &seen["letter"];
+    assert_eq!(letter["state"], "pending");
+    assert!(
+        letter["body"].as_str().unwrap().contains("order_id"),
+        "{letter:#}"
+    );
+    assert!(letter["errors"].as_i64().unwrap() >= 2, "{letter:#}");
+    assert_eq!(letter["actions"], serde_json::json!(["Redrive", "Skip"]));
+
+    // Redriven from the page.
+    let done = browse(&console, &["redrive", &fingerprint]);
+    assert_eq!(done["label"], format!("Redrive {poisoned}"));
+    assert_eq!(
+        done["outcome"],
+        format!("{poisoned} of {poisoned} dead letter(s) redriven.")
+    );
+    let after = browse(&console, &["letters"]);
+    assert_eq!(after["count"], "0 dead letter(s), 0 cause(s)", "{after:#}");
+    daemon.terminate();
+
+    // The fix ships: every order is handled, once; no dead letter is left.
+    let fixed = tidings()
+        .args(["demo", "checkout", "--json", "--orders", "0", "--warehouse-fixed"])
+        .args(["--database", &db.url, "--max-connections", "8"])
+        .output()
+        .unwrap();
+    let fixed = summary_of(&fixed);
+    let events = fixed["events_committed"].as_i64().unwrap();
+    assert_eq!(fixed["handled"]["inventory"], events, "{fixed:#}");
+    assert!(
+        json(&db.url, &["dlq", "list", "--json"])
+            .as_array()
+            .unwrap()
+            .is_empty()
+    );
+    db.drop_schema().await;
+}

@@ -1,0 +1,242 @@
+//! The JSON API under `/api/`: what the pages show and what the `tidings`
+//! commands call against a running daemon. Reading needs a token only where
+//! the console was set so ([`Access::reads_need_token`]); redrive, skip and
+//! purge need an operator's, or are refused with 401 (no valid token) or
+//! 403 (a reader's), changing nothing.
+
+use axum::Json;
+use axum::extract::{FromRequestParts, Path, Query, State};
+use axum::http::request::Parts;
+use axum::http::{HeaderValue, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use uuid::Uuid;
+
+use crate::access::{Caller, Role};
+use crate::actions::{self, PurgeRequest, Purged, RedriveReport, RedriveRequest, Skipped};
+use crate::letter::LetterView;
+use crate::overview::Overview;
+use crate::triage::{self, CauseGroup, Selection};
+use crate::{Console, ConsoleStore};
+
+pub(crate) fn routes<S: ConsoleStore>() -> axum::Router<Console<S>> {
+    axum::Router::new()
+        .route("/overview", get(overview::<S>))
+        .route("/causes", get(causes::<S>))
+        .route("/dead-letters", get(letters::<S>))
+        .route("/dead-letters/{id}", get(letter::<S>))
+        .route("/dead-letters/{id}/skip", post(skip::<S>))
+        .route("/redrive", post(redrive::<S>))
+        .route("/purge", post(purge::<S>))
+        .fallback(|| async { ApiError::new(StatusCode::NOT_FOUND, "no such API path") })
+}
+
+/// An API refusal or failure: its status, and `{"error": "..."}`.
+#[derive(Debug)]
+pub struct ApiError {
+    status: StatusCode,
+    message: String,
+}
+
+impl ApiError {
+    pub(crate) fn new(status: StatusCode, message: impl Into<String>) -> ApiError {
+        ApiError {
+            status,
+            message: message.into(),
+        }
+    }
+
+    /// Its status.
+    pub fn status(&self) -> StatusCode {
+        self.status
+    }
+
+    /// What it says.
+    pub fn message(&self) -> &str {
+        &self.message
+    }
+}
+
+impl From<tidings_core::Error> for ApiError {
+    fn from(e: tidings_core::Error) -> Self {
+        tracing::warn!(error = %e.report(), "the console could not read or write the database");
+        ApiError::new(
+            StatusCode::SERVICE_UNAVAILABLE,
+            format!("the database: {}", e.report()),
+        )
+    }
+}
+
+impl IntoResponse for ApiError {
+    fn into_response(self) -> Response {
+        let mut response = (self.status, Json(serde_json::json!({ "error": self.message }))).into_response();
+        if self.status == StatusCode::UNAUTHORIZED {
+            response
+                .headers_mut()
+                .insert(header::WWW_AUTHENTICATE, HeaderValue::from_static("Bearer"));
+        }
+        response
+    }
+}
+
+/// Who sent a request: its bearer token's holder, else its session's (with
+/// the session's anti-forgery token); nobody when it has neither.
+pub(crate) fn caller<S>(
+    parts: &Parts,
+    console: &Console<S>,
+) -> Result<Option<(Caller, Option<String>)>, ApiError> {
+    if let Some(value) = parts.headers.get(header::AUTHORIZATION) {
+        let token = value
+            .to_str()
+            .ok()
+            .and_then(|v| v.strip_prefix("Bearer "))
+            .map(str::trim)
+            .ok_or_else(|| {
+                ApiError::new(
+                    StatusCode::UNAUTHORIZED,
+                    "the Authorization header must be `Bearer <token>`",
+                )
+            })?;
+        return match console.access.caller(token) {
+            Some(caller) => Ok(Some((caller, None))),
+            None => Err(ApiError::new(
+                StatusCode::UNAUTHORIZED,
+                "the bearer token is not one this console accepts",
+            )),
+        };
+    }
+    Ok(console
+        .sessions
+        .of(&parts.headers)
+        .map(|s| (s.caller, Some(s.csrf))))
+}
+
+/// A request allowed to read, and who sent it, if anyone said.
+#[derive(Debug)]
+pub(crate) struct Reading(pub(crate) Option<(Caller, Option<String>)>);
+
+impl<S: ConsoleStore> FromRequestParts<Console<S>> for Reading {
+    type Rejection = ApiError;
+
+    async fn from_request_parts(parts: &mut Parts, console: &Console<S>) -> Result<Self, ApiError> {
+        match caller(parts, console)? {
+            None if console.access.reading_needs_token() => Err(ApiError::new(
+                StatusCode::UNAUTHORIZED,
+                "this console needs a token to read: sign in at /login, or send Authorization: Bearer <token>",
+            )),
+            who => Ok(Reading(who)),
+        }
+    }
+}
+
+/// The header a signed-in page's script sends its anti-forgery token in.
+pub const CSRF_HEADER: &str = "x-csrf-token";
+
+/// A request from an operator: by bearer token, or by a session whose
+/// anti-forgery token the request carries in [`CSRF_HEADER`].
+#[derive(Debug)]
+pub(crate) struct Operating(pub(crate) Caller);
+
+impl<S: ConsoleStore> FromRequestParts<Console<S>> for Operating {
+    type Rejection = ApiError;
+
+    async fn from_request_parts(parts: &mut Parts, console: &Console<S>) -> Result<Self, ApiError> {
+        let (caller, csrf) = caller(parts, console)?.ok_or_else(|| {
+            ApiError::new(
+                StatusCode::UNAUTHORIZED,
+                "changing dead letters needs an operator's bearer token (Authorization: Bearer <token>)",
+            )
+        })?;
+        if let Some(expected) = csrf {
+            let sent = parts.headers.get(CSRF_HEADER).and_then(|v| v.to_str().ok());
+            if !sent.is_some_and(|sent| crate::session::same(sent, &expected)) {
+                return Err(ApiError::new(
+                    StatusCode::FORBIDDEN,
+                    "a signed-in request that changes something must carry the page's anti-forgery token",
+                ));
+            }
+        }
+        operator(caller).map(Operating)
+    }
+}
+
+/// `caller`, if an operator.
+pub(crate) fn operator(caller: Caller) -> Result<Caller, ApiError> {
+    if caller.role >= Role::Operator {
+        Ok(caller)
+    } else {
+        Err(ApiError::new(
+            StatusCode::FORBIDDEN,
+            format!(
+                "`{}` is a reader: changing dead letters needs an operator's token",
+                caller.name
+            ),
+        ))
+    }
+}
+
+/// A selection in a query string, refused with 400 when it does not parse.
+type SelectionQuery = Query<Selection>;
+
+async fn overview<S: ConsoleStore>(
+    _: Reading,
+    State(console): State<Console<S>>,
+) -> Result<Json<Overview>, ApiError> {
+    Ok(Json(Overview::read(&*console.store, console.partitions).await?))
+}
+
+async fn causes<S: ConsoleStore>(
+    _: Reading,
+    State(console): State<Console<S>>,
+    Query(selection): SelectionQuery,
+) -> Result<Json<Vec<CauseGroup>>, ApiError> {
+    let letters = selection.letters(&*console.store).await?;
+    Ok(Json(triage::by_cause(&letters)))
+}
+
+async fn letters<S: ConsoleStore>(
+    _: Reading,
+    State(console): State<Console<S>>,
+    Query(selection): SelectionQuery,
+) -> Result<Json<Vec<LetterView>>, ApiError> {
+    let letters = selection.letters(&*console.store).await?;
+    Ok(Json(letters.iter().map(LetterView::masked).collect()))
+}
+
+async fn letter<S: ConsoleStore>(
+    _: Reading,
+    State(console): State<Console<S>>,
+    Path(id): Path<Uuid>,
+) -> Result<Json<LetterView>, ApiError> {
+    match triage::find(&*console.store, id).await? {
+        Some(letter) => Ok(Json(LetterView::masked(&letter))),
+        None => Err(ApiError::new(
+            StatusCode::NOT_FOUND,
+            format!("no dead letter has id {id}"),
+        )),
+    }
+}
+
+async fn redrive<S: ConsoleStore>(
+    Operating(caller): Operating,
+    State(console): State<Console<S>>,
+    Json(request): Json<RedriveRequest>,
+) -> Result<Json<RedriveReport>, ApiError> {
+    Ok(Json(actions::redrive(&*console.store, &caller, &request).await?))
+}
+
+async fn skip<S: ConsoleStore>(
+    Operating(caller): Operating,
+    State(console): State<Console<S>>,
+    Path(id): Path<Uuid>,
+) -> Result<Json<Skipped>, ApiError> {
+    Ok(Json(actions::skip(&*console.store, &caller, id).await?))
+}
+
+async fn purge<S: ConsoleStore>(
+    Operating(caller): Operating,
+    State(console): State<Console<S>>,
+    Json(request): Json<PurgeRequest>,
+) -> Result<Json<Purged>, ApiError> {
+    Ok(Json(actions::purge(&*console.store, &caller, &request).await?))
+}

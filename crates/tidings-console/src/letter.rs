@@ -1,0 +1,295 @@
+//! One dead letter as the API and the page show it: its body as JSON when
+//! it is, as text when it is text, in hex otherwise; and, for the console,
+//! with what looks like a secret masked.
+
+use chrono::{DateTime, Utc};
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+use tidings_core::{DeadLetter, Failure};
+use uuid::Uuid;
+
+use crate::triage::{Cause, state};
+
+/// A dead letter in full, as JSON.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct LetterView {
+    /// The dead letter's id.
+    pub id: Uuid,
+    /// `pending`, `redriven` or `skipped`.
+    pub state: String,
+    /// Its cause's fingerprint.
+    pub fingerprint: String,
+    /// Its cause.
+    pub cause: Cause,
+    /// The consumer that gave up.
+    pub consumer: String,
+    /// The topic it was read from.
+    pub topic: String,
+    /// The message id, when the message could be decoded.
+    pub message_id: Option<Uuid>,
+    /// The message type, when known.
+    pub message_type: Option<String>,
+    /// The aggregate key, when known.
+    pub aggregate_key: Option<String>,
+    /// When it was first dead-lettered.
+    pub created_at: DateTime<Utc>,
+    /// Attempts made.
+    pub attempts: u32,
+    /// Every failure, oldest first.
+    pub errors: Vec<Failure>,
+    /// How many times it was redriven.
+    pub redrives: u32,
+    /// When it was last redriven.
+    pub redriven_at: Option<DateTime<Utc>>,
+    /// When it was skipped.
+    pub skipped_at: Option<DateTime<Utc>>,
+    /// Transport headers, in order.
+    pub headers: Vec<(String, String)>,
+    /// The body as JSON when it is, as text when it is text, else null.
+    pub body: Value,
+    /// The body in hex, when it is not text.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub body_hex: Option<String>,
+    /// What was masked, by path (`data.card_number: a field named like a
+    /// cardnumber`); empty when nothing was, or nothing is masked.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub masked: Vec<String>,
+}
+
+impl LetterView {
+    /// `letter` as it is stored, nothing masked (an operator's own terminal).
+    pub fn of(letter: &DeadLetter) -> LetterView {
+        let cause = Cause::of(letter);
+        let (body, body_hex) = match Body::of(&letter.body) {
+            Body::Json(v) => (v, None),
+            Body::Text(t) => (Value::String(t.to_owned()), None),
+            Body::Binary => (Value::Null, Some(hex(&letter.body))),
+        };
+        LetterView {
+            id: letter.id,
+            state: state(letter).to_owned(),
+            fingerprint: cause.fingerprint(),
+            cause,
+            consumer: letter.consumer.clone(),
+            topic: letter.topic.clone(),
+            message_id: letter.message_id,
+            message_type: letter.message_type.clone(),
+            aggregate_key: letter.aggregate_key.clone(),
+            created_at: letter.created_at,
+            attempts: letter.attempts,
+            errors: letter.errors.clone(),
+            redrives: letter.redrives,
+            redriven_at: letter.redriven_at,
+            skipped_at: letter.skipped_at,
+            headers: letter
+                .headers
+                .iter()
+                .map(|(n, v)| (n.clone(), v.clone()))
+                .collect(),
+            body,
+            body_hex,
+            masked: Vec::new(),
+        }
+    }
+
+    /// `letter` with every likely secret of its body and headers masked
+    /// (what the secrets lint calls one: a field named like a password, a
+    /// token, a card number; a value shaped like a JSON Web Token, a PEM
+    /// private key, a card number), for a page or an API others read.
+    pub fn masked(letter: &DeadLetter) -> LetterView {
+        let mut view = LetterView::of(letter);
+        let mut masked = Vec::new();
+        mask(&mut view.body, &mut String::new(), &mut masked);
+        if let Some(what) = view.body.as_str().and_then(tidings_schema::secrets::secret_value) {
+            view.body = Value::String(format!("(masked: {what})"));
+            masked.push(format!("body: {what}"));
+        }
+        for (name, value) in &mut view.headers {
+            let lower = name.to_ascii_lowercase();
+            let what = if matches!(lower.as_str(), "authorization" | "cookie" | "proxy-authorization") {
+                Some("a credentials header")
+            } else {
+                tidings_schema::secrets::secret_name(name)
+                    .map(|_| "a header named like a secret")
+                    .or_else(|| tidings_schema::secrets::secret_value(value))
+            };
+            if let Some(what) = what {
+                *value = format!("(masked: {what})");
+                masked.push(format!("header {name}: {what}"));
+            }
+        }
+        view.masked = masked;
+        view
+    }
+}
+
+/// Masks, in place, the likely secrets of `value` at `path`, and says which.
+fn mask(value: &mut Value, path: &mut String, masked: &mut Vec<String>) {
+    let len = path.len();
+    match value {
+        Value::Object(fields) => {
+            for (name, field) in fields.iter_mut() {
+                if !path.is_empty() {
+                    path.push('.');
+                }
+                path.push_str(name);
+                let named = tidings_schema::secrets::secret_name(name)
+                    .filter(|_| !matches!(field, Value::Null | Value::Object(_) | Value::Array(_)));
+                match named {
+                    Some(word) => {
+                        masked.push(format!("{path}: a field named like a {word}"));
+                        *field = Value::String(format!("(masked: named like a {word})"));
+                    }
+                    None => mask(field, path, masked),
+                }
+                path.truncate(len);
+            }
+        }
+        Value::Array(items) => {
+            for (i, item) in items.iter_mut().enumerate() {
+                path.push_str(&format!("[{i}]"));
+                mask(item, path, masked);
+                path.truncate(len);
+            }
+        }
+        Value::String(s) => {
+            if let Some(what) = tidings_schema::secrets::secret_value(s) {
+                masked.push(format!("{path}: {what}"));
+                *value = Value::String(format!("(masked: {what})"));
+            }
+        }
+        Value::Number(n) => {
+            if let Some(what) = tidings_schema::secrets::secret_value(&n.to_string()) {
+                masked.push(format!("{path}: {what}"));
+                *value = Value::String(format!("(masked: {what})"));
+            }
+        }
+        Value::Null | Value::Bool(_) => {}
+    }
+}
+
+/// What a dead letter's body holds, for showing it.
+#[derive(Debug)]
+pub enum Body<'a> {
+    /// A JSON document (an envelope, usually).
+    Json(Value),
+    /// Text that is not JSON.
+    Text(&'a str),
+    /// Bytes that are not text, or text with control characters a
+    /// terminal would act on: shown in hex, never raw.
+    Binary,
+}
+
+impl<'a> Body<'a> {
+    /// What `bytes` hold.
+    pub fn of(bytes: &'a [u8]) -> Body<'a> {
+        if let Ok(v) = serde_json::from_slice(bytes) {
+            return Body::Json(v);
+        }
+        match std::str::from_utf8(bytes) {
+            Ok(t)
+                if !t
+                    .chars()
+                    .any(|c| c.is_control() && !matches!(c, '\n' | '\t' | '\r')) =>
+            {
+                Body::Text(t)
+            }
+            _ => Body::Binary,
+        }
+    }
+}
+
+/// `bytes` in lowercase hex.
+pub fn hex(bytes: &[u8]) -> String {
+    use std::fmt::Write as _;
+    bytes
+        .iter()
+        .fold(String::with_capacity(bytes.len() * 2), |mut out, b| {
+            let _ = write!(out, "{b:02x}");
+            out
+        })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use tidings_core::Headers;
+
+    fn letter(body: &[u8], headers: &[(&str, &str)]) -> DeadLetter {
+        let mut h = Headers::new();
+        for (n, v) in headers {
+            h.insert((*n).to_owned(), (*v).to_owned());
+        }
+        DeadLetter {
+            id: Uuid::nil(),
+            consumer: "billing".into(),
+            topic: "orders".into(),
+            message_id: None,
+            message_type: Some("OrderPlaced".into()),
+            aggregate_key: Some("order-1".into()),
+            headers: h,
+            body: body.to_vec(),
+            attempts: 3,
+            errors: Vec::new(),
+            created_at: Utc::now(),
+            redrives: 0,
+            redriven_at: None,
+            skipped_at: None,
+        }
+    }
+
+    #[test]
+    fn secrets_are_masked_by_name_and_by_shape_and_the_rest_kept() {
+        let body = serde_json::json!({
+            "data": {
+                "order": "o-1",
+                "payment": {"card_number": "4111111111111111", "cvv": 123},
+                "notes": ["4111 1111 1111 1111 is not here", "4012888888881881"],
+                "apiToken": null,
+                "amount": 4200
+            }
+        });
+        let l = letter(
+            body.to_string().as_bytes(),
+            &[("Authorization", "Bearer abc"), ("x-tenant", "acme")],
+        );
+        let view = LetterView::masked(&l);
+        let data = &view.body["data"];
+        assert_eq!(data["order"], "o-1");
+        assert_eq!(data["amount"], 4200);
+        assert_eq!(data["apiToken"], Value::Null);
+        for masked in [
+            &data["payment"]["card_number"],
+            &data["payment"]["cvv"],
+            &data["notes"][1],
+        ] {
+            assert!(
+                masked.as_str().is_some_and(|s| s.starts_with("(masked")),
+                "{masked}"
+            );
+        }
+        assert_eq!(data["notes"][0], "4111 1111 1111 1111 is not here");
+        assert_eq!(view.headers[0].1, "(masked: a credentials header)");
+        assert_eq!(view.headers[1].1, "acme");
+        assert_eq!(
+            view.masked,
+            [
+                "data.notes[1]: a card number passing the Luhn check",
+                "data.payment.card_number: a field named like a cardnumber",
+                "data.payment.cvv: a field named like a cvv",
+                "header Authorization: a credentials header",
+            ]
+        );
+        let unmasked = LetterView::of(&l);
+        assert_eq!(unmasked.body, body);
+        assert!(unmasked.masked.is_empty());
+    }
+
+    #[test]
+    fn bodies_that_are_not_json_are_text_or_hex() {
+        assert_eq!(LetterView::of(&letter(b"plain words", &[])).body, "plain words");
+        let binary = LetterView::of(&letter(b"\x00\x1b[2Jx", &[]));
+        assert_eq!(binary.body, Value::Null);
+        assert_eq!(binary.body_hex.as_deref(), Some("001b5b324a78"));
+    }
+}

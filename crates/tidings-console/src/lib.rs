@@ -1,0 +1,114 @@
+//! Tidings' console: the pipeline on one page for whoever is on call.
+//!
+//! An axum [`Router`] over any store: an overview (the outbox backlog per
+//! partition and its relays, each consumer group's lag, held keys, parked
+//! messages and members, the dead letters waiting), the dead letters
+//! grouped by cause with filters, one letter in full with its likely
+//! secrets masked; and the JSON API under `/api/` the pages read and
+//! `tidings` commands call, where redrive, skip and purge need an
+//! operator's bearer token ([`Access`]).
+//!
+//! The pages are rendered on the server and read without JavaScript.
+//!
+//! ```no_run
+//! # async fn run(store: impl tidings_console::ConsoleStore) -> std::io::Result<()> {
+//! use tidings_console::{Access, Console};
+//! let access = Access::from_env_and_file(None).expect("tokens");
+//! let app = Console::new(store, access).router();
+//! let listener = tokio::net::TcpListener::bind("127.0.0.1:9470").await?;
+//! tidings_console::serve(listener, app, std::future::pending()).await;
+//! # Ok(()) }
+//! ```
+#![warn(missing_docs, missing_debug_implementations, unreachable_pub)]
+
+pub mod access;
+pub mod actions;
+mod api;
+pub mod letter;
+pub mod overview;
+mod pages;
+mod session;
+pub mod triage;
+
+use std::future::Future;
+use std::sync::Arc;
+
+use axum::Router;
+use axum::extract::DefaultBodyLimit;
+use tidings_core::inspect::Inspect;
+use tidings_core::{ConsumerStore, FailureStore};
+use tokio::net::TcpListener;
+
+pub use access::{Access, Caller, Role};
+pub use api::{ApiError, CSRF_HEADER};
+pub use overview::Overview;
+pub use session::COOKIE_NAME;
+
+/// The largest request body accepted (a redrive's selection is small).
+pub const BODY_LIMIT: usize = 64 * 1024;
+
+/// What a console serves: a store, who may act on it, and the outbox's
+/// partition count (else read from the relays' leases).
+pub struct Console<S> {
+    store: Arc<S>,
+    access: Access,
+    partitions: Option<u32>,
+    sessions: session::Sessions,
+}
+
+impl<S> std::fmt::Debug for Console<S> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Console")
+            .field("access", &self.access)
+            .field("partitions", &self.partitions)
+            .finish_non_exhaustive()
+    }
+}
+
+impl<S> Clone for Console<S> {
+    fn clone(&self) -> Self {
+        Console {
+            store: self.store.clone(),
+            access: self.access.clone(),
+            partitions: self.partitions,
+            sessions: self.sessions.clone(),
+        }
+    }
+}
+
+/// What the console needs of a store.
+pub trait ConsoleStore: Inspect + FailureStore + ConsumerStore {}
+impl<S: Inspect + FailureStore + ConsumerStore> ConsoleStore for S {}
+
+impl<S: ConsoleStore> Console<S> {
+    /// A console over `store`, letting in whom `access` names.
+    pub fn new(store: S, access: Access) -> Console<S> {
+        Console {
+            store: Arc::new(store),
+            access,
+            partitions: None,
+            sessions: session::Sessions::default(),
+        }
+    }
+
+    /// The outbox's partition count (`outbox.partitions`).
+    pub fn partitions(mut self, count: u32) -> Console<S> {
+        self.partitions = Some(count);
+        self
+    }
+
+    /// The pages and the API.
+    pub fn router(self) -> Router {
+        Router::new()
+            .merge(pages::routes::<S>())
+            .nest("/api", api::routes::<S>())
+            .layer(DefaultBodyLimit::max(BODY_LIMIT))
+            .with_state(self)
+    }
+}
+
+/// Serves `app` on `listener` until `shutdown` (with a header timeout and a
+/// connection cap: see `tidings_http`).
+pub async fn serve(listener: TcpListener, app: Router, shutdown: impl Future<Output = ()> + Send) {
+    tidings_http::serve(listener, app, shutdown).await;
+}
