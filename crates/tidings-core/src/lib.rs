@@ -8,6 +8,7 @@
 //! - [`store`]: the small traits a database store implements: [`Outbox`],
 //!   [`RelayStore`], [`ConsumerStore`], [`FailureStore`], [`LagSource`], and
 //!   [`log`]: what a database provides to serve as a log.
+//! - [`audit`]: the trail of who did what to a deployment ([`AuditStore`]).
 //! - [`Error`] and [`ErrorClass`]: every error says whether to retry.
 //! - [`Partition`]: how keys spread over the members of a group, and
 //!   [`lease`]: the leases by which the members share the partitions.
@@ -38,6 +39,7 @@
 #![warn(missing_docs, missing_debug_implementations, unreachable_pub)]
 
 pub mod addresses;
+pub mod audit;
 pub mod backoff;
 pub mod clamp;
 pub mod cloudevents;
@@ -67,6 +69,7 @@ pub mod transition;
 pub mod transport;
 pub mod waves;
 
+pub use audit::{AuditEntry, AuditStore};
 pub use backoff::Backoff;
 pub use envelope::{Envelope, Headers};
 pub use error::{DecodeError, Error, ErrorClass, Report, Result};

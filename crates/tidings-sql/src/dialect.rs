@@ -199,6 +199,14 @@ pub struct Statements {
     /// recorded longer ago than the retention.
     pub forget_deliveries: &'static str,
 
+    // The audit trail.
+    /// ($1 at µs, $2 actor, $3 action, $4 target, $5 detail JSON): writes one entry.
+    pub audit_insert: &'static str,
+    /// ($1 target or null, $2 limit) -> (at µs, actor, action, target,
+    /// detail JSON) of the entries, only those of the target when given,
+    /// newest first (the last written first among entries of one time).
+    pub audit_trail: &'static str,
+
     // Dead letters.
     /// ($1 id, $2 consumer, $3 topic, $4 message id, $5 type, $6 key,
     /// $7 headers JSON, $8 body, $9 attempts i32, $10 errors JSON, $11 created µs):

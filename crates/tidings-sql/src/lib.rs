@@ -2,7 +2,8 @@
 //!
 //! [`SqlStore<D>`] implements every store trait of `tidings-core` (the
 //! outbox, the relay's claims, the consumers' records, the failure store,
-//! parking, leases, lag, inspection, replay and the database log's backend)
+//! parking, leases, lag, inspection, replay, the audit trail and the
+//! database log's backend)
 //! with one Rust flow. A dialect supplies only what differs between
 //! databases: its table of [`Statements`], its list codecs, its claim (how
 //! two relays stay off the same rows), its [`Wakeups`], which of its
@@ -23,6 +24,7 @@
 //! ```
 #![warn(missing_docs, missing_debug_implementations, unreachable_pub)]
 
+mod audit;
 mod claimed;
 pub mod connect;
 mod consumer;

@@ -80,6 +80,11 @@ macro_rules! migrations {
                 name: "inbox",
                 sql: include_str!("../migrations/0010_inbox.sql"),
             },
+            $crate::migrate::Migration {
+                version: 11,
+                name: "audit",
+                sql: include_str!("../migrations/0011_audit.sql"),
+            },
         ]
     };
 }

@@ -131,6 +131,9 @@ pub(crate) const SQL: Statements = Statements {
         now!(),
         " - $1 * 1000 ORDER BY received_at LIMIT $2"
     ),
+    audit_insert: "INSERT INTO tidings_audit (at, actor, action, target, detail) VALUES ($1, $2, $3, $4, $5)",
+    audit_trail: "SELECT at, actor, action, target, detail FROM tidings_audit
+        WHERE ($1 IS NULL OR target = $1) ORDER BY at DESC, id DESC LIMIT $2",
     forget_processed: concat!(
         "DELETE FROM tidings_processed WHERE processed_at < ",
         now!(),

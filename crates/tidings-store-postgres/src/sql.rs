@@ -68,6 +68,11 @@ pub(crate) const SQL: Statements = Statements {
     forget_deliveries: "DELETE FROM tidings_inbox WHERE (provider, event_id) IN (
           SELECT provider, event_id FROM tidings_inbox
           WHERE received_at < now() - $1 * INTERVAL '1 millisecond' LIMIT $2)",
+    audit_insert: "INSERT INTO tidings_audit (at, actor, action, target, detail)
+        VALUES (TIMESTAMPTZ 'epoch' + $1 * INTERVAL '1 microsecond', $2, $3, $4, $5::jsonb)",
+    audit_trail: "SELECT CAST(EXTRACT(EPOCH FROM at) * 1000000 AS BIGINT), actor, action, target, detail::text
+        FROM tidings_audit WHERE ($1::text IS NULL OR target = $1)
+        ORDER BY at DESC, id DESC LIMIT $2",
     forget_processed: "DELETE FROM tidings_processed WHERE (consumer, message_id) IN (
           SELECT consumer, message_id FROM tidings_processed
           WHERE processed_at < now() - $1 * INTERVAL '1 millisecond' LIMIT $2)",

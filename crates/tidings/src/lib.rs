@@ -44,9 +44,9 @@ pub use tidings_core::{
 };
 // What a store does, one small trait per ability, and all of them at once.
 pub use tidings_core::{
-    ConsumerLag, ConsumerStore, DeadLetter, DeadLetterFilter, DeadLetterLag, Failure, FailureStore, HeldKey,
-    InboxStore, Inspect, LagReport, LagSource, Lease, LeaseStore, Outbox, ParkedLag, ParkedMessage,
-    ParkingStore, Redrive, RelayStore, ReplayStore, Skip, Store,
+    AuditEntry, AuditStore, ConsumerLag, ConsumerStore, DeadLetter, DeadLetterFilter, DeadLetterLag, Failure,
+    FailureStore, HeldKey, InboxStore, Inspect, LagReport, LagSource, Lease, LeaseStore, Outbox, ParkedLag,
+    ParkedMessage, ParkingStore, Redrive, RelayStore, ReplayStore, Skip, Store,
 };
 // What a transport does.
 pub use tidings_core::{
@@ -54,8 +54,8 @@ pub use tidings_core::{
 };
 // The contracts and helpers by area.
 pub use tidings_core::{
-    addresses, backoff, clamp, cloudevents, duration, envelope, field, guard, inspect, metrics, partition,
-    plain, replay, secret, store, topology, trace, transition, transport,
+    addresses, audit, backoff, clamp, cloudevents, duration, envelope, field, guard, inspect, metrics,
+    partition, plain, replay, secret, store, topology, trace, transition, transport,
 };
 
 /// What `#[derive(Message)]` expands to refers to; not an API.

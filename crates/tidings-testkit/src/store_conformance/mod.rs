@@ -22,11 +22,13 @@
 //! - [`errors`]: which database errors are worth trying again;
 //! - [`members`]: leases and several members of one group;
 //! - [`replay`]: replays from the outbox;
-//! - [`versions`]: upcasting and dual publishing.
+//! - [`versions`]: upcasting and dual publishing;
+//! - [`audit`]: the audit trail.
 //!
 //! What the checks share (a test event, a recording handler, helpers over
 //! any store) is in [`fixtures`].
 
+pub mod audit;
 pub mod consumer;
 pub mod dead_letters;
 pub mod errors;
@@ -106,6 +108,9 @@ macro_rules! store_conformance {
             versions: [
                 an_older_version_is_upcast_and_an_unreadable_one_dead_lettered,
                 dual_publishing_feeds_each_version_once,
+            ],
+            audit: [
+                audit_entries_are_kept_newest_first_and_found_by_target,
             ],
         );
     };
