@@ -306,6 +306,30 @@ pub struct Statements {
     /// () -> (slot, active, retained bytes or null), where the database has them.
     pub replication_slots: Option<&'static str>,
 
+    // Message traces.
+    /// ($1 key, $2 limit) -> (message id, first seen µs, outbox seq or
+    /// null) of the messages of the key the outbox, dead letters and parked
+    /// messages know of, oldest first (first seen, then seq, then id).
+    pub trace_key_messages: &'static str,
+    /// ($1 id list) -> (message id, seq, key hash or null, topic, key,
+    /// type, created µs, published µs or null, held by the relay) of the
+    /// messages' outbox records, by seq.
+    pub trace_outbox: &'static str,
+    /// ($1 id list) -> (message id, consumer, processed µs) of their
+    /// processed markers, oldest first.
+    pub trace_processed: &'static str,
+    /// ($1 id list) -> (message id, consumer, effect, idempotency key,
+    /// recorded µs) of their effects, oldest first.
+    pub trace_effects: &'static str,
+    /// ($1 id list) -> (message id, dead letter id, consumer, topic, type,
+    /// key, attempts i32, errors JSON, created µs, redriven µs or null,
+    /// skipped µs or null) of their dead letters, oldest first.
+    pub trace_dead_letters: &'static str,
+    /// ($1 id list) -> (message id, consumer, topic, key, parked µs, the
+    /// message holding the key or null, its dead letter's id or null,
+    /// released) of their parked copies, by seq.
+    pub trace_parked: &'static str,
+
     // Replay.
     /// ($1 topic list, $2 since µs, $3 until µs, $4 after seq, $5 limit) ->
     /// (seq, topic, key, body) of the log.

@@ -5,8 +5,9 @@ use std::collections::BTreeMap;
 use async_trait::async_trait;
 use tidings_core::Result;
 use tidings_core::inspect::{
-    Inspect, MemberStatus, PartitionBacklog, RelayHold, ReplicationSlot, SchemaVersion,
+    Inspect, MemberStatus, MessageTrace, PartitionBacklog, RelayHold, ReplicationSlot, SchemaVersion,
 };
+use uuid::Uuid;
 
 use crate::db::Stmt;
 use crate::store::{age, count};
@@ -132,5 +133,14 @@ impl<D: Dialect> Inspect for SqlStore<D> {
                 })
             })
             .collect()
+    }
+
+    async fn trace_message(&self, id: Uuid) -> Result<Option<MessageTrace>> {
+        Ok(self.traces(&[id]).await?.pop())
+    }
+
+    async fn trace_key(&self, key: &str, limit: u32) -> Result<Vec<MessageTrace>> {
+        let ids = self.key_messages(key, limit).await?;
+        self.traces(&ids).await
     }
 }

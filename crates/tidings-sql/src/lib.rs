@@ -45,6 +45,7 @@ pub mod placeholders;
 mod replay;
 pub mod shared;
 mod store;
+mod trace;
 mod tx_batch;
 
 pub use claimed::{ClaimedRows, settle};

@@ -85,6 +85,11 @@ macro_rules! migrations {
                 name: "audit",
                 sql: include_str!("../migrations/0011_audit.sql"),
             },
+            $crate::migrate::Migration {
+                version: 12,
+                name: "trace",
+                sql: include_str!("../migrations/0012_trace.sql"),
+            },
         ]
     };
 }

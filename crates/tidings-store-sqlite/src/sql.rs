@@ -261,6 +261,33 @@ pub(crate) const SQL: Statements = Statements {
     applied_migration: shared::APPLIED_MIGRATION,
     replication_slots: None,
 
+    trace_key_messages: "SELECT id, min(at) * 1000, min(seq)
+        FROM (SELECT id, created_at AS at, seq FROM tidings_outbox WHERE aggregate_key = $1
+              UNION ALL
+              SELECT message_id, created_at, NULL FROM tidings_dead_letters
+              WHERE aggregate_key = $1 AND message_id IS NOT NULL
+              UNION ALL
+              SELECT message_id, parked_at, NULL FROM tidings_parked WHERE aggregate_key = $1) AS known
+        GROUP BY id ORDER BY min(at), COALESCE(min(seq), 0), id LIMIT $2",
+    trace_outbox: "SELECT o.id, o.seq, o.key_hash, o.topic, o.aggregate_key, o.message_type, o.created_at * 1000,
+               o.published_at * 1000, EXISTS (SELECT 1 FROM tidings_relay_holds h WHERE h.seq = o.seq)
+        FROM tidings_outbox o WHERE o.id IN (SELECT unhex(value) FROM json_each($1)) ORDER BY o.seq",
+    trace_processed: "SELECT message_id, consumer, processed_at * 1000 FROM tidings_processed
+        WHERE message_id IN (SELECT unhex(value) FROM json_each($1)) ORDER BY processed_at, consumer",
+    trace_effects: "SELECT message_id, consumer, effect, idempotency_key, recorded_at * 1000 FROM tidings_effects
+        WHERE message_id IN (SELECT unhex(value) FROM json_each($1)) ORDER BY recorded_at, consumer, effect",
+    trace_dead_letters: "SELECT message_id, id, consumer, topic, message_type, aggregate_key, attempts, errors,
+               created_at * 1000, redriven_at * 1000, skipped_at * 1000
+        FROM tidings_dead_letters WHERE message_id IN (SELECT unhex(value) FROM json_each($1))
+        ORDER BY created_at, consumer",
+    trace_parked: "SELECT p.message_id, p.consumer, p.topic, p.aggregate_key, p.parked_at * 1000, h.message_id,
+               d.id, COALESCE(h.released, 0)
+        FROM tidings_parked p
+        LEFT JOIN tidings_held_keys h
+          ON h.consumer = p.consumer AND h.topic = p.topic AND h.aggregate_key = p.aggregate_key
+        LEFT JOIN tidings_dead_letters d ON d.consumer = p.consumer AND d.message_id = h.message_id
+        WHERE p.message_id IN (SELECT unhex(value) FROM json_each($1)) ORDER BY p.seq",
+
     retained_log: retained!("seq, topic, aggregate_key, body", "tidings_log WHERE", "AND seq > $4 ORDER BY seq LIMIT $5"),
     retained_outbox: retained!(
         "seq, topic, aggregate_key, body",

@@ -23,7 +23,8 @@
 //! - [`members`]: leases and several members of one group;
 //! - [`replay`]: replays from the outbox;
 //! - [`versions`]: upcasting and dual publishing;
-//! - [`audit`]: the audit trail.
+//! - [`audit`]: the audit trail;
+//! - [`trace`]: a message's story, by id and by key.
 //!
 //! What the checks share (a test event, a recording handler, helpers over
 //! any store) is in [`fixtures`].
@@ -38,6 +39,7 @@ pub mod outbox;
 pub mod poison;
 pub mod relays;
 pub mod replay;
+pub mod trace;
 pub mod versions;
 
 /// Expands the store conformance suite into one `#[tokio::test]` per
@@ -111,6 +113,9 @@ macro_rules! store_conformance {
             ],
             audit: [
                 audit_entries_are_kept_newest_first_and_found_by_target,
+            ],
+            trace: [
+                a_message_is_traced_by_id_and_by_key,
             ],
         );
     };
