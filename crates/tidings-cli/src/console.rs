@@ -11,6 +11,9 @@ use tidings_console::{Access, Console};
 use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
 
+/// How often `tidings console` samples the overview's figures for its charts.
+const SAMPLE_EVERY: std::time::Duration = std::time::Duration::from_secs(5);
+
 /// `tidings console`'s options.
 #[derive(Debug, Args)]
 pub(crate) struct ConsoleArgs {
@@ -78,7 +81,9 @@ pub(crate) async fn run(
         if let Some(n) = args.partitions {
             console = console.partitions(n);
         }
-        tidings_console::serve(listener, console.router(), shutdown.cancelled_owned()).await
+        let sampler = tokio::spawn(console.sample(SAMPLE_EVERY, shutdown.clone().cancelled_owned()));
+        tidings_console::serve(listener, console.router(), shutdown.cancelled_owned()).await;
+        let _ = sampler.await;
     });
     Ok(())
 }

@@ -18,7 +18,9 @@ use tidings::{Topology, with_store};
 use tidings_core::lease::sleep_unless;
 use tidings_core::log::LogBackend;
 use tidings_core::secret::redact_url;
-use tidings_core::{ConsumerStore, FailureStore, InboxStore, Inspect, LagSource, LeaseStore, RelayStore};
+use tidings_core::{
+    AuditStore, ConsumerStore, FailureStore, InboxStore, Inspect, LagSource, LeaseStore, RelayStore,
+};
 use tidings_relay::Relay;
 use tokio::net::TcpListener;
 use tokio::task::JoinSet;
@@ -126,6 +128,7 @@ where
     S: RelayStore
         + ConsumerStore
         + FailureStore
+        + AuditStore
         + InboxStore
         + LeaseStore
         + LagSource
@@ -162,9 +165,14 @@ where
     }
     if let Some((listener, access)) = console {
         parts.push(format!("console on http://{}", listener.local_addr()?));
-        let app = tidings_console::Console::new(store.clone(), access)
-            .partitions(config.relay.partition_count())
-            .router();
+        let console =
+            tidings_console::Console::new(store.clone(), access).partitions(config.relay.partition_count());
+        tasks.spawn(
+            console
+                .sample(config.metrics.lag_interval.0, shutdown.clone().cancelled_owned())
+                .map(Ok),
+        );
+        let app = console.router();
         let stop = shutdown.clone();
         tasks.spawn(async move {
             tidings_console::serve(listener, app, stop.cancelled_owned()).await;

@@ -126,6 +126,10 @@ async fn a_cause_redriven_from_the_page_is_handled_once() {
         "{seen:#}"
     );
     assert_eq!(seen["signedIn"], "oncall (operator)");
+    assert!(
+        seen["charts"].as_i64().unwrap() > 0,
+        "the last hour's charts: {seen:#}"
+    );
     let causes = json(&db.url, &["dlq", "list", "--json"]);
     let fingerprint = causes[0]["fingerprint"].as_str().unwrap().to_owned();
     assert_eq!(seen["causes"].as_array().unwrap().len(), 1, "{seen:#}");
@@ -145,6 +149,29 @@ async fn a_cause_redriven_from_the_page_is_handled_once() {
     );
     assert!(letter["errors"].as_i64().unwrap() >= 2, "{letter:#}");
     assert_eq!(letter["actions"], serde_json::json!(["Redrive", "Skip"]));
+
+    // The key page of a poisoned order: its dead letter, and the later
+    // events of the order parked behind it.
+    let poisoned_id = causes[0]["ids"][0].as_str().unwrap();
+    let order = json(&db.url, &["dlq", "show", poisoned_id, "--json"])["aggregate_key"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let before = browse(&console, &["key", &order, "key-poisoned"]);
+    let messages = before["messages"].as_array().unwrap();
+    assert!(
+        messages
+            .iter()
+            .any(|m| m["verdict"] == "dead-lettered by inventory"
+                && m["deadLetters"][0] == serde_json::json!({"consumer": "inventory", "state": "pending"})),
+        "{before:#}"
+    );
+    assert!(
+        messages
+            .iter()
+            .any(|m| m["verdict"].as_str().unwrap().starts_with("parked by inventory") && m["parked"] == 1),
+        "the order's later events wait behind it: {before:#}"
+    );
 
     // Redriven from the page.
     let done = browse(&console, &["redrive", &fingerprint]);

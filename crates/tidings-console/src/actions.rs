@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use axum::http::StatusCode;
 use serde::{Deserialize, Serialize};
-use tidings_core::{Redrive, Skip};
+use tidings_core::{AuditEntry, Redrive, Skip};
 use uuid::Uuid;
 
 use crate::ConsoleStore;
@@ -151,6 +151,19 @@ pub(crate) async fn redrive<S: ConsoleStore>(
         let outcome = Redriven::of(l.id, store.redrive(l.id).await?);
         report.redriven += usize::from(outcome.message_id.is_some());
         tracing::info!(by = %caller.name, dead_letter = %l.id, outcome = %outcome.outcome, "redrive from the console");
+        audit(
+            store,
+            caller,
+            "redrive",
+            l.id.to_string(),
+            serde_json::json!({
+                "outcome": outcome.outcome,
+                "message_id": outcome.message_id,
+                "redrive": outcome.redrive,
+                "consumer": l.consumer,
+            }),
+        )
+        .await?;
         report.letters.push(outcome);
     }
     Ok(report)
@@ -170,6 +183,8 @@ pub(crate) async fn skip<S: ConsoleStore>(store: &S, caller: &Caller, id: Uuid) 
     match store.skip(id).await? {
         Skip::Skipped { released_key } => {
             tracing::info!(by = %caller.name, dead_letter = %id, released_key, "skip from the console");
+            let detail = serde_json::json!({ "released_key": released_key });
+            audit(store, caller, "skip", id.to_string(), detail).await?;
             Ok(Skipped { id, released_key })
         }
         Skip::NotFound => Err(ApiError::new(
@@ -225,5 +240,33 @@ pub(crate) async fn purge<S: ConsoleStore>(
         store.purge(&ids).await?
     };
     tracing::info!(by = %caller.name, purged, "purge from the console");
+    let detail = serde_json::json!({ "purged": purged, "selection": request.selection, "all": request.all, "ids": ids });
+    audit(store, caller, "purge", "dead letters".to_owned(), detail).await?;
     Ok(Purged { purged })
+}
+
+/// Writes what `caller` did to the audit trail. Done already, the action
+/// stays done if this fails, and the error says so.
+async fn audit<S: ConsoleStore>(
+    store: &S,
+    caller: &Caller,
+    action: &str,
+    target: String,
+    mut detail: serde_json::Value,
+) -> Result<(), ApiError> {
+    detail["role"] = serde_json::Value::String(caller.role.to_string());
+    let entry = AuditEntry {
+        at: chrono::Utc::now(),
+        actor: caller.name.clone(),
+        action: action.to_owned(),
+        target,
+        detail,
+    };
+    store.audit(&entry).await.map_err(|e| {
+        tracing::error!(error = %e.report(), action, target = %entry.target, by = %caller.name, "an action was done but its audit entry could not be written");
+        ApiError::new(
+            StatusCode::SERVICE_UNAVAILABLE,
+            format!("the {action} of {} was done, but its audit entry could not be written: {}", entry.target, e.report()),
+        )
+    })
 }

@@ -28,6 +28,10 @@ pub(crate) fn routes<S: ConsoleStore>() -> axum::Router<Console<S>> {
         .route("/dead-letters/{id}/skip", post(skip::<S>))
         .route("/redrive", post(redrive::<S>))
         .route("/purge", post(purge::<S>))
+        .route("/audit", get(audit::<S>))
+        .route("/messages/{id}", get(message::<S>))
+        .route("/keys/{key}", get(key::<S>))
+        .route("/history", get(history::<S>))
         .fallback(|| async { ApiError::new(StatusCode::NOT_FOUND, "no such API path") })
 }
 
@@ -239,4 +243,59 @@ async fn purge<S: ConsoleStore>(
     Json(request): Json<PurgeRequest>,
 ) -> Result<Json<Purged>, ApiError> {
     Ok(Json(actions::purge(&*console.store, &caller, &request).await?))
+}
+
+/// Which audit entries.
+#[derive(Debug, Default, serde::Deserialize)]
+#[serde(default)]
+struct AuditQuery {
+    /// Only those of this target (a dead letter's id).
+    target: Option<String>,
+    /// At most this many (100 by default, 1000 at most).
+    limit: Option<u32>,
+}
+
+async fn audit<S: ConsoleStore>(
+    _: Reading,
+    State(console): State<Console<S>>,
+    Query(query): Query<AuditQuery>,
+) -> Result<Json<Vec<tidings_core::AuditEntry>>, ApiError> {
+    let limit = query.limit.unwrap_or(100).min(1000);
+    Ok(Json(
+        console.store.audit_trail(query.target.as_deref(), limit).await?,
+    ))
+}
+
+async fn history<S: ConsoleStore>(
+    _: Reading,
+    State(console): State<Console<S>>,
+) -> Json<Vec<crate::history::Sample>> {
+    Json(console.history.samples())
+}
+
+async fn message<S: ConsoleStore>(
+    _: Reading,
+    State(console): State<Console<S>>,
+    Path(id): Path<Uuid>,
+) -> Result<Json<tidings_core::inspect::MessageTrace>, ApiError> {
+    match console.store.trace_message(id).await? {
+        Some(trace) => Ok(Json(trace)),
+        None => Err(ApiError::new(
+            StatusCode::NOT_FOUND,
+            format!("the database knows nothing of message {id}"),
+        )),
+    }
+}
+
+async fn key<S: ConsoleStore>(
+    _: Reading,
+    State(console): State<Console<S>>,
+    Path(key): Path<String>,
+) -> Result<Json<Vec<tidings_core::inspect::MessageTrace>>, ApiError> {
+    Ok(Json(
+        console
+            .store
+            .trace_key(&key, crate::pages::story::KEY_LIMIT)
+            .await?,
+    ))
 }

@@ -24,6 +24,7 @@
 pub mod access;
 pub mod actions;
 mod api;
+pub mod history;
 pub mod letter;
 pub mod overview;
 mod pages;
@@ -36,7 +37,7 @@ use std::sync::Arc;
 use axum::Router;
 use axum::extract::DefaultBodyLimit;
 use tidings_core::inspect::Inspect;
-use tidings_core::{ConsumerStore, FailureStore};
+use tidings_core::{AuditStore, ConsumerStore, FailureStore};
 use tokio::net::TcpListener;
 
 pub use access::{Access, Caller, Role};
@@ -54,6 +55,7 @@ pub struct Console<S> {
     access: Access,
     partitions: Option<u32>,
     sessions: session::Sessions,
+    history: history::History,
 }
 
 impl<S> std::fmt::Debug for Console<S> {
@@ -72,13 +74,14 @@ impl<S> Clone for Console<S> {
             access: self.access.clone(),
             partitions: self.partitions,
             sessions: self.sessions.clone(),
+            history: self.history.clone(),
         }
     }
 }
 
 /// What the console needs of a store.
-pub trait ConsoleStore: Inspect + FailureStore + ConsumerStore {}
-impl<S: Inspect + FailureStore + ConsumerStore> ConsoleStore for S {}
+pub trait ConsoleStore: Inspect + FailureStore + ConsumerStore + AuditStore {}
+impl<S: Inspect + FailureStore + ConsumerStore + AuditStore> ConsoleStore for S {}
 
 impl<S: ConsoleStore> Console<S> {
     /// A console over `store`, letting in whom `access` names.
@@ -88,6 +91,7 @@ impl<S: ConsoleStore> Console<S> {
             access,
             partitions: None,
             sessions: session::Sessions::default(),
+            history: history::History::default(),
         }
     }
 
@@ -97,14 +101,52 @@ impl<S: ConsoleStore> Console<S> {
         self
     }
 
+    /// Samples the overview's figures every `every` for its charts, until
+    /// `stop` completes. Run it beside the router.
+    pub fn sample<F>(
+        &self,
+        every: std::time::Duration,
+        stop: F,
+    ) -> impl Future<Output = ()> + Send + use<S, F>
+    where
+        F: Future<Output = ()> + Send,
+    {
+        let (store, history) = (self.store.clone(), self.history.clone());
+        async move { history.run(&*store, every, stop).await }
+    }
+
     /// The pages and the API.
     pub fn router(self) -> Router {
         Router::new()
             .merge(pages::routes::<S>())
             .nest("/api", api::routes::<S>())
             .layer(DefaultBodyLimit::max(BODY_LIMIT))
+            .layer(axum::middleware::map_response(guard_headers))
             .with_state(self)
     }
+}
+
+/// What every answer carries: the pages load nothing from elsewhere, run
+/// no inline script, and are never framed or sniffed.
+async fn guard_headers(mut response: axum::response::Response) -> axum::response::Response {
+    use axum::http::{HeaderValue, header};
+    let headers = response.headers_mut();
+    headers.insert(
+        header::CONTENT_SECURITY_POLICY,
+        HeaderValue::from_static(
+            "default-src 'self'; script-src 'self'; style-src 'self'; img-src 'self' data:; form-action 'self'; frame-ancestors 'none'; base-uri 'none'",
+        ),
+    );
+    headers.insert(
+        header::X_CONTENT_TYPE_OPTIONS,
+        HeaderValue::from_static("nosniff"),
+    );
+    headers.insert(header::X_FRAME_OPTIONS, HeaderValue::from_static("DENY"));
+    headers.insert(header::REFERRER_POLICY, HeaderValue::from_static("no-referrer"));
+    headers
+        .entry(header::CACHE_CONTROL)
+        .or_insert(HeaderValue::from_static("no-store"));
+    response
 }
 
 /// Serves `app` on `listener` until `shutdown` (with a header timeout and a

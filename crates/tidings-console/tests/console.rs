@@ -32,8 +32,13 @@ fn access() -> Access {
 async fn serve<S: ConsoleStore>(store: S, access: Access) -> String {
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr: SocketAddr = listener.local_addr().unwrap();
-    let app = Console::new(store, access).router();
-    tokio::spawn(tidings_console::serve(listener, app, std::future::pending()));
+    let console = Console::new(store, access);
+    tokio::spawn(console.sample(std::time::Duration::from_millis(50), std::future::pending()));
+    tokio::spawn(tidings_console::serve(
+        listener,
+        console.router(),
+        std::future::pending(),
+    ));
     format!("http://{addr}")
 }
 
@@ -115,8 +120,29 @@ async fn the_console_shows_and_acts<S: ConsoleStore + LagSource + Clone>(store: 
     let http = reqwest::Client::new();
     let get = |path: &str| http.get(format!("{base}{path}")).send();
 
-    // The overview says what the database says.
-    let page = get("/").await.unwrap().text().await.unwrap();
+    // The overview says what the database says, with the last hour's
+    // figures as small charts once sampled; every answer keeps the page to
+    // its own origin.
+    tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+    let answer = get("/").await.unwrap();
+    let policy = answer.headers()["content-security-policy"]
+        .to_str()
+        .unwrap()
+        .to_owned();
+    assert!(
+        policy.contains("script-src 'self'") && policy.contains("frame-ancestors 'none'"),
+        "{policy}"
+    );
+    assert_eq!(answer.headers()["x-content-type-options"], "nosniff");
+    let page = answer.text().await.unwrap();
+    assert!(
+        page.contains("<svg class=\"spark\""),
+        "the charts of the last samples"
+    );
+    let history: Value = get("/api/history").await.unwrap().json().await.unwrap();
+    let samples = history.as_array().unwrap();
+    assert!(samples.len() >= 2, "{history}");
+    assert_eq!(samples.last().unwrap()["dead_letters"], 5);
     let lag = store.lag().await.unwrap();
     assert_eq!(
         figure(&page, "dead-letters"),
@@ -193,6 +219,43 @@ async fn the_console_shows_and_acts<S: ConsoleStore + LagSource + Clone>(store: 
     let missing = get(&format!("/dead-letters/{}", Uuid::new_v4())).await.unwrap();
     assert_eq!(missing.status(), StatusCode::NOT_FOUND);
 
+    // A message's story, by key and by id: dead-lettered, and where.
+    let story: Value = get("/api/keys/order-0").await.unwrap().json().await.unwrap();
+    assert_eq!(story.as_array().unwrap().len(), 1, "{story}");
+    assert_eq!(story[0]["message_id"], poison[0].message_id.unwrap().to_string());
+    assert_eq!(story[0]["dead_letters"][0]["consumer"], "inventory");
+    assert_eq!(story[0]["dead_letters"][0]["state"], "pending");
+    let page = get("/keys/order-0").await.unwrap().text().await.unwrap();
+    assert!(page.contains("dead-lettered by inventory"), "{page}");
+    let empty: Value = get("/api/keys/no-such-order")
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(empty, json!([]));
+    let unknown = get(&format!("/api/messages/{}", Uuid::new_v4())).await.unwrap();
+    assert_eq!(unknown.status(), StatusCode::NOT_FOUND);
+    let no_redirect = reqwest::Client::builder()
+        .redirect(reqwest::redirect::Policy::none())
+        .build()
+        .unwrap();
+    for (q, to) in [
+        (
+            poison[1].message_id.unwrap().to_string(),
+            format!("/messages/{}", poison[1].message_id.unwrap()),
+        ),
+        ("order 7/x".to_owned(), "/keys/order%207%2Fx".to_owned()),
+    ] {
+        let found = no_redirect
+            .get(format!("{base}/find"))
+            .query(&[("q", &q)])
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(found.headers()["location"], to.as_str());
+    }
+
     // Every write needs an operator's token, and a refused one changes nothing.
     let before = pending(&store).await;
     let writes = [
@@ -264,29 +327,13 @@ async fn the_console_shows_and_acts<S: ConsoleStore + LagSource + Clone>(store: 
         .unwrap();
     assert_eq!(wrong.status(), StatusCode::UNAUTHORIZED);
     let reader = sign_in(&browser, &base, READER).await;
-    let page = browser
-        .get(format!("{base}/dead-letters"))
-        .header("cookie", &reader)
-        .send()
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
+    let page = page_as(&browser, &base, "/dead-letters", &reader).await;
     assert!(
         page.contains("grafana (reader)") && !page.contains("action=\"/dead-letters/redrive\""),
         "a reader gets no redrive form"
     );
     let operator = sign_in(&browser, &base, OPERATOR).await;
-    let page = browser
-        .get(format!("{base}/dead-letters"))
-        .header("cookie", &operator)
-        .send()
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
+    let page = page_as(&browser, &base, "/dead-letters", &operator).await;
     let csrf = csrf_of(&page);
     assert!(
         page.contains(&format!("name=\"cause\" value=\"{fingerprint}\"")),
@@ -335,6 +382,10 @@ async fn the_console_shows_and_acts<S: ConsoleStore + LagSource + Clone>(store: 
         "the API from a session needs the token in a header"
     );
     assert_eq!(pending(&store).await, before, "refused writes changed nothing");
+    assert!(
+        store.audit_trail(None, 100).await.unwrap().is_empty(),
+        "and recorded nothing"
+    );
 
     // An operator redrives a cause from the page, skips one letter and
     // purges what is settled through the API.
@@ -353,7 +404,44 @@ async fn the_console_shows_and_acts<S: ConsoleStore + LagSource + Clone>(store: 
     for l in &poison {
         let after = triage::find(&store, l.id).await.unwrap().unwrap();
         assert_eq!((triage::state(&after), after.redrives), ("redriven", 1));
+        let trail = store.audit_trail(Some(&l.id.to_string()), 10).await.unwrap();
+        assert_eq!(trail.len(), 1, "{trail:?}");
+        assert_eq!(
+            (trail[0].actor.as_str(), trail[0].action.as_str()),
+            ("alice", "redrive")
+        );
+        assert_eq!(trail[0].detail["outcome"], "enqueued");
+        assert_eq!(trail[0].detail["role"], "operator");
     }
+    let page = get(&format!("/dead-letters/{}", poison[0].id))
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    assert!(
+        page.contains("What was done") && page.contains("<td>alice</td>"),
+        "the letter shows its history"
+    );
+    let message = poison[0].message_id.unwrap();
+    let story: Value = get(&format!("/api/messages/{message}"))
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert!(
+        story["outbox"]["seq"].is_i64() && story["outbox"]["published_at"].is_null(),
+        "{story}"
+    );
+    assert_eq!(story["dead_letters"][0]["state"], "redriven");
+    let page = get(&format!("/messages/{message}"))
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    assert!(page.contains("waiting in the outbox for the relay"), "{page}");
     let report: Value = http
         .post(format!("{base}/api/redrive"))
         .bearer_auth(OPERATOR)
@@ -473,14 +561,17 @@ fn csrf_of(page: &str) -> String {
 /// The anti-forgery token of a session that gets no form (a reader's), as
 /// its sign-out form shows it.
 async fn csrf_of_session(browser: &reqwest::Client, base: &str, cookie: &str) -> String {
-    let page = browser
-        .get(format!("{base}/"))
+    csrf_of(&page_as(browser, base, "/", cookie).await)
+}
+
+/// The page at `path` as the session of `cookie` sees it.
+async fn page_as(browser: &reqwest::Client, base: &str, path: &str, cookie: &str) -> String {
+    let answer = browser
+        .get(format!("{base}{path}"))
         .header("cookie", cookie)
         .send()
         .await
-        .unwrap()
-        .text()
-        .await
         .unwrap();
-    csrf_of(&page)
+    assert_eq!(answer.status(), StatusCode::OK, "{path}");
+    answer.text().await.unwrap()
 }

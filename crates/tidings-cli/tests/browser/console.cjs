@@ -6,7 +6,8 @@
 // Steps: `read` signs in, reads the overview's figures, the dead-letter
 // causes with their counts and the first letter of the first cause;
 // `redrive <fingerprint>` signs in and presses that cause's Redrive button;
-// `letters` reads the dead-letter page again. Each page is saved as a
+// `key <key> <shot>` finds a key with the search box and reads each of its
+// messages' story; `letters` reads the dead-letter page again. Each page is saved as a
 // screenshot in TIDINGS_SHOTS. The console is at TIDINGS_CONSOLE_URL, the
 // token is TIDINGS_CONSOLE_TOKEN, chromium is TIDINGS_CHROMIUM.
 const { chromium } = require("playwright-core");
@@ -41,6 +42,7 @@ async function read(page) {
     Object.fromEntries(els.map((e) => [e.dataset.figure, e.querySelector(".value").textContent.trim()])),
   );
   const signedIn = await page.textContent("#signed-in");
+  const charts = await page.$$eval("svg.spark polyline", (lines) => lines.length);
   await shot(page, "overview");
   await page.click('nav a[href="/dead-letters"]');
   await page.waitForSelector("#dead-letter-count");
@@ -61,7 +63,7 @@ async function read(page) {
     };
     await shot(page, "dead-letter");
   }
-  return { figures, signedIn, causes: found, letter };
+  return { figures, signedIn, charts, causes: found, letter };
 }
 
 async function redrive(page, fingerprint) {
@@ -73,6 +75,26 @@ async function redrive(page, fingerprint) {
   const outcome = (await page.textContent("#outcome")).trim();
   await shot(page, "redriven");
   return { label, outcome };
+}
+
+async function key(page, key, name) {
+  await signIn(page);
+  await page.fill('form.find input[name="q"]', key);
+  await Promise.all([page.waitForURL(/\/keys\//), page.press('form.find input[name="q"]', "Enter")]);
+  const messages = await page.$$eval("section.story", (sections) =>
+    sections.map((s) => ({
+      message: s.dataset.message,
+      verdict: s.querySelector(".verdict").textContent.trim(),
+      handled: [...s.querySelectorAll("table.handled tbody tr td:first-child")].map((td) => td.textContent.trim()),
+      deadLetters: [...s.querySelectorAll("table.dead-letters tbody tr")].map((tr) => ({
+        consumer: tr.children[1].textContent.trim(),
+        state: tr.children[2].textContent.trim(),
+      })),
+      parked: s.querySelectorAll("table.parked tbody tr").length,
+    })),
+  );
+  await shot(page, name || "key");
+  return { messages };
 }
 
 async function letters(page) {
@@ -89,9 +111,9 @@ async function letters(page) {
   try {
     const page = await browser.newPage({ viewport: { width: 1280, height: 900 } });
     page.setDefaultTimeout(15000);
-    const steps = { read, redrive, letters };
-    if (!steps[step]) throw new Error(`no step ${step}: read, redrive <fingerprint> or letters`);
-    const seen = await steps[step](page, argument);
+    const steps = { read, redrive, key, letters };
+    if (!steps[step]) throw new Error(`no step ${step}: read, redrive <fingerprint>, key <key> <shot> or letters`);
+    const seen = await steps[step](page, argument, process.argv[4]);
     process.stdout.write(JSON.stringify(seen) + "\n");
   } finally {
     await browser.close();

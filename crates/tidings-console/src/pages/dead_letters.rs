@@ -1,0 +1,276 @@
+//! The dead letters: grouped by cause, one letter in full, and the forms
+//! that redrive or skip them.
+
+use axum::Form;
+use axum::extract::{Path, Query, State};
+use axum::http::StatusCode;
+use axum::response::Redirect;
+use chrono::{DateTime, Utc};
+use maud::html;
+use serde::Deserialize;
+use uuid::Uuid;
+
+use super::{Page, PageError, TokenForm, Viewer, csrf_of, layout, urlencode, when};
+use crate::access::Caller;
+use crate::actions::{self, RedriveRequest};
+use crate::api::{ApiError, Reading, operator};
+use crate::letter::LetterView;
+use crate::session;
+use crate::triage::{self, Selection};
+use crate::{Console, ConsoleStore};
+
+pub(super) async fn dead_letters<S: ConsoleStore>(
+    reading: Result<Reading, ApiError>,
+    State(console): State<Console<S>>,
+    selection: Result<Query<Selection>, axum::extract::rejection::QueryRejection>,
+) -> Page {
+    let Reading(viewer) = reading?;
+    let csrf = csrf_of(&viewer);
+    let Query(selection) = selection
+        .map_err(|e| ApiError::new(StatusCode::BAD_REQUEST, format!("the filter: {}", e.body_text())))?;
+    let letters = selection.letters(&*console.store).await?;
+    let causes = triage::by_cause(&letters);
+    let text = |v: &Option<String>| v.clone().unwrap_or_default();
+    let time = |v: &Option<DateTime<Utc>>| v.map(|t| t.to_rfc3339()).unwrap_or_default();
+    Ok(layout(
+        "Dead letters",
+        "/dead-letters",
+        &viewer,
+        html! {
+            h1 { "Dead letters" }
+            form.filters method="get" action="/dead-letters" {
+                label { "consumer " input name="consumer" value=(text(&selection.consumer)); }
+                label { "type " input name="type" value=(text(&selection.message_type)); }
+                label { "error contains " input name="error" value=(text(&selection.error)); }
+                label { "cause " input name="cause" size="12" value=(text(&selection.cause)); }
+                label { "since " input name="since" placeholder="2026-01-31T00:00:00Z" value=(time(&selection.since)); }
+                label { "until " input name="until" placeholder="RFC 3339" value=(time(&selection.until)); }
+                label { input type="checkbox" name="include_settled" value="on" checked[selection.include_settled]; " settled too" }
+                button type="submit" { "Filter" }
+                " " a href="/dead-letters" { "Clear" }
+            }
+            p #dead-letter-count { (letters.len()) " dead letter(s), " (causes.len()) " cause(s)" }
+            @if !causes.is_empty() {
+                h2 { "By cause" }
+                table #causes {
+                    thead { tr { th.num { "count" } th { "cause" } th { "consumer" } th { "type" } th { "first" } th { "last" } th { "example" } @if csrf.is_some() { th {} } } }
+                    tbody {
+                        @for g in &causes {
+                            tr data-fingerprint=(g.fingerprint) {
+                                td.num.count { (g.count) }
+                                td { a href={ "/dead-letters?cause=" (g.fingerprint) } { code { (g.fingerprint) } } br; (g.cause) }
+                                td { (g.cause.consumer) }
+                                td { (g.cause.message_type.as_deref().unwrap_or("?")) }
+                                td { (when(g.first_at)) }
+                                td { (when(g.last_at)) }
+                                td.error { (g.example) }
+                                @if let Some(csrf) = csrf {
+                                    td {
+                                        @if !selection.include_settled {
+                                            form method="post" action="/dead-letters/redrive" {
+                                                input type="hidden" name="csrf" value=(csrf);
+                                                input type="hidden" name="cause" value=(g.fingerprint);
+                                                button.redrive type="submit" { "Redrive " (g.count) }
+                                            }
+                                        }
+                                    }
+                                }
+                            }
+                        }
+                    }
+                }
+            }
+            @if !selection.is_empty() && !letters.is_empty() {
+                h2 { "Letters" }
+                table #letters {
+                    thead { tr { th { "dead letter" } th { "state" } th { "consumer" } th { "type" } th { "key" } th { "when" } th { "last error" } } }
+                    tbody {
+                        @for l in &letters {
+                            tr {
+                                td { a href={ "/dead-letters/" (l.id) } { code { (l.id) } } }
+                                td { (triage::state(l)) }
+                                td { (l.consumer) }
+                                td { (l.message_type.as_deref().unwrap_or("?")) }
+                                td { (l.aggregate_key.as_deref().unwrap_or("")) }
+                                td { (when(l.created_at)) }
+                                td.error { (l.errors.last().map_or("", |f| f.error.as_str())) }
+                            }
+                        }
+                    }
+                }
+            }
+        },
+    ))
+}
+
+pub(super) async fn letter<S: ConsoleStore>(
+    reading: Result<Reading, ApiError>,
+    State(console): State<Console<S>>,
+    Path(id): Path<Uuid>,
+) -> Page {
+    let Reading(viewer) = reading?;
+    let csrf = csrf_of(&viewer);
+    let letter = triage::find(&*console.store, id)
+        .await?
+        .ok_or_else(|| ApiError::new(StatusCode::NOT_FOUND, format!("no dead letter has id {id}")))?;
+    let v = LetterView::masked(&letter);
+    let trail = console.store.audit_trail(Some(&id.to_string()), 50).await?;
+    let body = match (&v.body, &v.body_hex) {
+        (_, Some(hex)) => format!("({} bytes, not text; in hex)\n{hex}", letter.body.len()),
+        (serde_json::Value::String(text), None) => text.clone(),
+        (json, None) => serde_json::to_string_pretty(json).unwrap_or_default(),
+    };
+    Ok(layout(
+        "Dead letter",
+        "/dead-letters",
+        &viewer,
+        html! {
+            h1 { "Dead letter " code { (v.id) } }
+            @if let (Some(csrf), "pending") = (csrf, v.state.as_str()) {
+                div.actions {
+                    form.inline method="post" action="/dead-letters/redrive" {
+                        input type="hidden" name="csrf" value=(csrf);
+                        input type="hidden" name="id" value=(v.id);
+                        button.redrive type="submit" { "Redrive" }
+                    }
+                    form.inline method="post" action={ "/dead-letters/" (v.id) "/skip" } {
+                        input type="hidden" name="csrf" value=(csrf);
+                        button type="submit" { "Skip" }
+                    }
+                }
+            }
+            dl.facts {
+                dt { "state" } dd #state { (v.state) }
+                dt { "consumer" } dd { a href={ "/dead-letters?consumer=" (urlencode(&v.consumer)) } { (v.consumer) } }
+                dt { "topic" } dd { (v.topic) }
+                dt { "message" } dd { (v.message_id.map_or("?".to_owned(), |m| m.to_string())) " " (v.message_type.as_deref().unwrap_or("?")) }
+                dt { "key" } dd { (v.aggregate_key.as_deref().unwrap_or("?")) }
+                dt { "cause" } dd { a href={ "/dead-letters?cause=" (v.fingerprint) } { code { (v.fingerprint) } } " " (v.cause) }
+                dt { "dead-lettered" } dd { (when(v.created_at)) " after " (v.attempts) " attempt(s)" }
+                @if v.redrives > 0 {
+                    dt { "redriven" } dd { (v.redrives) " time(s), last " (v.redriven_at.map_or("-".to_owned(), when)) }
+                }
+                @if let Some(t) = v.skipped_at { dt { "skipped" } dd { (when(t)) } }
+            }
+            @if !trail.is_empty() {
+                h2 { "What was done" }
+                table #trail {
+                    thead { tr { th { "when" } th { "action" } th { "by" } th { "detail" } } }
+                    tbody {
+                        @for e in &trail {
+                            tr { td { (when(e.at)) } td { (e.action) } td { (e.actor) } td { code { (e.detail.to_string()) } } }
+                        }
+                    }
+                }
+            }
+            h2 { "Errors" }
+            table #errors {
+                thead { tr { th.num { "attempt" } th { "when" } th { "class" } th { "error" } } }
+                tbody {
+                    @for f in &v.errors {
+                        tr { td.num { (f.attempt) } td { (when(f.at)) } td { (f.class) } td.error { (f.error) } }
+                    }
+                }
+            }
+            h2 { "Headers" }
+            @if v.headers.is_empty() {
+                p.muted { "None." }
+            } @else {
+                table #headers {
+                    tbody { @for (name, value) in &v.headers { tr { th { (name) } td { code { (value) } } } } }
+                }
+            }
+            h2 { "Body" }
+            @if !v.masked.is_empty() {
+                p.warn #masked { "Masked as likely secrets: " (v.masked.join("; ")) }
+            }
+            pre #body { (body) }
+        },
+    ))
+}
+
+/// A form that changes something: who may send it, checked against its
+/// anti-forgery token when it comes from a signed-in page.
+fn form_operator(viewer: Viewer, sent: &str) -> Result<Caller, ApiError> {
+    match viewer {
+        None => Err(ApiError::new(
+            StatusCode::UNAUTHORIZED,
+            "sign in as an operator to change dead letters",
+        )),
+        Some((caller, Some(expected))) if !session::same(sent, &expected) => {
+            tracing::warn!(who = %caller.name, "a form came without its page's anti-forgery token; refused");
+            Err(ApiError::new(
+                StatusCode::FORBIDDEN,
+                "the form's anti-forgery token is not this session's: reload the page and try again",
+            ))
+        }
+        Some((caller, _)) => operator(caller),
+    }
+}
+
+/// The redrive form: one letter, or a selection.
+#[derive(Debug, Deserialize)]
+pub(super) struct RedriveForm {
+    #[serde(default)]
+    csrf: String,
+    #[serde(default, deserialize_with = "triage::blank_is_none")]
+    id: Option<Uuid>,
+    #[serde(flatten)]
+    selection: Selection,
+    #[serde(default, deserialize_with = "triage::flag")]
+    force: bool,
+}
+
+pub(super) async fn redrive<S: ConsoleStore>(
+    reading: Result<Reading, ApiError>,
+    State(console): State<Console<S>>,
+    form: Result<Form<RedriveForm>, axum::extract::rejection::FormRejection>,
+) -> Page {
+    let Reading(viewer) = reading?;
+    let Form(form) =
+        form.map_err(|e| ApiError::new(StatusCode::BAD_REQUEST, format!("the form: {}", e.body_text())))?;
+    let caller = form_operator(viewer.clone(), &form.csrf)?;
+    let request = RedriveRequest {
+        ids: form.id.into_iter().collect(),
+        selection: form.selection,
+        all: false,
+        force: form.force,
+        rate: None,
+    };
+    let report = actions::redrive(&*console.store, &caller, &request).await?;
+    Ok(layout(
+        "Redriven",
+        "/dead-letters",
+        &viewer,
+        html! {
+            h1 { "Redrive" }
+            p #outcome { (report.redriven) " of " (report.letters.len()) " dead letter(s) redriven." }
+            table #redriven {
+                thead { tr { th { "dead letter" } th { "outcome" } th { "message" } th.num { "redrive" } } }
+                tbody {
+                    @for l in &report.letters {
+                        tr {
+                            td { a href={ "/dead-letters/" (l.id) } { code { (l.id) } } }
+                            td { (l.outcome) }
+                            td { (l.message_id.map_or("-".to_owned(), |m| m.to_string())) }
+                            td.num { (l.redrive.map_or("-".to_owned(), |r| r.to_string())) }
+                        }
+                    }
+                }
+            }
+            p { a href="/dead-letters" { "Back to the dead letters" } }
+        },
+    ))
+}
+
+pub(super) async fn skip<S: ConsoleStore>(
+    reading: Result<Reading, ApiError>,
+    State(console): State<Console<S>>,
+    Path(id): Path<Uuid>,
+    Form(form): Form<TokenForm>,
+) -> Result<Redirect, PageError> {
+    let Reading(viewer) = reading?;
+    let caller = form_operator(viewer, &form.csrf)?;
+    actions::skip(&*console.store, &caller, id).await?;
+    Ok(Redirect::to(&format!("/dead-letters/{id}")))
+}
