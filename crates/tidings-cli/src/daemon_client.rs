@@ -9,11 +9,19 @@ use serde::de::DeserializeOwned;
 pub(crate) const TOKEN_VAR: &str = "TIDINGS_CONSOLE_TOKEN";
 
 /// A daemon's console, reached over HTTP.
-#[derive(Debug)]
 pub(crate) struct Daemon {
     base: String,
     http: reqwest::Client,
     token: Option<String>,
+}
+
+impl std::fmt::Debug for Daemon {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Daemon")
+            .field("base", &self.base)
+            .field("token", &self.token.as_ref().map(|_| "(set)"))
+            .finish()
+    }
 }
 
 impl Daemon {

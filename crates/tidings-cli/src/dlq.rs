@@ -400,6 +400,25 @@ fn print_skipped(s: &Skipped) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// `text` safe for a terminal: control characters (an escape sequence in an
+/// error or a header a foreign producer wrote) are shown escaped, not acted on.
+fn shown(text: &str) -> std::borrow::Cow<'_, str> {
+    if text.chars().any(char::is_control) {
+        text.chars()
+            .map(|c| {
+                if c.is_control() {
+                    c.escape_default().to_string()
+                } else {
+                    c.to_string()
+                }
+            })
+            .collect::<String>()
+            .into()
+    } else {
+        text.into()
+    }
+}
+
 /// Prints dead letters one by one.
 fn print_each(letters: &[LetterView], json: bool) -> anyhow::Result<()> {
     if json {
@@ -412,10 +431,10 @@ fn print_each(letters: &[LetterView], json: bool) -> anyhow::Result<()> {
             l.id,
             when(l.created_at),
             l.state,
-            l.consumer,
-            l.message_type.as_deref().unwrap_or("?"),
+            shown(&l.consumer),
+            shown(l.message_type.as_deref().unwrap_or("?")),
             l.fingerprint,
-            l.errors.last().map_or("", |f| f.error.as_str())
+            shown(l.errors.last().map_or("", |f| f.error.as_str()))
         );
     }
     say!("{} dead letter(s)", letters.len());
@@ -442,11 +461,11 @@ fn print_causes(groups: &[CauseGroup], json: bool) -> anyhow::Result<()> {
             "{:>5}  {:<12}  {:<16} {:<20} {}  {}  {}",
             g.count,
             g.fingerprint,
-            g.cause.consumer,
-            g.cause.message_type.as_deref().unwrap_or("?"),
+            shown(&g.cause.consumer),
+            shown(g.cause.message_type.as_deref().unwrap_or("?")),
             when(g.first_at),
             when(g.last_at),
-            g.cause
+            shown(&g.cause.to_string())
         );
     }
     let letters: usize = groups.iter().map(|g| g.count).sum();
@@ -469,16 +488,21 @@ fn describe(l: &LetterView) -> String {
     use std::fmt::Write as _;
     let mut out = String::new();
     let _ = writeln!(out, "dead letter   {} ({})", l.id, l.state);
-    let _ = writeln!(out, "consumer      {}", l.consumer);
-    let _ = writeln!(out, "topic         {}", l.topic);
+    let _ = writeln!(out, "consumer      {}", shown(&l.consumer));
+    let _ = writeln!(out, "topic         {}", shown(&l.topic));
     let _ = writeln!(
         out,
         "message       {} {} key {}",
         l.message_id.map_or("?".to_owned(), |id| id.to_string()),
-        l.message_type.as_deref().unwrap_or("?"),
-        l.aggregate_key.as_deref().unwrap_or("?")
+        shown(l.message_type.as_deref().unwrap_or("?")),
+        shown(l.aggregate_key.as_deref().unwrap_or("?"))
     );
-    let _ = writeln!(out, "cause         {} ({})", l.cause, l.fingerprint);
+    let _ = writeln!(
+        out,
+        "cause         {} ({})",
+        shown(&l.cause.to_string()),
+        l.fingerprint
+    );
     let _ = writeln!(
         out,
         "dead-lettered {} after {} attempt(s)",
@@ -498,11 +522,18 @@ fn describe(l: &LetterView) -> String {
     }
     let _ = writeln!(out, "errors");
     for f in &l.errors {
-        let _ = writeln!(out, "  #{} {} {}: {}", f.attempt, when(f.at), f.class, f.error);
+        let _ = writeln!(
+            out,
+            "  #{} {} {}: {}",
+            f.attempt,
+            when(f.at),
+            shown(&f.class),
+            shown(&f.error)
+        );
     }
     let _ = writeln!(out, "headers");
     for (name, value) in &l.headers {
-        let _ = writeln!(out, "  {name}: {value}");
+        let _ = writeln!(out, "  {}: {}", shown(name), shown(value));
     }
     match (&l.body, &l.body_hex) {
         (_, Some(hex)) => {

@@ -96,11 +96,16 @@ pub(crate) async fn redrive<S: ConsoleStore>(
             include_settled: false,
             ..request.selection.clone()
         };
-        selection.letters(store).await?
+        selection.letters_within(store, Some(crate::READ_LIMIT)).await?
     } else {
-        let pending = Selection::default().letters(store).await?;
-        let mut chosen = Vec::new();
-        for id in &request.ids {
+        let pending = Selection::default()
+            .letters_within(store, Some(crate::READ_LIMIT))
+            .await?;
+        let mut chosen: Vec<tidings_core::DeadLetter> = Vec::new();
+        let mut ids = request.ids.clone();
+        ids.sort_unstable();
+        ids.dedup();
+        for id in &ids {
             match pending.iter().find(|l| l.id == *id) {
                 Some(l) => chosen.push(l.clone()),
                 None => {
@@ -139,7 +144,8 @@ pub(crate) async fn redrive<S: ConsoleStore>(
             ),
         ));
     }
-    let pause = Duration::from_secs_f64(1.0 / rate);
+    // At most one every 10 s; at least 1 ms apart.
+    let pause = Duration::from_secs_f64((1.0 / rate).clamp(0.001, 10.0));
     let mut report = RedriveReport {
         redriven: 0,
         letters: Vec::with_capacity(letters.len()),
@@ -228,7 +234,7 @@ pub(crate) async fn purge<S: ConsoleStore>(
         ..request.selection.clone()
     };
     let ids: Vec<Uuid> = selection
-        .letters(store)
+        .letters_within(store, Some(crate::READ_LIMIT))
         .await?
         .into_iter()
         .filter(|l| triage::state(l) != "pending")
@@ -240,7 +246,12 @@ pub(crate) async fn purge<S: ConsoleStore>(
         store.purge(&ids).await?
     };
     tracing::info!(by = %caller.name, purged, "purge from the console");
-    let detail = serde_json::json!({ "purged": purged, "selection": request.selection, "all": request.all, "ids": ids });
+    let detail = serde_json::json!({
+        "purged": purged,
+        "selection": request.selection,
+        "all": request.all,
+        "first_ids": ids.iter().take(100).collect::<Vec<_>>(),
+    });
     audit(store, caller, "purge", "dead letters".to_owned(), detail).await?;
     Ok(Purged { purged })
 }

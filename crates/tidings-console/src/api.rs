@@ -62,11 +62,13 @@ impl ApiError {
 }
 
 impl From<tidings_core::Error> for ApiError {
+    /// The cause goes to the log, not to the caller: a database's error
+    /// can name its host, its user or a value.
     fn from(e: tidings_core::Error) -> Self {
         tracing::warn!(error = %e.report(), "the console could not read or write the database");
         ApiError::new(
             StatusCode::SERVICE_UNAVAILABLE,
-            format!("the database: {}", e.report()),
+            format!("{e}: the database did not answer; the console's log says why"),
         )
     }
 }
@@ -194,8 +196,15 @@ async fn causes<S: ConsoleStore>(
     State(console): State<Console<S>>,
     Query(selection): SelectionQuery,
 ) -> Result<Json<Vec<CauseGroup>>, ApiError> {
-    let letters = selection.letters(&*console.store).await?;
-    Ok(Json(triage::by_cause(&letters)))
+    let letters = selection
+        .letters_within(&*console.store, Some(crate::READ_LIMIT))
+        .await?;
+    Ok(Json(
+        triage::by_cause(&letters)
+            .into_iter()
+            .map(masked_example)
+            .collect(),
+    ))
 }
 
 async fn letters<S: ConsoleStore>(
@@ -203,7 +212,9 @@ async fn letters<S: ConsoleStore>(
     State(console): State<Console<S>>,
     Query(selection): SelectionQuery,
 ) -> Result<Json<Vec<LetterView>>, ApiError> {
-    let letters = selection.letters(&*console.store).await?;
+    let letters = selection
+        .letters_within(&*console.store, Some(crate::READ_LIMIT))
+        .await?;
     Ok(Json(letters.iter().map(LetterView::masked).collect()))
 }
 
@@ -212,7 +223,7 @@ async fn letter<S: ConsoleStore>(
     State(console): State<Console<S>>,
     Path(id): Path<Uuid>,
 ) -> Result<Json<LetterView>, ApiError> {
-    match triage::find(&*console.store, id).await? {
+    match triage::find_within(&*console.store, id, Some(crate::READ_LIMIT)).await? {
         Some(letter) => Ok(Json(LetterView::masked(&letter))),
         None => Err(ApiError::new(
             StatusCode::NOT_FOUND,
@@ -279,7 +290,7 @@ async fn message<S: ConsoleStore>(
     Path(id): Path<Uuid>,
 ) -> Result<Json<tidings_core::inspect::MessageTrace>, ApiError> {
     match console.store.trace_message(id).await? {
-        Some(trace) => Ok(Json(trace)),
+        Some(trace) => Ok(Json(masked_trace(trace))),
         None => Err(ApiError::new(
             StatusCode::NOT_FOUND,
             format!("the database knows nothing of message {id}"),
@@ -298,4 +309,18 @@ async fn key<S: ConsoleStore>(
             .trace_key(&key, crate::pages::story::KEY_LIMIT)
             .await?,
     ))
+}
+
+/// `group` with the likely secrets of its example error masked.
+pub(crate) fn masked_example(mut group: CauseGroup) -> CauseGroup {
+    group.example = crate::letter::mask_words(&group.example).0;
+    group
+}
+
+/// `trace` with the likely secrets of its dead letters' errors masked.
+fn masked_trace(mut trace: tidings_core::inspect::MessageTrace) -> tidings_core::inspect::MessageTrace {
+    for d in &mut trace.dead_letters {
+        d.last_error = d.last_error.take().map(|e| crate::letter::mask_words(&e).0);
+    }
+    trace
 }

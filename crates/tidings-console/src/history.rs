@@ -13,6 +13,9 @@ use tidings_core::inspect::Inspect;
 /// How far back the history reaches.
 pub const SPAN: Duration = Duration::from_secs(3600);
 
+/// The most samples kept, whatever the interval.
+const MAX_SAMPLES: usize = 3600;
+
 /// The figures at one moment.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Sample {
@@ -81,7 +84,7 @@ impl History {
             high_water,
         });
         let horizon = at - chrono::Duration::from_std(SPAN).unwrap_or_default();
-        while samples.front().is_some_and(|s| s.at < horizon) {
+        while samples.front().is_some_and(|s| s.at < horizon) || samples.len() > MAX_SAMPLES {
             samples.pop_front();
         }
         Ok(())

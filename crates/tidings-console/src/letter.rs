@@ -100,13 +100,35 @@ impl LetterView {
         let mut view = LetterView::of(letter);
         let mut masked = Vec::new();
         mask(&mut view.body, &mut String::new(), &mut masked);
-        if let Some(what) = view.body.as_str().and_then(tidings_schema::secrets::secret_value) {
-            view.body = Value::String(format!("(masked: {what})"));
-            masked.push(format!("body: {what}"));
+        if let Value::String(text) = &view.body {
+            let (text, found) = mask_words(text);
+            masked.extend(found.into_iter().map(|what| format!("body: {what}")));
+            view.body = Value::String(text);
+        }
+        if view.body_hex.take().is_some() {
+            view.body = Value::String(format!(
+                "({} bytes that are not text, not shown here: `tidings dlq show` prints them in hex)",
+                letter.body.len()
+            ));
+            masked.push("body: bytes that are not text".to_owned());
+        }
+        for failure in &mut view.errors {
+            let (error, found) = mask_words(&failure.error);
+            if !found.is_empty() {
+                masked.extend(
+                    found
+                        .into_iter()
+                        .map(|what| format!("error #{}: {what}", failure.attempt)),
+                );
+                failure.error = error;
+            }
         }
         for (name, value) in &mut view.headers {
             let lower = name.to_ascii_lowercase();
-            let what = if matches!(lower.as_str(), "authorization" | "cookie" | "proxy-authorization") {
+            let what = if matches!(
+                lower.as_str(),
+                "authorization" | "cookie" | "set-cookie" | "proxy-authorization"
+            ) {
                 Some("a credentials header")
             } else {
                 tidings_schema::secrets::secret_name(name)
@@ -133,8 +155,8 @@ fn mask(value: &mut Value, path: &mut String, masked: &mut Vec<String>) {
                     path.push('.');
                 }
                 path.push_str(name);
-                let named = tidings_schema::secrets::secret_name(name)
-                    .filter(|_| !matches!(field, Value::Null | Value::Object(_) | Value::Array(_)));
+                // Everything under a field named like a secret goes, whole.
+                let named = tidings_schema::secrets::secret_name(name).filter(|_| !field.is_null());
                 match named {
                     Some(word) => {
                         masked.push(format!("{path}: a field named like a {word}"));
@@ -156,6 +178,12 @@ fn mask(value: &mut Value, path: &mut String, masked: &mut Vec<String>) {
             if let Some(what) = tidings_schema::secrets::secret_value(s) {
                 masked.push(format!("{path}: {what}"));
                 *value = Value::String(format!("(masked: {what})"));
+            } else {
+                let (text, found) = mask_words(s);
+                if !found.is_empty() {
+                    masked.extend(found.into_iter().map(|what| format!("{path}: {what}")));
+                    *value = Value::String(text);
+                }
             }
         }
         Value::Number(n) => {
@@ -166,6 +194,75 @@ fn mask(value: &mut Value, path: &mut String, masked: &mut Vec<String>) {
         }
         Value::Null | Value::Bool(_) => {}
     }
+}
+
+/// `text` with each word that looks like a secret masked, and what each
+/// was: a value shaped like one (a JSON Web Token, a card number), or the
+/// value of a `name=value` or `name: value` pair whose name says secret
+/// (`password=hunter2`, `api_key: sk_live_x`). Words end at spaces, `&`,
+/// `,`, `;` and quotes, so query strings and error messages are read too.
+pub fn mask_words(text: &str) -> (String, Vec<String>) {
+    let is_break = |c: char| c.is_whitespace() || matches!(c, '&' | ',' | ';' | '"' | '\'');
+    let mut out = String::with_capacity(text.len());
+    let mut found = Vec::new();
+    // A word named like a secret, whose value may come after a `:` or `=`.
+    let mut named: Option<&'static str> = None;
+    let mut awaiting_value = false;
+    let mut rest = text;
+    while !rest.is_empty() {
+        let end = rest.find(is_break).unwrap_or(rest.len());
+        let (word, tail) = rest.split_at(end);
+        let separator_len = tail.chars().next().map_or(0, char::len_utf8);
+        let (separator, after) = tail.split_at(separator_len);
+        rest = after;
+        if word.is_empty() {
+            out.push_str(separator);
+            continue;
+        }
+        let (name, value) = match word.split_once(['=', ':']) {
+            Some((name, value)) => (Some(name), value),
+            None => (None, word),
+        };
+        if let Some(name) = name.filter(|n| !n.is_empty()) {
+            named = tidings_schema::secrets::secret_name(name);
+            awaiting_value = true;
+        } else if name.is_some() {
+            // A lone `:` or `=` after a word: its value comes next.
+            awaiting_value = named.is_some();
+        }
+        if value.is_empty() {
+            if name.is_none() {
+                named = None;
+            }
+            out.push_str(word);
+            out.push_str(separator);
+            continue;
+        }
+        let what = match (named, awaiting_value) {
+            (Some(secret), true) => Some(format!("a value named like a {secret}")),
+            _ => tidings_schema::secrets::secret_value(value).map(str::to_owned),
+        };
+        if name.is_none() {
+            named = if awaiting_value {
+                None
+            } else {
+                tidings_schema::secrets::secret_name(word)
+            };
+        } else {
+            named = None;
+        }
+        awaiting_value = false;
+        match what {
+            Some(what) => {
+                out.push_str(&word[..word.len() - value.len()]);
+                out.push_str("(masked)");
+                found.push(what);
+            }
+            None => out.push_str(word),
+        }
+        out.push_str(separator);
+    }
+    (out, found)
 }
 
 /// What a dead letter's body holds, for showing it.
@@ -213,7 +310,7 @@ pub fn hex(bytes: &[u8]) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use tidings_core::Headers;
+    use tidings_core::{Failure, Headers};
 
     fn letter(body: &[u8], headers: &[(&str, &str)]) -> DeadLetter {
         let mut h = Headers::new();
@@ -283,6 +380,47 @@ mod tests {
         let unmasked = LetterView::of(&l);
         assert_eq!(unmasked.body, body);
         assert!(unmasked.masked.is_empty());
+    }
+
+    #[test]
+    fn secrets_in_text_errors_and_nested_fields_are_masked() {
+        let (text, found) =
+            mask_words("login failed for ada password=hunter2&next=/home, card 4111111111111111");
+        assert_eq!(
+            text,
+            "login failed for ada password=(masked)&next=/home, card (masked)"
+        );
+        assert_eq!(found.len(), 2, "{found:?}");
+        let (text, _) = mask_words("api_key: sk_live_abc then 'secret': 'x1'");
+        assert_eq!(text, "api_key: (masked) then 'secret': '(masked)'");
+        assert_eq!(mask_words("nothing to see here").1, Vec::<String>::new());
+
+        let body =
+            serde_json::json!({"password": {"v": "x"}, "api_keys": ["sk_live_1"], "note": "token=abc123"});
+        let mut l = letter(body.to_string().as_bytes(), &[("Set-Cookie", "sid=1")]);
+        l.errors.push(Failure {
+            attempt: 1,
+            at: Utc::now(),
+            class: "permanent".into(),
+            error: "provider refused password=hunter2".into(),
+        });
+        let view = LetterView::masked(&l);
+        assert!(
+            view.body["password"].is_string() && view.body["api_keys"].is_string(),
+            "{}",
+            view.body
+        );
+        assert_eq!(view.body["note"], "token=(masked)");
+        assert_eq!(view.errors[0].error, "provider refused password=(masked)");
+        assert!(view.headers[0].1.starts_with("(masked"));
+        let shown = serde_json::to_string(&view).unwrap();
+        assert!(
+            !shown.contains("hunter2") && !shown.contains("sk_live_1") && !shown.contains("abc123"),
+            "{shown}"
+        );
+
+        let binary = LetterView::masked(&letter(b"\x00secret bytes\xff", &[]));
+        assert!(binary.body_hex.is_none() && binary.body.as_str().unwrap().contains("not shown"));
     }
 
     #[test]

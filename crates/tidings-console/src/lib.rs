@@ -45,6 +45,10 @@ pub use api::{ApiError, CSRF_HEADER};
 pub use overview::Overview;
 pub use session::COOKIE_NAME;
 
+/// The most dead letters one request reads, the newest first: a page, a
+/// list or an action over more reads the newest this many (and says so).
+pub const READ_LIMIT: u32 = 10_000;
+
 /// The largest request body accepted (a redrive's selection is small).
 pub const BODY_LIMIT: usize = 64 * 1024;
 
@@ -121,9 +125,52 @@ impl<S: ConsoleStore> Console<S> {
             .merge(pages::routes::<S>())
             .nest("/api", api::routes::<S>())
             .layer(DefaultBodyLimit::max(BODY_LIMIT))
+            .layer(axum::middleware::from_fn_with_state(
+                self.clone(),
+                loopback_names::<S>,
+            ))
             .layer(axum::middleware::map_response(guard_headers))
             .with_state(self)
     }
+}
+
+/// Where reading needs no token (a console on the loopback interface),
+/// a request must name a loopback host: a page of another site that
+/// points its own name at 127.0.0.1 (DNS rebinding) is refused, not read.
+async fn loopback_names<S>(
+    axum::extract::State(console): axum::extract::State<Console<S>>,
+    request: axum::extract::Request,
+    next: axum::middleware::Next,
+) -> axum::response::Response {
+    use axum::response::IntoResponse as _;
+    if console.access.reading_needs_token() {
+        return next.run(request).await;
+    }
+    let host = request
+        .headers()
+        .get(axum::http::header::HOST)
+        .and_then(|h| h.to_str().ok())
+        .unwrap_or("");
+    if is_loopback_host(host) {
+        return next.run(request).await;
+    }
+    ApiError::new(
+        axum::http::StatusCode::MISDIRECTED_REQUEST,
+        "this console reads without a token, so it answers only requests for a loopback name (localhost, 127.0.0.1, [::1]); \
+         behind a proxy, set [console] reads_need_token = true",
+    )
+    .into_response()
+}
+
+/// Whether `host` (a Host header: a name or address, maybe with a port)
+/// names this machine's loopback interface.
+fn is_loopback_host(host: &str) -> bool {
+    let name = match host.strip_prefix('[') {
+        Some(v6) => v6.split(']').next().unwrap_or(""),
+        None => host.rsplit_once(':').map_or(host, |(name, _)| name),
+    };
+    name.eq_ignore_ascii_case("localhost")
+        || name.parse::<std::net::IpAddr>().is_ok_and(|ip| ip.is_loopback())
 }
 
 /// What every answer carries: the pages load nothing from elsewhere, run
@@ -153,4 +200,29 @@ async fn guard_headers(mut response: axum::response::Response) -> axum::response
 /// connection cap: see `tidings_http`).
 pub async fn serve(listener: TcpListener, app: Router, shutdown: impl Future<Output = ()> + Send) {
     tidings_http::serve(listener, app, shutdown).await;
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn loopback_hosts_are_names_of_this_machine() {
+        for host in [
+            "127.0.0.1:9470",
+            "localhost:9470",
+            "LOCALHOST",
+            "[::1]:9470",
+            "127.0.0.2",
+        ] {
+            assert!(super::is_loopback_host(host), "{host}");
+        }
+        for host in [
+            "evil.example:9470",
+            "",
+            "10.0.0.1:9470",
+            "[2001:db8::1]:80",
+            "localhost.evil.example",
+        ] {
+            assert!(!super::is_loopback_host(host), "{host}");
+        }
+    }
 }

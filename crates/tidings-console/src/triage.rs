@@ -213,10 +213,20 @@ impl Selection {
         &self,
         store: &S,
     ) -> tidings_core::Result<Vec<DeadLetter>> {
+        self.letters_within(store, None).await
+    }
+
+    /// The dead letters it selects among the newest `limit` of its
+    /// consumer and type (all of them with `None`), newest first.
+    pub async fn letters_within<S: FailureStore + ?Sized>(
+        &self,
+        store: &S,
+        limit: Option<u32>,
+    ) -> tidings_core::Result<Vec<DeadLetter>> {
         let filter = DeadLetterFilter {
             consumer: self.consumer.clone(),
             message_type: self.message_type.clone(),
-            limit: None,
+            limit,
             include_redriven: self.include_settled,
         };
         let mut letters = store.dead_letters(&filter).await?;
@@ -228,11 +238,24 @@ impl Selection {
 /// The dead letter `id` of `store`, pending or settled. The failure store
 /// has no lookup by id: this reads the list.
 pub async fn find<S: FailureStore + ?Sized>(store: &S, id: Uuid) -> tidings_core::Result<Option<DeadLetter>> {
+    find_within(store, id, None).await
+}
+
+/// [`find`] among the newest `limit` dead letters.
+pub async fn find_within<S: FailureStore + ?Sized>(
+    store: &S,
+    id: Uuid,
+    limit: Option<u32>,
+) -> tidings_core::Result<Option<DeadLetter>> {
     let every = Selection {
         include_settled: true,
         ..Selection::default()
     };
-    Ok(every.letters(store).await?.into_iter().find(|l| l.id == id))
+    Ok(every
+        .letters_within(store, limit)
+        .await?
+        .into_iter()
+        .find(|l| l.id == id))
 }
 
 /// Where a dead letter stands: waiting for a decision, or settled.

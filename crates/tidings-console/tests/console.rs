@@ -335,6 +335,11 @@ async fn the_console_shows_and_acts<S: ConsoleStore + LagSource + Clone>(store: 
     let operator = sign_in(&browser, &base, OPERATOR).await;
     let page = page_as(&browser, &base, "/dead-letters", &operator).await;
     let csrf = csrf_of(&page);
+    let filtered = page_as(&browser, &base, "/dead-letters?consumer=inventory", &operator).await;
+    assert!(
+        filtered.contains("name=\"consumer\" value=\"inventory\""),
+        "a cause's button redrives under the filters its count was made with"
+    );
     assert!(
         page.contains(&format!("name=\"cause\" value=\"{fingerprint}\"")),
         "a redrive form per cause"
@@ -497,6 +502,16 @@ async fn the_console_shows_and_acts<S: ConsoleStore + LagSource + Clone>(store: 
         .map(|l| l.id)
         .collect();
     assert_eq!(kept, [secret.id]);
+
+    // Read without a token, the console answers only for loopback names: a
+    // page of another site rebinding its name to 127.0.0.1 reads nothing.
+    let rebound = http
+        .get(format!("{base}/api/overview"))
+        .header("host", "evil.example:9470")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(rebound.status(), StatusCode::MISDIRECTED_REQUEST);
 
     // Where reading needs a token, a reader's will do and none will not.
     let closed = serve(store.clone(), access().reads_need_token(true)).await;

@@ -14,7 +14,7 @@ use super::{Page, PageError, TokenForm, Viewer, csrf_of, layout, urlencode, when
 use crate::access::Caller;
 use crate::actions::{self, RedriveRequest};
 use crate::api::{ApiError, Reading, operator};
-use crate::letter::LetterView;
+use crate::letter::{LetterView, mask_words};
 use crate::session;
 use crate::triage::{self, Selection};
 use crate::{Console, ConsoleStore};
@@ -28,8 +28,14 @@ pub(super) async fn dead_letters<S: ConsoleStore>(
     let csrf = csrf_of(&viewer);
     let Query(selection) = selection
         .map_err(|e| ApiError::new(StatusCode::BAD_REQUEST, format!("the filter: {}", e.body_text())))?;
-    let letters = selection.letters(&*console.store).await?;
-    let causes = triage::by_cause(&letters);
+    let letters = selection
+        .letters_within(&*console.store, Some(crate::READ_LIMIT))
+        .await?;
+    let causes: Vec<_> = triage::by_cause(&letters)
+        .into_iter()
+        .map(crate::api::masked_example)
+        .collect();
+    let capped = letters.len() as u32 >= crate::READ_LIMIT;
     let text = |v: &Option<String>| v.clone().unwrap_or_default();
     let time = |v: &Option<DateTime<Utc>>| v.map(|t| t.to_rfc3339()).unwrap_or_default();
     Ok(layout(
@@ -50,6 +56,9 @@ pub(super) async fn dead_letters<S: ConsoleStore>(
                 " " a href="/dead-letters" { "Clear" }
             }
             p #dead-letter-count { (letters.len()) " dead letter(s), " (causes.len()) " cause(s)" }
+            @if capped {
+                p.warn { "Only the newest " (crate::READ_LIMIT) " dead letters are read: narrow the filter (consumer, type) to see the others, or use `tidings dlq list`." }
+            }
             @if !causes.is_empty() {
                 h2 { "By cause" }
                 table #causes {
@@ -70,6 +79,12 @@ pub(super) async fn dead_letters<S: ConsoleStore>(
                                             form method="post" action="/dead-letters/redrive" {
                                                 input type="hidden" name="csrf" value=(csrf);
                                                 input type="hidden" name="cause" value=(g.fingerprint);
+                                                // The filters the count was made with: the button redrives what it says.
+                                                @if let Some(c) = &selection.consumer { input type="hidden" name="consumer" value=(c); }
+                                                @if let Some(t) = &selection.message_type { input type="hidden" name="type" value=(t); }
+                                                @if let Some(e) = &selection.error { input type="hidden" name="error" value=(e); }
+                                                @if let Some(t) = selection.since { input type="hidden" name="since" value=(t.to_rfc3339()); }
+                                                @if let Some(t) = selection.until { input type="hidden" name="until" value=(t.to_rfc3339()); }
                                                 button.redrive type="submit" { "Redrive " (g.count) }
                                             }
                                         }
@@ -93,7 +108,7 @@ pub(super) async fn dead_letters<S: ConsoleStore>(
                                 td { (l.message_type.as_deref().unwrap_or("?")) }
                                 td { (l.aggregate_key.as_deref().unwrap_or("")) }
                                 td { (when(l.created_at)) }
-                                td.error { (l.errors.last().map_or("", |f| f.error.as_str())) }
+                                td.error { (mask_words(l.errors.last().map_or("", |f| f.error.as_str())).0) }
                             }
                         }
                     }
@@ -110,7 +125,7 @@ pub(super) async fn letter<S: ConsoleStore>(
 ) -> Page {
     let Reading(viewer) = reading?;
     let csrf = csrf_of(&viewer);
-    let letter = triage::find(&*console.store, id)
+    let letter = triage::find_within(&*console.store, id, Some(crate::READ_LIMIT))
         .await?
         .ok_or_else(|| ApiError::new(StatusCode::NOT_FOUND, format!("no dead letter has id {id}")))?;
     let v = LetterView::masked(&letter);

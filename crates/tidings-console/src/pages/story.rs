@@ -179,7 +179,7 @@ fn story(t: &MessageTrace, partitions: u32) -> Markup {
                             td { (d.consumer) }
                             td { (d.state) }
                             td.num { (d.attempts) }
-                            td.error { (d.last_error.as_deref().unwrap_or("")) }
+                            td.error { (crate::letter::mask_words(d.last_error.as_deref().unwrap_or("")).0) }
                         }
                     }
                 }
