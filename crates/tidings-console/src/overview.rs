@@ -107,13 +107,7 @@ impl Overview {
         let lag = store.lag().await?;
         let members = store.members().await?;
         let relays: Vec<&MemberStatus> = members.iter().filter(|m| m.group_and_topic().is_none()).collect();
-        let count = partitions.unwrap_or_else(|| {
-            relays
-                .iter()
-                .flat_map(|r| r.leases.iter().map(|(p, _)| p + 1))
-                .max()
-                .unwrap_or(1)
-        });
+        let count = partitions.unwrap_or_else(|| held_partitions(&members));
         let holders: BTreeMap<u32, &str> = relays
             .iter()
             .flat_map(|r| r.leases.iter().map(|(p, _)| (*p, r.member.as_str())))
@@ -171,6 +165,17 @@ impl Overview {
     pub fn dead_letters_pending(&self) -> u64 {
         self.dead_letters.iter().map(|d| d.pending).sum()
     }
+}
+
+/// The outbox's partition count as the live relays among `members` hold
+/// them (one past the highest partition held), or 1.
+pub(crate) fn held_partitions(members: &[MemberStatus]) -> u32 {
+    members
+        .iter()
+        .filter(|m| m.group_and_topic().is_none())
+        .flat_map(|m| m.leases.iter().map(|(p, _)| p + 1))
+        .max()
+        .unwrap_or(1)
 }
 
 /// The row of `group` on `topic`, made if missing.

@@ -218,12 +218,6 @@ impl<S: ConsoleStore> Console<S> {
         if let Some(n) = self.partitions {
             return Ok(n);
         }
-        let members = self.store.members().await?;
-        Ok(members
-            .iter()
-            .filter(|m| m.group_and_topic().is_none())
-            .flat_map(|m| m.leases.iter().map(|(p, _)| p + 1))
-            .max()
-            .unwrap_or(1))
+        Ok(crate::overview::held_partitions(&self.store.members().await?))
     }
 }
