@@ -27,6 +27,7 @@ mod daemon_client;
 mod demo;
 mod dlq;
 mod doctor;
+mod lag;
 mod outbox;
 mod replay;
 mod schema;
@@ -73,10 +74,8 @@ enum Command {
     Dlq {
         #[command(flatten)]
         database: DatabaseArg,
-        /// Ask a running daemon's console (`http://host:9470`) rather than
-        /// the database; writes send the token of TIDINGS_CONSOLE_TOKEN.
-        #[arg(long, global = true)]
-        daemon: Option<String>,
+        #[command(flatten)]
+        daemon: DaemonArg,
         #[command(subcommand)]
         command: dlq::Dlq,
     },
@@ -127,10 +126,21 @@ enum Command {
     Lag {
         #[command(flatten)]
         database: DatabaseArg,
+        #[command(flatten)]
+        daemon: DaemonArg,
         /// Print the figures as one JSON object.
         #[arg(long)]
         json: bool,
     },
+}
+
+/// A running daemon to ask instead of the database.
+#[derive(Debug, Args)]
+struct DaemonArg {
+    /// Ask a running daemon's console (`http://host:9470`) rather than
+    /// the database; sends the token of TIDINGS_CONSOLE_TOKEN.
+    #[arg(long = "daemon", global = true)]
+    url: Option<String>,
 }
 
 #[derive(Debug, Args)]
@@ -263,7 +273,7 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Bench(bench) => bench.run().await,
         Command::Dlq {
             database,
-            daemon: Some(daemon),
+            daemon: DaemonArg { url: Some(daemon) },
             command,
         } => {
             drop(database);
@@ -272,7 +282,7 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         }
         Command::Dlq {
             database,
-            daemon: None,
+            daemon: DaemonArg { url: None },
             command,
         } => {
             with_store!(open_existing(&database.url()).await?, |s| dlq::run(&s, command)
@@ -321,46 +331,16 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             say!("migrated {}", redact_url(&url));
             Ok(ExitCode::SUCCESS)
         }
-        Command::Lag { database, json } => {
-            let report = with_store!(open_existing(&database.url()).await?, |s| s.lag().await?);
-            if json {
-                say!("{}", serde_json::to_string(&report)?);
-            } else {
-                say!("outbox pending      {}", report.outbox_pending);
-                say!(
-                    "oldest unsent age   {}",
-                    report
-                        .oldest_unsent_age
-                        .map_or("-".to_owned(), |d| format!("{:.1} s", d.as_secs_f64()))
-                );
-                say!("dead letters        {}", report.dead_letters_pending());
-                for d in &report.dead_letters {
-                    say!(
-                        "consumer {:<20} dead letters {} · oldest {}",
-                        d.consumer,
-                        d.pending,
-                        d.oldest_age
-                            .map_or("-".to_owned(), |a| format!("{:.1} s", a.as_secs_f64()))
-                    );
-                }
-                for c in &report.consumers {
-                    say!(
-                        "consumer {:<20} topic {:<20} pending {}",
-                        c.consumer,
-                        c.topic,
-                        c.pending
-                    );
-                }
-                for p in &report.parked {
-                    say!(
-                        "consumer {:<20} topic {:<20} held keys {} · parked {}",
-                        p.consumer,
-                        p.topic,
-                        p.held_keys,
-                        p.messages
-                    );
-                }
-            }
+        Command::Lag {
+            database,
+            daemon,
+            json,
+        } => {
+            let report = match daemon.url {
+                Some(url) => lag::remote(&daemon_client::Daemon::new(&url)?).await?,
+                None => with_store!(open_existing(&database.url()).await?, |s| s.lag().await?),
+            };
+            lag::print(&report, json)?;
             Ok(ExitCode::SUCCESS)
         }
     }

@@ -180,6 +180,28 @@ fn dead_letters_of_a_demo_run(db: &str) {
         ok && text.contains(&fingerprint) && text.contains("1 cause(s)"),
         "{text}{stderr}"
     );
+    // `tidings lag` too, ages aside (they grow between the two reads).
+    let counts = |mut v: Value| -> Value {
+        v["oldest_unsent_age"] = Value::Null;
+        for d in v["dead_letters"].as_array_mut().unwrap() {
+            d["oldest_age"] = Value::Null;
+        }
+        v
+    };
+    let (ok, text, stderr) = console.tidings(&["lag", "--json"], None);
+    assert!(ok, "{stderr}");
+    let remote = counts(serde_json::from_str(text.trim()).unwrap());
+    assert_eq!(
+        remote,
+        counts(json(&db, &["lag", "--json"])),
+        "--daemon lag as --database"
+    );
+    assert!(
+        remote["dead_letters"][0]["pending"].as_u64() >= Some(1),
+        "the poisoned orders' dead letters are counted: {remote:#}"
+    );
+    let (ok, text, stderr) = console.tidings(&["lag"], None);
+    assert!(ok && text.contains("dead letters"), "{text}{stderr}");
     let ids = |v: Value| -> Vec<String> {
         v.as_array()
             .unwrap()

@@ -22,6 +22,7 @@ use crate::{Console, ConsoleStore};
 pub(crate) fn routes<S: ConsoleStore>() -> axum::Router<Console<S>> {
     axum::Router::new()
         .route("/overview", get(overview::<S>))
+        .route("/lag", get(lag::<S>))
         .route("/causes", get(causes::<S>))
         .route("/dead-letters", get(letters::<S>))
         .route("/dead-letters/{id}", get(letter::<S>))
@@ -189,6 +190,14 @@ async fn overview<S: ConsoleStore>(
     State(console): State<Console<S>>,
 ) -> Result<Json<Overview>, ApiError> {
     Ok(Json(Overview::read(&*console.store, console.partitions).await?))
+}
+
+/// The figures of `tidings lag`, as its `--json` prints them.
+async fn lag<S: ConsoleStore>(
+    _: Reading,
+    State(console): State<Console<S>>,
+) -> Result<Json<tidings_core::LagReport>, ApiError> {
+    Ok(Json(console.store.lag().await?))
 }
 
 async fn causes<S: ConsoleStore>(

@@ -567,7 +567,7 @@ pub fn redrive_envelope(letter: &DeadLetter) -> Option<crate::Envelope> {
 }
 
 /// Lag of one consumer group on one topic.
-#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct ConsumerLag {
     /// The consumer group.
     pub consumer: String,
@@ -578,7 +578,7 @@ pub struct ConsumerLag {
 }
 
 /// The figures that say whether the system keeps up.
-#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct LagReport {
     /// Outbox records not yet sent.
     pub outbox_pending: u64,
@@ -601,7 +601,7 @@ impl LagReport {
 }
 
 /// One consumer's dead letters waiting for a decision.
-#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct DeadLetterLag {
     /// The consumer group.
     pub consumer: String,
@@ -612,7 +612,7 @@ pub struct DeadLetterLag {
 }
 
 /// Keys one consumer holds on one topic, and what waits behind them.
-#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct ParkedLag {
     /// The consumer group.
     pub consumer: String,
