@@ -19,6 +19,7 @@ mod producer;
 mod raw;
 mod relays;
 mod steady;
+mod story;
 
 pub use all::AllBench;
 pub use cdc::CdcBench;
@@ -28,6 +29,7 @@ pub use peer::PeerBench;
 pub use producer::ProducerBench;
 pub use relays::{RelayBench, RelayChild};
 pub use steady::SteadyBench;
+pub use story::StoryBench;
 
 pub(crate) use all::all;
 pub(crate) use cdc::cdc;
@@ -37,6 +39,7 @@ pub(crate) use peer::{PeerComparison, peer};
 pub(crate) use producer::{ProducerTax, producer};
 pub(crate) use relays::{RelayScaling, relays};
 pub(crate) use steady::{SteadyState, steady};
+pub(crate) use story::story;
 
 use std::io::Write as _;
 use std::process::ExitCode;
@@ -120,6 +123,18 @@ pub enum Bench {
         #[arg(long)]
         json: bool,
     },
+    /// What the console's key and message pages read (`trace_key`,
+    /// `trace_message`) over millions of outbox rows and processed markers,
+    /// beside a primary-key lookup of one outbox row, with the plans of the
+    /// key's statements; the rows are kept in a database of their own for
+    /// the next run.
+    Story {
+        #[command(flatten)]
+        bench: StoryBench,
+        /// Print the figures as one JSON object on stdout.
+        #[arg(long)]
+        json: bool,
+    },
     /// One relay draining a bench's backlog in a process of its own (run by `bench relays`).
     #[command(hide = true)]
     RelayProcess {
@@ -181,6 +196,10 @@ impl Bench {
             Bench::Consumer { bench, json } => {
                 bench.check()?;
                 print_figures(json, &consumer(bench).await?)
+            }
+            Bench::Story { bench, json } => {
+                bench.check()?;
+                print_figures(json, &story(bench).await?)
             }
         }
     }

@@ -208,6 +208,110 @@ fn assert_variants(v: &Value) {
     }
 }
 
+/// The story bench at 2 000 rows: it fills its database, uses the kept
+/// fill again on a second run of the same size, fills again for another
+/// size and drops the database when asked. Each trace it times is checked
+/// against the fill inside the bench (a wrong one fails the run); here,
+/// what they found adds up.
+#[test]
+fn story_bench_traces_keys_and_messages_over_a_kept_fill() {
+    let keep_in = StoryDatabase(format!("tidings_bench_story_test_{}", std::process::id()));
+    let run = |rows: &str, extra: &[&str]| {
+        let mut args = vec!["--rows", rows, "--lookups", "30", "--keep-in", &keep_in.0];
+        args.extend(extra);
+        bench("story", &args)
+    };
+    let v = run("2000", &[]);
+    assert_eq!(v["filled"], true, "{v:#}");
+    assert_story(&v, 2000, 1);
+    let again = run("2000", &[]);
+    assert_eq!(
+        again["filled"], false,
+        "the same size uses the kept fill: {again:#}"
+    );
+    assert_story(&again, 2000, 1);
+    let other = run("1000", &["--drop"]);
+    assert_eq!(other["filled"], true, "another size fills again: {other:#}");
+    assert_story(&other, 1000, 0);
+    assert_eq!(
+        psql(&format!(
+            "SELECT count(*) FROM pg_database WHERE datname = '{}'",
+            keep_in.0
+        )),
+        "0",
+        "--drop drops the database"
+    );
+}
+
+fn assert_story(v: &Value, rows: u64, parked: u64) {
+    assert_eq!(v["database"], "PostgreSQL", "{v:#}");
+    assert_eq!(v["rows"], rows, "{v:#}");
+    assert_eq!(v["keys"], rows / 10, "{v:#}");
+    assert_eq!(v["consumers"], 3, "{v:#}");
+    assert_eq!(v["effects"], rows / 10, "{v:#}");
+    assert_eq!(v["dead_letters"], rows / 1000, "{v:#}");
+    assert_eq!(v["parked"], parked, "{v:#}");
+    let found = &v["found"];
+    // Every key has 10 messages; every message one processed marker.
+    assert_eq!(found["key_messages"], 30 * 10, "{v:#}");
+    assert_eq!(found["key_messages_expected"], 30 * 10, "{v:#}");
+    assert_eq!(found["messages"], 30, "{v:#}");
+    assert_eq!(found["handled"], 30, "{v:#}");
+    assert!(found["effects"].as_u64().unwrap() <= 30, "{v:#}");
+    for timing in ["primary_key", "trace_key", "trace_message"] {
+        let t = &v[timing];
+        let (p50, p99, max) = (
+            t["p50_ms"].as_f64().unwrap(),
+            t["p99_ms"].as_f64().unwrap(),
+            t["max_ms"].as_f64().unwrap(),
+        );
+        assert!(0.0 < p50 && p50 <= p99 && p99 <= max, "{timing}: {v:#}");
+    }
+    let plans = v["plans"].as_array().unwrap();
+    assert_eq!(
+        plans
+            .iter()
+            .map(|p| p["statement"].as_str().unwrap())
+            .collect::<Vec<_>>(),
+        [
+            "trace_key_messages",
+            "trace_outbox",
+            "trace_processed",
+            "trace_effects",
+            "trace_dead_letters",
+            "trace_parked"
+        ],
+        "{v:#}"
+    );
+    for p in plans {
+        let read = p["indexes"].as_array().unwrap().len() + p["seq_scans"].as_array().unwrap().len();
+        assert!(read > 0, "a plan reads its tables somehow: {p:#}");
+    }
+}
+
+/// The story bench's database in a test, dropped at the end whatever the outcome.
+struct StoryDatabase(String);
+
+impl Drop for StoryDatabase {
+    fn drop(&mut self) {
+        psql(&format!("DROP DATABASE IF EXISTS {}", self.0));
+    }
+}
+
+/// One statement through psql on the shared server; its output, trimmed.
+fn psql(sql: &str) -> String {
+    let out = Command::new("psql")
+        .args([&postgres_url(), "-XAtc", sql])
+        .output()
+        .expect("running psql");
+    assert!(
+        out.status.success(),
+        "psql: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).trim().to_owned()
+}
+
 #[test]
 fn relay_bench_refuses_sqlite_with_one_clear_line() {
     let out = Command::new(env!("CARGO_BIN_EXE_tidings"))
