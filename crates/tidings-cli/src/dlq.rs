@@ -372,7 +372,17 @@ fn print_redriven(r: &Redriven, topic: Option<&str>) -> anyhow::Result<()> {
             "redriven {}  message {message} released to the relay, which tries it again before the rest of its key (redrive {redrive})",
             r.id
         ),
+        "edited" => say!(
+            "redriven {}  message {message} to {} again with edited data (redrive {redrive})",
+            r.id,
+            topic.unwrap_or("its topic")
+        ),
         "gone" => say!("gone {}  (no longer stored)", r.id),
+        "settled" => say!("kept {}  already redriven or skipped: nothing done", r.id),
+        "not-editable" => say!(
+            "kept {}  set aside by the relay: fix it in the outbox or at the source, then redrive it as it stands",
+            r.id
+        ),
         _ => say!(
             "kept {}  its body is not a valid envelope: fix it at the source and publish it anew",
             r.id

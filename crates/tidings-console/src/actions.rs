@@ -34,9 +34,12 @@ pub struct RedriveRequest {
 pub struct Redriven {
     /// The dead letter.
     pub id: Uuid,
-    /// `enqueued` (back in the outbox), `released` (the relay tries it
-    /// again), `gone` (no longer stored) or `undecodable` (its body is not
-    /// an envelope: fix it at the source).
+    /// `enqueued` (back in the outbox), `edited` (back in the outbox with
+    /// an operator's data), `released` (the relay tries it again), `gone`
+    /// (no longer stored), `undecodable` (its body is not an envelope: fix
+    /// it at the source), `settled` (already redriven or skipped: nothing
+    /// done) or `not-editable` (set aside by the relay: fixed in the outbox
+    /// or at the source, not edited).
     pub outcome: String,
     /// The message's id, when it went back.
     pub message_id: Option<Uuid>,
@@ -49,9 +52,14 @@ impl Redriven {
     pub fn of(id: Uuid, redrive: Redrive) -> Redriven {
         let (outcome, message_id, redrive) = match redrive {
             Redrive::Enqueued { message_id, redrive } => ("enqueued", Some(message_id), Some(redrive)),
+            Redrive::Edited {
+                message_id, redrive, ..
+            } => ("edited", Some(message_id), Some(redrive)),
             Redrive::Released { message_id, redrive } => ("released", Some(message_id), Some(redrive)),
             Redrive::NotFound => ("gone", None, None),
             Redrive::Undecodable => ("undecodable", None, None),
+            Redrive::Settled => ("settled", None, None),
+            Redrive::NotEditable => ("not-editable", None, None),
         };
         Redriven {
             id,

@@ -82,9 +82,10 @@ pub use partition::Partition;
 pub use replay::ReplayStore;
 pub use set_aside::{OutboxRecord, RELAY_LETTERS, SetAside, Settlement, Undecodable};
 pub use store::{
-    ClaimedBatch, ConsumerLag, ConsumerStore, DeadLetter, DeadLetterFilter, DeadLetterLag, Failure,
-    FailureStore, Fence, Handling, HeldKey, LagReport, LagSource, Outbox, OutboxPartitions, ParkedLag,
-    ParkedMessage, ParkingStore, REDRIVE_HEADER, Redrive, RelayStore, Skip, redrive_envelope,
+    ClaimedBatch, ConsumerLag, ConsumerStore, DeadLetter, DeadLetterEdit, DeadLetterFilter, DeadLetterLag,
+    EDIT_HEADER, Edit, Failure, FailureStore, Fence, Handling, HeldKey, LagReport, LagSource, Outbox,
+    OutboxPartitions, ParkedLag, ParkedMessage, ParkingStore, REDRIVE_HEADER, Redrive, RelayStore, Skip,
+    redrive_envelope,
 };
 /// `#[derive(Message)]`: implements [`Message`](trait@Message) from `#[message(...)]`
 /// attributes (see the `tidings-macros` crate).

@@ -380,17 +380,76 @@ pub enum Redrive {
         /// Which redrive of this dead letter this is, from 1.
         redrive: u32,
     },
+    /// The message is back in the outbox with the data of an edit
+    /// ([`FailureStore::redrive_edited`]), like [`Redrive::Enqueued`], and
+    /// marked with [`EDIT_HEADER`].
+    Edited {
+        /// The message's id (unchanged).
+        message_id: Uuid,
+        /// Which redrive of this dead letter this is, from 1.
+        redrive: u32,
+        /// The edit's id ([`DeadLetterEdit::id`]).
+        edit: Uuid,
+    },
     /// No dead letter has that id.
     NotFound,
     /// The stored body is not a valid envelope (it was dead-lettered for
     /// that): fix it at the source and publish it anew.
     Undecodable,
+    /// Already redriven (and not failed since) or skipped: nothing done.
+    /// Two operators who act on one letter at once redrive it once.
+    Settled,
+    /// An edit of a record the relay set aside
+    /// ([`RELAY_LETTERS`](crate::RELAY_LETTERS)): nothing done. Such a
+    /// record never reached a consumer; it is fixed in the outbox or at its
+    /// source, then redriven as it stands.
+    NotEditable,
 }
 
 /// The header a redriven envelope carries: which redrive it is. Transports
 /// with publish-side deduplication use it so that a redrive is not dropped
 /// as a duplicate of the original publish.
 pub const REDRIVE_HEADER: &str = "tidingsredrive";
+
+/// The header an edited redrive carries ([`FailureStore::redrive_edited`]):
+/// the id of the edit, whose record keeps the original body beside the edited one.
+pub const EDIT_HEADER: &str = "tidingsedit";
+
+/// New data for a dead letter's message, and who wrote it
+/// ([`FailureStore::redrive_edited`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Edit {
+    /// The payload that replaces the message's (its `data`).
+    pub data: serde_json::Value,
+    /// Who edited it: a token's name, a user.
+    pub by: String,
+}
+
+/// One edit of a dead letter's message, as it was redriven.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DeadLetterEdit {
+    /// The edit's own id (the value of [`EDIT_HEADER`] on the message).
+    pub id: Uuid,
+    /// The dead letter edited.
+    pub dead_letter_id: Uuid,
+    /// Who edited it.
+    pub by: String,
+    /// When.
+    pub at: DateTime<Utc>,
+    /// The dead letter's body as it was stored.
+    pub original: Vec<u8>,
+    /// The envelope enqueued in its place, as the outbox holds it.
+    pub edited: Vec<u8>,
+}
+
+impl DeadLetter {
+    /// Whether it waits for a decision: neither redriven since it last
+    /// failed, nor skipped. A letter that fails again after a redrive or a
+    /// skip is pending again.
+    pub fn is_pending(&self) -> bool {
+        self.redriven_at.is_none() && self.skipped_at.is_none()
+    }
+}
 
 /// What a skip did.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -454,11 +513,30 @@ pub trait FailureStore: Send + Sync + 'static {
     /// Lists dead letters, newest first.
     async fn dead_letters(&self, filter: &DeadLetterFilter) -> Result<Vec<DeadLetter>>;
 
+    /// The dead letter `id`, whatever its state.
+    async fn letter(&self, id: Uuid) -> Result<Option<DeadLetter>>;
+
     /// Puts a dead letter's message back on its way, in one transaction:
     /// it is enqueued in the outbox (same id, with [`REDRIVE_HEADER`]) and the
     /// dead letter is marked redriven. Transport-independent: the relay
-    /// publishes it like any other message.
+    /// publishes it like any other message. Its state is read under the
+    /// letter's lock: one already settled (redriven and not failed since,
+    /// or skipped) is left as it is ([`Redrive::Settled`]).
     async fn redrive(&self, id: Uuid) -> Result<Redrive>;
+
+    /// Redrives a dead letter's message with the data of `edit` in place of
+    /// its own, in one transaction under the letter's lock: the envelope
+    /// (same id, with [`REDRIVE_HEADER`], and [`EDIT_HEADER`] naming the
+    /// edit) is enqueued, the edit is recorded with the letter's original
+    /// body and the edited envelope ([`FailureStore::edits`]), and the
+    /// letter is marked redriven. Refused, changing nothing, for a letter
+    /// settled ([`Redrive::Settled`]), unknown, whose body does not decode,
+    /// or that the relay set aside ([`Redrive::NotEditable`]). Checking the
+    /// data against its schema is the caller's part.
+    async fn redrive_edited(&self, id: Uuid, edit: &Edit) -> Result<Redrive>;
+
+    /// The edits of the dead letter `dead_letter_id`, oldest first.
+    async fn edits(&self, dead_letter_id: Uuid) -> Result<Vec<DeadLetterEdit>>;
 
     /// Gives a dead letter up for good, in one transaction: it is marked
     /// skipped and, if it holds its key for its consumer, the hold is

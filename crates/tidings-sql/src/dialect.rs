@@ -220,12 +220,21 @@ pub struct Statements {
     pub lock_dead_letter: Option<&'static str>,
     /// ($1 id) -> the dead letter's columns, locked for a redrive or a skip.
     pub dead_letter_for_redrive: &'static str,
+    /// ($1 id) -> [`DEAD_LETTER_COLUMNS`](crate::DEAD_LETTER_COLUMNS) of
+    /// the dead letter, whatever its state.
+    pub dead_letter_by_id: &'static str,
     /// ($1 id).
     pub mark_redriven: &'static str,
     /// ($1 id).
     pub mark_skipped: &'static str,
     /// ($1 id list): deletes the settled ones.
     pub purge: &'static str,
+    /// ($1 id, $2 dead letter id, $3 edited by, $4 edited µs, $5 original
+    /// body, $6 edited body): records an edit of a dead letter.
+    pub edit_insert: &'static str,
+    /// ($1 dead letter id) -> (id, dead letter id, edited by, edited µs,
+    /// original body, edited body) of its edits, oldest first.
+    pub edits: &'static str,
 
     // Held keys and parked messages.
     /// ($1 consumer, $2 topic, $3 key, $4 message id, $5 released).

@@ -1,10 +1,10 @@
-//! The failure store: dead letters, redrive, skip and purge.
+//! The failure store: dead letters, redrive (as they are or edited), skip and purge.
 
 use async_trait::async_trait;
 use sqlx::Database;
 use tidings_core::{
-    DeadLetter, DeadLetterFilter, Failure, FailureStore, Outbox, OutgoingMessage, RELAY_LETTERS, Redrive,
-    Result, Skip, redrive_envelope,
+    DeadLetter, DeadLetterEdit, DeadLetterFilter, EDIT_HEADER, Edit, Failure, FailureStore, Outbox,
+    OutgoingMessage, RELAY_LETTERS, Redrive, Result, Skip, cloudevents, redrive_envelope,
 };
 use uuid::Uuid;
 
@@ -38,6 +38,18 @@ fn letter<D: Dialect>(r: &Record<D>) -> Result<DeadLetter> {
         redrives: u32::try_from(r.get::<i32>(11)?).unwrap_or(0),
         redriven_at: r.get::<Option<i64>>(12)?.map(from_micros),
         skipped_at: r.get::<Option<i64>>(13)?.map(from_micros),
+    })
+}
+
+/// An edit read back from `edits`' columns.
+fn edit<D: Dialect>(r: &Record<D>) -> Result<DeadLetterEdit> {
+    Ok(DeadLetterEdit {
+        id: r.get(0)?,
+        dead_letter_id: r.get(1)?,
+        by: r.get(2)?,
+        at: from_micros(r.get(3)?),
+        original: r.get(4)?,
+        edited: r.get(5)?,
     })
 }
 
@@ -153,11 +165,25 @@ impl<D: Dialect> FailureStore for SqlStore<D> {
         rows.iter().map(letter::<D>).collect()
     }
 
+    async fn letter(&self, id: Uuid) -> Result<Option<DeadLetter>> {
+        let what = "reading a dead letter";
+        let mut conn = self.conn(what).await?;
+        let row = Stmt::<D>::new(D::SQL.dead_letter_by_id, what)
+            .bind(id)
+            .fetch_optional(&mut conn)
+            .await?;
+        row.as_ref().map(letter::<D>).transpose()
+    }
+
     async fn redrive(&self, id: Uuid) -> Result<Redrive> {
         let mut tx = self.begin_tx("starting a redrive").await?;
         let Some(dead) = Self::locked_letter(&mut tx, id).await? else {
             return Ok(Redrive::NotFound);
         };
+        // Read under the lock: of two redrives at once, the second finds it settled.
+        if !dead.is_pending() {
+            return Ok(Redrive::Settled);
+        }
         if dead.consumer == RELAY_LETTERS {
             return self.redrive_held(tx, &dead).await;
         }
@@ -183,6 +209,67 @@ impl<D: Dialect> FailureStore for SqlStore<D> {
             message_id,
             redrive: dead.redrives + 1,
         })
+    }
+
+    async fn redrive_edited(&self, id: Uuid, edit: &Edit) -> Result<Redrive> {
+        let mut tx = self.begin_tx("starting an edited redrive").await?;
+        let Some(dead) = Self::locked_letter(&mut tx, id).await? else {
+            return Ok(Redrive::NotFound);
+        };
+        if !dead.is_pending() {
+            return Ok(Redrive::Settled);
+        }
+        if dead.consumer == RELAY_LETTERS {
+            return Ok(Redrive::NotEditable);
+        }
+        let Some(mut envelope) = redrive_envelope(&dead) else {
+            return Ok(Redrive::Undecodable);
+        };
+        let edit_id = Uuid::now_v7();
+        envelope.payload = serde_json::to_vec(&edit.data).expect("a JSON value to bytes");
+        if !cloudevents::is_json(&envelope.content_type) {
+            // The data is JSON now, whatever it was.
+            envelope.content_type = tidings_core::envelope::JSON.to_owned();
+        }
+        let message = OutgoingMessage {
+            topic: dead.topic.clone(),
+            envelope: envelope.header(EDIT_HEADER, edit_id.to_string()),
+        };
+        let message_id = message.envelope.id;
+        self.enqueue_outgoing(&mut tx, &message).await?;
+        let edited = cloudevents::to_json(&message.envelope);
+        Stmt::<D>::new(D::SQL.edit_insert, "recording a dead letter's edit")
+            .bind(edit_id)
+            .bind(id)
+            .bind(edit.by.as_str())
+            .bind(micros(chrono::Utc::now()))
+            .bind(dead.body.as_slice())
+            .bind(edited.as_slice())
+            .execute(&mut tx)
+            .await?;
+        Stmt::<D>::new(D::SQL.mark_redriven, "marking a dead letter redriven")
+            .bind(id)
+            .execute(&mut tx)
+            .await?;
+        tx.commit()
+            .await
+            .map_err(db_error::<D>("committing an edited redrive"))?;
+        self.wake();
+        Ok(Redrive::Edited {
+            message_id,
+            redrive: dead.redrives + 1,
+            edit: edit_id,
+        })
+    }
+
+    async fn edits(&self, dead_letter_id: Uuid) -> Result<Vec<DeadLetterEdit>> {
+        let what = "reading a dead letter's edits";
+        let mut conn = self.conn(what).await?;
+        let rows = Stmt::<D>::new(D::SQL.edits, what)
+            .bind(dead_letter_id)
+            .fetch_all(&mut conn)
+            .await?;
+        rows.iter().map(edit::<D>).collect()
     }
 
     async fn skip(&self, id: Uuid) -> Result<Skip> {

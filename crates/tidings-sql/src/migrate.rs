@@ -90,6 +90,11 @@ macro_rules! migrations {
                 name: "trace",
                 sql: include_str!("../migrations/0012_trace.sql"),
             },
+            $crate::migrate::Migration {
+                version: 13,
+                name: "dead letter edits",
+                sql: include_str!("../migrations/0013_edits.sql"),
+            },
         ]
     };
 }

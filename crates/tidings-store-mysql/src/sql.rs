@@ -186,6 +186,11 @@ pub(crate) const SQL: Statements = Statements {
         dead_letter_columns!(),
         " FROM tidings_dead_letters WHERE id = $1 FOR UPDATE"
     ),
+    dead_letter_by_id: concat!(
+        "SELECT ",
+        dead_letter_columns!(),
+        " FROM tidings_dead_letters WHERE id = $1"
+    ),
     mark_redriven: concat!(
         "UPDATE tidings_dead_letters SET redrives = redrives + 1, redriven_at = ",
         now!(),
@@ -203,6 +208,11 @@ pub(crate) const SQL: Statements = Statements {
         ids!("$1"),
         ") AND (redriven_at IS NOT NULL OR skipped_at IS NOT NULL)"
     ),
+    edit_insert: "INSERT INTO tidings_dead_letter_edits
+           (id, dead_letter_id, edited_by, edited_at, original_body, edited_body)
+         VALUES ($1, $2, $3, $4, $5, $6)",
+    edits: "SELECT id, dead_letter_id, edited_by, edited_at, original_body, edited_body
+        FROM tidings_dead_letter_edits WHERE dead_letter_id = $1 ORDER BY edited_at, id",
 
     hold: concat!(
         "INSERT INTO tidings_held_keys (consumer, topic, aggregate_key, message_id, released, held_at)

@@ -111,10 +111,21 @@ pub(crate) const SQL: Statements = Statements {
         dead_letter_columns!(),
         " FROM tidings_dead_letters WHERE id = $1 FOR UPDATE"
     ),
+    dead_letter_by_id: concat!(
+        "SELECT ",
+        dead_letter_columns!(),
+        " FROM tidings_dead_letters WHERE id = $1"
+    ),
     mark_redriven: "UPDATE tidings_dead_letters SET redrives = redrives + 1, redriven_at = now() WHERE id = $1",
     mark_skipped: "UPDATE tidings_dead_letters SET skipped_at = now(), updated_at = now() WHERE id = $1",
     purge: "DELETE FROM tidings_dead_letters
         WHERE id = ANY($1) AND (redriven_at IS NOT NULL OR skipped_at IS NOT NULL)",
+    edit_insert: "INSERT INTO tidings_dead_letter_edits
+           (id, dead_letter_id, edited_by, edited_at, original_body, edited_body)
+         VALUES ($1, $2, $3, TIMESTAMPTZ 'epoch' + $4 * INTERVAL '1 microsecond', $5, $6)",
+    edits: "SELECT id, dead_letter_id, edited_by, CAST(EXTRACT(EPOCH FROM edited_at) * 1000000 AS BIGINT),
+               original_body, edited_body
+        FROM tidings_dead_letter_edits WHERE dead_letter_id = $1 ORDER BY edited_at, id",
 
     hold: shared::HOLD,
     held_keys: shared::HELD_KEYS,

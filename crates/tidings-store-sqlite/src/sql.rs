@@ -141,6 +141,11 @@ pub(crate) const SQL: Statements = Statements {
         dead_letter_columns!(),
         " FROM tidings_dead_letters WHERE id = $1"
     ),
+    dead_letter_by_id: concat!(
+        "SELECT ",
+        dead_letter_columns!(),
+        " FROM tidings_dead_letters WHERE id = $1"
+    ),
     mark_redriven: concat!(
         "UPDATE tidings_dead_letters SET redrives = redrives + 1, redriven_at = ",
         now!(),
@@ -156,6 +161,11 @@ pub(crate) const SQL: Statements = Statements {
     purge: "DELETE FROM tidings_dead_letters
         WHERE id IN (SELECT unhex(value) FROM json_each($1))
           AND (redriven_at IS NOT NULL OR skipped_at IS NOT NULL)",
+    edit_insert: "INSERT INTO tidings_dead_letter_edits
+           (id, dead_letter_id, edited_by, edited_at, original_body, edited_body)
+         VALUES ($1, $2, $3, $4 / 1000, $5, $6)",
+    edits: "SELECT id, dead_letter_id, edited_by, edited_at * 1000, original_body, edited_body
+        FROM tidings_dead_letter_edits WHERE dead_letter_id = $1 ORDER BY edited_at, id",
 
     hold: shared::HOLD,
     held_keys: shared::HELD_KEYS,

@@ -44,9 +44,10 @@ pub use tidings_core::{
 };
 // What a store does, one small trait per ability, and all of them at once.
 pub use tidings_core::{
-    AuditEntry, AuditStore, ConsumerLag, ConsumerStore, DeadLetter, DeadLetterFilter, DeadLetterLag, Failure,
-    FailureStore, HeldKey, InboxStore, Inspect, LagReport, LagSource, Lease, LeaseStore, Outbox, ParkedLag,
-    ParkedMessage, ParkingStore, Redrive, RelayStore, ReplayStore, Skip, Store,
+    AuditEntry, AuditStore, ConsumerLag, ConsumerStore, DeadLetter, DeadLetterEdit, DeadLetterFilter,
+    DeadLetterLag, Edit, Failure, FailureStore, HeldKey, InboxStore, Inspect, LagReport, LagSource, Lease,
+    LeaseStore, Outbox, ParkedLag, ParkedMessage, ParkingStore, Redrive, RelayStore, ReplayStore, Skip,
+    Store,
 };
 // What a transport does.
 pub use tidings_core::{

@@ -24,7 +24,8 @@
 //! - [`replay`]: replays from the outbox;
 //! - [`versions`]: upcasting and dual publishing;
 //! - [`audit`]: the audit trail;
-//! - [`trace`]: a message's story, by id and by key.
+//! - [`trace`]: a message's story, by id and by key;
+//! - [`redrive`]: one dead letter by id, redriven once, redriven edited.
 //!
 //! What the checks share (a test event, a recording handler, helpers over
 //! any store) is in [`fixtures`].
@@ -37,6 +38,7 @@ pub mod fixtures;
 pub mod members;
 pub mod outbox;
 pub mod poison;
+pub mod redrive;
 pub mod relays;
 pub mod replay;
 pub mod trace;
@@ -116,6 +118,10 @@ macro_rules! store_conformance {
             ],
             trace: [
                 a_message_is_traced_by_id_and_by_key,
+            ],
+            redrive: [
+                a_settled_dead_letter_is_redriven_once,
+                an_edited_redrive_sends_the_edit_and_keeps_the_original,
             ],
         );
     };

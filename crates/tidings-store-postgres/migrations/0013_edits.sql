@@ -1,0 +1,14 @@
+-- Edits of dead letters: each message an operator redrove with new data
+-- in place of its own, keeping the dead letter's body as it was stored
+-- beside the envelope enqueued instead. id is the value of the
+-- `tidingsedit` header the edited message carries.
+CREATE TABLE tidings_dead_letter_edits (
+    id             UUID        PRIMARY KEY,
+    dead_letter_id UUID        NOT NULL,
+    edited_by      TEXT        NOT NULL,
+    edited_at      TIMESTAMPTZ NOT NULL,
+    original_body  BYTEA       NOT NULL,
+    edited_body    BYTEA       NOT NULL
+);
+-- The edits of one dead letter, oldest first.
+CREATE INDEX tidings_dead_letter_edits_letter ON tidings_dead_letter_edits (dead_letter_id, edited_at);
