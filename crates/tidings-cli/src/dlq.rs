@@ -8,7 +8,7 @@ use clap::{Args, Subcommand};
 use tidings_console::actions::{PurgeRequest, Purged, RedriveReport, RedriveRequest, Redriven, Skipped};
 use tidings_console::letter::LetterView;
 use tidings_console::triage::{self, Cause, CauseGroup, Selection, state};
-use tidings_core::{DeadLetter, FailureStore, Skip};
+use tidings_core::{AuditEntry, AuditStore, DeadLetter, FailureStore, Skip};
 
 use crate::daemon_client::Daemon;
 use uuid::Uuid;
@@ -137,7 +137,7 @@ fn when(t: DateTime<Utc>) -> String {
 }
 
 /// Runs one dead-letter command against `store`.
-pub(crate) async fn run<S: FailureStore + tidings_core::ConsumerStore>(
+pub(crate) async fn run<S: FailureStore + tidings_core::ConsumerStore + AuditStore>(
     store: &S,
     command: Dlq,
 ) -> anyhow::Result<()> {
@@ -219,6 +219,13 @@ pub(crate) async fn run<S: FailureStore + tidings_core::ConsumerStore>(
                 }
                 let outcome = Redriven::of(l.id, store.redrive(l.id).await?);
                 redriven += usize::from(outcome.message_id.is_some());
+                let detail = serde_json::json!({
+                    "outcome": outcome.outcome,
+                    "message_id": outcome.message_id,
+                    "redrive": outcome.redrive,
+                    "consumer": l.consumer,
+                });
+                audit(store, "redrive", l.id.to_string(), detail).await?;
                 print_redriven(&outcome, Some(&l.topic))?;
             }
             redrive_done(redriven, letters.len())
@@ -259,14 +266,53 @@ pub(crate) async fn run<S: FailureStore + tidings_core::ConsumerStore>(
                 }
             }
             let purged = store.purge(&ids).await?;
+            let detail = serde_json::json!({
+                "purged": purged,
+                "first_ids": ids.iter().take(100).collect::<Vec<_>>(),
+            });
+            audit(store, "purge", "dead letters".to_owned(), detail).await?;
             say!("purged {purged} dead letter(s)");
             Ok(())
         }
         Dlq::Skip { id } => match store.skip(id).await? {
-            Skip::Skipped { released_key } => print_skipped(&Skipped { id, released_key }),
+            Skip::Skipped { released_key } => {
+                let detail = serde_json::json!({ "released_key": released_key });
+                audit(store, "skip", id.to_string(), detail).await?;
+                print_skipped(&Skipped { id, released_key })
+            }
             Skip::NotFound => anyhow::bail!("no dead letter has id {id}"),
         },
     }
+}
+
+/// Writes the audit entry of an action this command took on the database
+/// directly, as the console writes those taken through it: the actor is
+/// `cli:` and the user running the command.
+async fn audit<S: AuditStore>(
+    store: &S,
+    action: &str,
+    target: String,
+    mut detail: serde_json::Value,
+) -> anyhow::Result<()> {
+    detail["role"] = serde_json::Value::String("cli".to_owned());
+    let user = ["USER", "LOGNAME"]
+        .iter()
+        .find_map(|v| std::env::var(v).ok().filter(|u| !u.is_empty()))
+        .unwrap_or_else(|| "unknown".to_owned());
+    let entry = AuditEntry {
+        at: Utc::now(),
+        actor: format!("cli:{user}"),
+        action: action.to_owned(),
+        target,
+        detail,
+    };
+    store.audit(&entry).await.map_err(|e| {
+        anyhow::anyhow!(
+            "the {action} of {} was done, but its audit entry could not be written: {}",
+            entry.target,
+            e.report()
+        )
+    })
 }
 
 /// Runs one dead-letter command through a daemon's console.
@@ -412,7 +458,7 @@ fn print_skipped(s: &Skipped) -> anyhow::Result<()> {
 
 /// `text` safe for a terminal: control characters (an escape sequence in an
 /// error or a header a foreign producer wrote) are shown escaped, not acted on.
-fn shown(text: &str) -> std::borrow::Cow<'_, str> {
+pub(crate) fn shown(text: &str) -> std::borrow::Cow<'_, str> {
     if text.chars().any(char::is_control) {
         text.chars()
             .map(|c| {

@@ -20,6 +20,7 @@ macro_rules! say_part {
     }};
 }
 
+mod audit;
 mod cdc;
 mod console;
 mod daemon;
@@ -121,6 +122,23 @@ enum Command {
         database: DatabaseArg,
         #[command(flatten)]
         args: console::ConsoleArgs,
+    },
+    /// The audit trail, newest first: who redrove, skipped, purged or
+    /// edited what, and when.
+    Audit {
+        #[command(flatten)]
+        database: DatabaseArg,
+        #[command(flatten)]
+        daemon: DaemonArg,
+        /// Only the entries of this target (a dead letter's id).
+        #[arg(long)]
+        target: Option<String>,
+        /// At most this many entries.
+        #[arg(long, default_value_t = 50)]
+        limit: u32,
+        /// Print the entries as one JSON array.
+        #[arg(long)]
+        json: bool,
     },
     /// Outbox backlog, consumer lag, dead letters, and keys held behind them.
     Lag {
@@ -329,6 +347,27 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             let url = db.url();
             open(&url).await?.migrate().await?;
             say!("migrated {}", redact_url(&url));
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::Audit {
+            database,
+            daemon,
+            target,
+            limit,
+            json,
+        } => {
+            let entries = match daemon.url {
+                Some(url) => {
+                    audit::remote(&daemon_client::Daemon::new(&url)?, target.as_deref(), limit).await?
+                }
+                None => with_store!(open_existing(&database.url()).await?, |s| audit::read(
+                    &s,
+                    target.as_deref(),
+                    limit
+                )
+                .await?),
+            };
+            audit::print(&entries, json)?;
             Ok(ExitCode::SUCCESS)
         }
         Command::Lag {

@@ -328,6 +328,32 @@ fn dead_letters_of_a_demo_run(db: &str) {
     );
     let left = json(&db, &["dlq", "list", "--each", "--include-settled", "--json"]);
     assert!(left.as_array().unwrap().is_empty(), "{left:#}");
+
+    // Every action is in the audit trail: the skip through the console by
+    // its token's name, the redrives and the purge on the database by the
+    // command's user.
+    let trail = json(&db, &["audit", "--json", "--limit", "1000"]);
+    let actions: Vec<(String, String)> = trail
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| {
+            let actor = e["actor"].as_str().unwrap();
+            let who = if actor.starts_with("cli:") { "cli" } else { actor };
+            (who.to_owned(), e["action"].as_str().unwrap().to_owned())
+        })
+        .collect();
+    let times = |who: &str, action: &str| {
+        actions
+            .iter()
+            .filter(|a| *a == &(who.to_owned(), action.to_owned()))
+            .count()
+    };
+    assert_eq!(times("cli", "redrive") as i64, poisoned - 1, "{trail:#}");
+    assert_eq!(times("cli", "purge"), 1, "{trail:#}");
+    assert_eq!(times("ops", "skip"), 1, "{trail:#}");
+    let (ok, text, _) = tidings(&db, &["audit", "--target", &id]);
+    assert!(ok && text.contains("skip") && text.contains("ops"), "{text}");
 }
 
 #[test]

@@ -1,0 +1,55 @@
+//! `tidings audit`: who redrove, skipped, purged or edited what, and when,
+//! from the database or through a daemon's console.
+
+use tidings_core::{AuditEntry, AuditStore};
+
+use crate::daemon_client::Daemon;
+use crate::dlq::shown;
+
+/// The newest `limit` entries (of `target` only, when given), from the database.
+pub(crate) async fn read(
+    store: &impl AuditStore,
+    target: Option<&str>,
+    limit: u32,
+) -> anyhow::Result<Vec<AuditEntry>> {
+    Ok(store.audit_trail(target, limit).await?)
+}
+
+/// The same, as the daemon's console reads them.
+pub(crate) async fn remote(
+    daemon: &Daemon,
+    target: Option<&str>,
+    limit: u32,
+) -> anyhow::Result<Vec<AuditEntry>> {
+    daemon
+        .get(
+            "/audit",
+            &[
+                ("target", target.unwrap_or_default()),
+                ("limit", &limit.to_string()),
+            ],
+        )
+        .await
+}
+
+/// Prints `entries`, newest first, one a line; as a JSON array with `json`.
+pub(crate) fn print(entries: &[AuditEntry], json: bool) -> anyhow::Result<()> {
+    if json {
+        say!("{}", serde_json::to_string(entries)?);
+        return Ok(());
+    }
+    if entries.is_empty() {
+        say!("no audit entry");
+    }
+    for e in entries {
+        say!(
+            "{}  {:<16} {:<13} {}  {}",
+            e.at.format("%Y-%m-%d %H:%M:%S%.3fZ"),
+            shown(&e.actor),
+            shown(&e.action),
+            shown(&e.target),
+            shown(&e.detail.to_string())
+        );
+    }
+    Ok(())
+}
