@@ -7,7 +7,7 @@ use std::path::{Path, PathBuf};
 use anyhow::Context as _;
 use clap::Args;
 use tidings::{AnyStore, with_store};
-use tidings_console::{Access, Console};
+use tidings_console::{Access, Console, Schemas};
 use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
 
@@ -30,6 +30,21 @@ pub(crate) struct ConsoleArgs {
     /// The outbox's partition count (default: as the live relays hold them).
     #[arg(long)]
     partitions: Option<u32>,
+    /// The schema registry directory (`tidings schema generate`'s): an
+    /// operator may edit a dead letter's payload and redrive it only if it
+    /// matches its type's schema there. Without it, nothing is edited.
+    #[arg(long, value_name = "DIR")]
+    schemas: Option<PathBuf>,
+}
+
+/// The schema registry in `dir`, if one is named; `setting` names where,
+/// for a directory that cannot be read.
+pub(crate) fn schemas(dir: Option<&Path>, setting: &str) -> anyhow::Result<Option<Schemas>> {
+    dir.map(|dir| {
+        Schemas::load(dir)
+            .with_context(|| format!("{setting}: reading the schema registry {}", dir.display()))
+    })
+    .transpose()
 }
 
 /// Who may use a console on `listen`: the tokens of the environment and of
@@ -65,6 +80,7 @@ pub(crate) async fn run(
     shutdown: CancellationToken,
 ) -> anyhow::Result<()> {
     let access = access(args.listen, args.tokens_file.as_deref(), args.reads_need_token)?;
+    let schemas = schemas(args.schemas.as_deref(), "--schemas")?;
     let listener = bind(args.listen, "--listen").await?;
     eprintln!(
         "console on http://{} ({} token(s){})",
@@ -78,6 +94,9 @@ pub(crate) async fn run(
     );
     with_store!(store, |s| {
         let mut console = Console::new(s, access);
+        if let Some(schemas) = schemas {
+            console = console.schemas(schemas);
+        }
         if let Some(n) = args.partitions {
             console = console.partitions(n);
         }

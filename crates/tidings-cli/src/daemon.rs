@@ -70,7 +70,15 @@ pub(crate) async fn run(loaded: Loaded, shutdown: CancellationToken) -> anyhow::
                 .filter(|f| !f.is_empty())
                 .map(std::path::Path::new);
             let access = crate::console::access(addr, file, section.reads_need_token).context("[console]")?;
-            Some((crate::console::bind(addr, "console.listen").await?, access))
+            let schemas = Some(section.schemas.trim())
+                .filter(|d| !d.is_empty())
+                .map(std::path::Path::new);
+            let schemas = crate::console::schemas(schemas, "console.schemas")?;
+            Some((
+                crate::console::bind(addr, "console.listen").await?,
+                access,
+                schemas,
+            ))
         }
         None => None,
     };
@@ -114,7 +122,11 @@ pub(crate) async fn run(loaded: Loaded, shutdown: CancellationToken) -> anyhow::
 struct Listeners {
     metrics: Option<(TcpListener, tidings_prometheus::PrometheusHandle)>,
     inbox: Option<(TcpListener, Vec<Provider>)>,
-    console: Option<(TcpListener, tidings_console::Access)>,
+    console: Option<(
+        TcpListener,
+        tidings_console::Access,
+        Option<tidings_console::Schemas>,
+    )>,
 }
 
 async fn run_on<S>(
@@ -163,10 +175,13 @@ where
             Ok(())
         });
     }
-    if let Some((listener, access)) = console {
+    if let Some((listener, access, schemas)) = console {
         parts.push(format!("console on http://{}", listener.local_addr()?));
-        let console =
+        let mut console =
             tidings_console::Console::new(store.clone(), access).partitions(config.relay.partition_count());
+        if let Some(schemas) = schemas {
+            console = console.schemas(schemas);
+        }
         tasks.spawn(
             console
                 .sample(config.metrics.lag_interval.0, shutdown.clone().cancelled_owned())

@@ -1,20 +1,26 @@
 //! The console in a real headless browser (Debian's chromium, driven by
 //! playwright-core: `tests/browser/console.cjs`), served by the daemon over
 //! PostgreSQL after a checkout run with poison: the overview shows the
-//! database's figures, the dead-letter page the cause with its count; the
-//! cause is redriven from the page and, with the fixed handler running,
-//! every order is handled once and no dead letter is left. Screenshots of
-//! each page are saved under `target/console-screenshots/`.
+//! database's figures, the dead-letter page the cause with its count; one
+//! letter's payload is edited on its page (checked against the checkout's
+//! committed schemas) and the rest of the cause redriven from the page;
+//! with the fixed handler running, every order is handled once, the edited
+//! one as edited, and no dead letter is left. Screenshots of each page are
+//! saved under `target/console-screenshots/`.
 
 use std::path::PathBuf;
 use std::process::Command;
 
 use serde_json::Value;
+use tidings::AuditStore as _;
 use tidings_testkit::services::PgTestDb;
 
 mod common;
 
-use common::{free_port, start_daemon, summary_of, tidings, wait_for_endpoint};
+use common::{free_port, start_daemon, summary_of, texts, tidings, wait_for_endpoint};
+
+/// The checkout's committed schema registry, which edits are checked against.
+const SCHEMAS: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../../examples/checkout/schemas");
 
 const TOKEN: &str = "oncall-0123456789abcdef0123";
 
@@ -104,6 +110,7 @@ async fn a_cause_redriven_from_the_page_is_handled_once() {
             ("TIDINGS_METRICS__LISTEN", format!("127.0.0.1:{metrics}")),
             ("TIDINGS_CONSOLE__LISTEN", format!("127.0.0.1:{port}")),
             ("TIDINGS_CONSOLE_TOKENS", format!("operator:oncall:{TOKEN}")),
+            ("TIDINGS_CONSOLE__SCHEMAS", SCHEMAS.into()),
         ],
     );
     wait_for_endpoint(metrics, &mut daemon);
@@ -173,12 +180,47 @@ async fn a_cause_redriven_from_the_page_is_handled_once() {
         "the order's later events wait behind it: {before:#}"
     );
 
-    // Redriven from the page.
+    // One letter's payload edited on its page: the warehouse takes the SKU
+    // it is changed to, and the edit is audited.
+    let shown = json(&db.url, &["dlq", "show", poisoned_id, "--json"]);
+    let mut data = shown["body"]["data"].clone();
+    assert!(data["sku"].as_str().unwrap().starts_with("POISON"), "{shown:#}");
+    data["sku"] = "EDITED-1".into();
+    let edited = browse(
+        &console,
+        &["edit", poisoned_id, &serde_json::to_string_pretty(&data).unwrap()],
+    );
+    assert!(
+        edited["before"].as_str().unwrap().contains("POISON"),
+        "the form holds the payload as stored: {edited:#}"
+    );
+    assert_eq!(edited["url"], format!("{console}/dead-letters/{poisoned_id}"));
+    assert_eq!(edited["state"], "redriven");
+    assert_eq!(edited["form"], 0, "a settled letter has no edit form");
+    let edits = edited["edits"].as_array().unwrap();
+    assert_eq!(edits.len(), 1, "{edited:#}");
+    assert_eq!(edits[0]["by"], "oncall");
+    assert!(
+        edits[0]["original"].as_str().unwrap().contains("POISON")
+            && edits[0]["edited"].as_str().unwrap().contains("EDITED-1"),
+        "{edited:#}"
+    );
+    let trail = db.store.audit_trail(Some(poisoned_id), 10).await.unwrap();
+    assert_eq!(trail.len(), 1, "{trail:?}");
+    assert_eq!(
+        (trail[0].actor.as_str(), trail[0].action.as_str()),
+        ("oncall", "edit-redrive")
+    );
+    assert_eq!(trail[0].detail["edit"], edits[0]["id"]);
+    assert_eq!(trail[0].detail["message_id"], shown["message_id"]);
+
+    // The rest of the cause redriven from the page.
+    let rest = poisoned - 1;
     let done = browse(&console, &["redrive", &fingerprint]);
-    assert_eq!(done["label"], format!("Redrive {poisoned}"));
+    assert_eq!(done["label"], format!("Redrive {rest}"));
     assert_eq!(
         done["outcome"],
-        format!("{poisoned} of {poisoned} dead letter(s) redriven.")
+        format!("{rest} of {rest} dead letter(s) redriven.")
     );
     let after = browse(&console, &["letters"]);
     assert_eq!(after["count"], "0 dead letter(s), 0 cause(s)", "{after:#}");
@@ -199,5 +241,12 @@ async fn a_cause_redriven_from_the_page_is_handled_once() {
             .unwrap()
             .is_empty()
     );
+    // The edited order was handled as edited.
+    let reserved = texts(
+        &db.store,
+        "SELECT sku FROM inventory_reservations WHERE sku LIKE 'EDITED-%'",
+    )
+    .await;
+    assert_eq!(reserved, ["EDITED-1"]);
     db.drop_schema().await;
 }

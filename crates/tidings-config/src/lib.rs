@@ -280,6 +280,10 @@ pub struct ConsoleConfig {
     /// Whether reading needs a token too (it always does on an address
     /// other than the loopback interface).
     pub reads_need_token: bool,
+    /// The schema registry directory (`tidings schema generate`'s) that
+    /// edited dead letters are checked against; empty for none, and then
+    /// no dead letter can be edited.
+    pub schemas: String,
 }
 
 /// A duration written `500ms`, `30s`, `5m`, `2h` or `7d` (`0` for none).
@@ -919,6 +923,9 @@ mod tests {
             "path",
             "body_limit",
             "timeout",
+            "tokens_file",
+            "reads_need_token",
+            "schemas",
         ] {
             assert!(
                 reference.contains(&format!("\n{key} =")) || reference.contains(&format!("\n# {key} =")),

@@ -1,11 +1,16 @@
 //! What an operator may do to dead letters, whoever asks: the API and the
 //! pages' forms both come here. Each action is logged with who took it.
 
+use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use axum::http::StatusCode;
 use serde::{Deserialize, Serialize};
-use tidings_core::{AuditEntry, Redrive, Skip};
+use tidings_core::{
+    AuditEntry, DeadLetter, Edit, Envelope, OutgoingMessage, PublishGuard as _, RELAY_LETTERS, Redrive, Skip,
+    redrive_envelope,
+};
+use tidings_schema::{Registry, SchemaError, SchemaGuard};
 use uuid::Uuid;
 
 use crate::ConsoleStore;
@@ -106,23 +111,16 @@ pub(crate) async fn redrive<S: ConsoleStore>(
         };
         selection.letters_within(store, Some(crate::READ_LIMIT)).await?
     } else {
-        let pending = Selection::default()
-            .letters_within(store, Some(crate::READ_LIMIT))
-            .await?;
-        let mut chosen: Vec<tidings_core::DeadLetter> = Vec::new();
+        let mut chosen: Vec<DeadLetter> = Vec::new();
         let mut ids = request.ids.clone();
         ids.sort_unstable();
         ids.dedup();
         for id in &ids {
-            match pending.iter().find(|l| l.id == *id) {
-                Some(l) => chosen.push(l.clone()),
-                None => {
-                    return Err(ApiError::new(
-                        StatusCode::NOT_FOUND,
-                        format!("no pending dead letter has id {id}"),
-                    ));
-                }
+            let letter = store.letter(*id).await?.ok_or_else(|| not_found(*id))?;
+            if !letter.is_pending() {
+                return Err(settled(&letter, "redriven"));
             }
+            chosen.push(letter);
         }
         chosen
     };
@@ -181,6 +179,225 @@ pub(crate) async fn redrive<S: ConsoleStore>(
         report.letters.push(outcome);
     }
     Ok(report)
+}
+
+/// No dead letter has `id`.
+fn not_found(id: Uuid) -> ApiError {
+    ApiError::new(StatusCode::NOT_FOUND, format!("no dead letter has id {id}"))
+}
+
+/// `letter` is settled already: nothing `done`.
+fn settled(letter: &DeadLetter, done: &str) -> ApiError {
+    ApiError::new(
+        StatusCode::CONFLICT,
+        format!(
+            "dead letter {} is {} already: nothing {done}. It is pending again if its message fails again",
+            letter.id,
+            triage::state(letter)
+        ),
+    )
+}
+
+/// The dead letter `id` was set aside by the relay.
+fn not_editable(id: Uuid) -> ApiError {
+    ApiError::new(
+        StatusCode::UNPROCESSABLE_ENTITY,
+        format!(
+            "dead letter {id} is a record the relay set aside: it never reached a consumer, so it is not \
+             edited here. Fix it in the outbox or at its source, then redrive it as it stands; nothing was changed"
+        ),
+    )
+}
+
+/// The dead letter `id`'s body is not an envelope.
+fn undecodable(id: Uuid) -> ApiError {
+    ApiError::new(
+        StatusCode::UNPROCESSABLE_ENTITY,
+        format!(
+            "dead letter {id}'s body is not a valid envelope, so there is no payload to edit: fix it at the \
+             source and publish it anew; nothing was changed"
+        ),
+    )
+}
+
+/// The schemas an edited payload must match ([`Console::schemas`](crate::Console::schemas)):
+/// a registry directory, read and compiled once, when the console starts.
+pub struct Schemas {
+    dir: PathBuf,
+    registry: Registry,
+    guard: SchemaGuard,
+}
+
+impl std::fmt::Debug for Schemas {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Schemas")
+            .field("dir", &self.dir)
+            .field("schemas", &self.registry.docs().count())
+            .finish()
+    }
+}
+
+impl Schemas {
+    /// The registry in `dir` (`tidings schema generate`'s). Refused if the
+    /// directory cannot be read (a misspelt path would otherwise refuse
+    /// every edit), or holds a file that is not a schema.
+    pub fn load(dir: &Path) -> Result<Schemas, SchemaError> {
+        std::fs::read_dir(dir).map_err(|source| SchemaError::Io {
+            path: dir.to_owned(),
+            source,
+        })?;
+        let registry = Registry::load(dir)?;
+        let guard = SchemaGuard::new(&registry)?;
+        Ok(Schemas {
+            dir: dir.to_owned(),
+            registry,
+            guard,
+        })
+    }
+
+    /// Whether `data` may replace the payload of `envelope`: its type and
+    /// version have a schema, which it matches, and it holds no likely
+    /// secret. Refused with 422 saying why and what to do.
+    fn check(&self, envelope: &Envelope, data: &serde_json::Value) -> Result<(), ApiError> {
+        let (t, v) = (&envelope.message_type, envelope.version);
+        let dir = self.dir.display();
+        if self.registry.get(t, v).is_none() {
+            return Err(ApiError::new(
+                StatusCode::UNPROCESSABLE_ENTITY,
+                format!(
+                    "the schema registry at {dir} has no schema of {t} v{v}, and an edit is accepted only \
+                     against its schema: generate it there (`tidings schema generate`) and restart the \
+                     console; nothing was changed"
+                ),
+            ));
+        }
+        let mut edited = envelope.clone();
+        edited.payload = serde_json::to_vec(data).expect("a JSON value to bytes");
+        edited.content_type = tidings_core::envelope::JSON.to_owned();
+        let message = OutgoingMessage {
+            topic: String::new(),
+            envelope: edited,
+        };
+        self.guard.check(&message).map_err(|e| {
+            let reason = match e {
+                tidings_core::Error::Refused { reason, .. } => reason,
+                other => other.to_string(),
+            };
+            ApiError::new(
+                StatusCode::UNPROCESSABLE_ENTITY,
+                format!(
+                    "the edited payload does not pass the schema of {t} v{v} ({dir}): {reason}; nothing was changed"
+                ),
+            )
+        })
+    }
+}
+
+/// An edited redrive: the payload that replaces the message's.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct EditRequest {
+    /// The new payload (the message's `data`).
+    pub data: serde_json::Value,
+    /// Redrive it even if it is older than the dedupe horizon.
+    #[serde(default)]
+    pub force: bool,
+}
+
+/// What an edited redrive did.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Edited {
+    /// The dead letter.
+    pub id: Uuid,
+    /// The edit's id: the `tidingsedit` header of the message sent.
+    pub edit: Uuid,
+    /// The message's id (unchanged).
+    pub message_id: Uuid,
+    /// Which redrive of the letter this was.
+    pub redrive: u32,
+}
+
+/// Redrives the dead letter `id` with `request`'s payload in place of its
+/// message's, once the payload passes its schema in `schemas`; refused,
+/// changing nothing, without a registry, for a payload that does not pass,
+/// for a letter settled, set aside by the relay or undecodable, and past
+/// the dedupe horizon unless forced. Audited as `edit-redrive`.
+pub(crate) async fn edit<S: ConsoleStore>(
+    store: &S,
+    schemas: Option<&Schemas>,
+    caller: &Caller,
+    id: Uuid,
+    request: &EditRequest,
+) -> Result<Edited, ApiError> {
+    let letter = store.letter(id).await?.ok_or_else(|| not_found(id))?;
+    if !letter.is_pending() {
+        return Err(settled(&letter, "edited"));
+    }
+    if letter.consumer == RELAY_LETTERS {
+        return Err(not_editable(id));
+    }
+    let envelope = redrive_envelope(&letter).ok_or_else(|| undecodable(id))?;
+    let schemas = schemas.ok_or_else(|| {
+        ApiError::new(
+            StatusCode::UNPROCESSABLE_ENTITY,
+            "this console has no schema registry to check an edit against, so it accepts none: start it \
+             with --schemas DIR (or [console] schemas in tidings.toml), DIR the registry `tidings schema \
+             generate` writes; nothing was changed",
+        )
+    })?;
+    schemas.check(&envelope, &request.data)?;
+    // Like a redrive, it reaches every group of its topic again.
+    if !request.force
+        && let Some(horizon) = store.dedupe_horizon().await?
+        && letter.created_at < horizon
+    {
+        return Err(ApiError::new(
+            StatusCode::CONFLICT,
+            format!(
+                "dead letter {id} is from {}, before the dedupe horizon ({horizon}): consumers that handled \
+                 its message would handle it again. Pass force to do it anyway; nothing was changed",
+                letter.created_at
+            ),
+        ));
+    }
+    let edit = Edit {
+        data: request.data.clone(),
+        by: caller.name.clone(),
+    };
+    match store.redrive_edited(id, &edit).await? {
+        Redrive::Edited {
+            message_id,
+            redrive,
+            edit,
+        } => {
+            tracing::info!(by = %caller.name, dead_letter = %id, %edit, %message_id, "edited redrive from the console");
+            let detail = serde_json::json!({
+                "dead_letter": id,
+                "edit": edit,
+                "message_id": message_id,
+                "redrive": redrive,
+                "consumer": letter.consumer,
+            });
+            audit(store, caller, "edit-redrive", id.to_string(), detail).await?;
+            Ok(Edited {
+                id,
+                edit,
+                message_id,
+                redrive,
+            })
+        }
+        // It changed since it was read: a redrive or an edit came first.
+        Redrive::Settled => Err(settled(&store.letter(id).await?.unwrap_or(letter), "edited")),
+        Redrive::NotFound => Err(not_found(id)),
+        Redrive::Undecodable => Err(undecodable(id)),
+        Redrive::NotEditable => Err(not_editable(id)),
+        other @ (Redrive::Enqueued { .. } | Redrive::Released { .. }) => {
+            tracing::error!(dead_letter = %id, outcome = ?other, "the store redrove a letter without its edit");
+            Err(ApiError::new(
+                StatusCode::INTERNAL_SERVER_ERROR,
+                format!("dead letter {id} was redriven, but without the edit"),
+            ))
+        }
+    }
 }
 
 /// What a skip did.

@@ -1,8 +1,8 @@
 //! The JSON API under `/api/`: what the pages show and what the `tidings`
 //! commands call against a running daemon. Reading needs a token only where
-//! the console was set so ([`Access::reads_need_token`]); redrive, skip and
-//! purge need an operator's, or are refused with 401 (no valid token) or
-//! 403 (a reader's), changing nothing.
+//! the console was set so ([`Access::reads_need_token`]); redrive, skip,
+//! purge and an edited redrive need an operator's, or are refused with 401
+//! (no valid token) or 403 (a reader's), changing nothing.
 
 use axum::Json;
 use axum::extract::{FromRequestParts, Path, Query, State};
@@ -13,7 +13,9 @@ use axum::routing::{get, post};
 use uuid::Uuid;
 
 use crate::access::{Caller, Role};
-use crate::actions::{self, PurgeRequest, Purged, RedriveReport, RedriveRequest, Skipped};
+use crate::actions::{
+    self, EditRequest, Edited, PurgeRequest, Purged, RedriveReport, RedriveRequest, Skipped,
+};
 use crate::letter::LetterView;
 use crate::overview::Overview;
 use crate::triage::{self, CauseGroup, Selection};
@@ -27,6 +29,7 @@ pub(crate) fn routes<S: ConsoleStore>() -> axum::Router<Console<S>> {
         .route("/dead-letters", get(letters::<S>))
         .route("/dead-letters/{id}", get(letter::<S>))
         .route("/dead-letters/{id}/skip", post(skip::<S>))
+        .route("/dead-letters/{id}/edit", post(edit::<S>))
         .route("/redrive", post(redrive::<S>))
         .route("/purge", post(purge::<S>))
         .route("/audit", get(audit::<S>))
@@ -232,13 +235,31 @@ async fn letter<S: ConsoleStore>(
     State(console): State<Console<S>>,
     Path(id): Path<Uuid>,
 ) -> Result<Json<LetterView>, ApiError> {
-    match triage::find_within(&*console.store, id, Some(crate::READ_LIMIT)).await? {
-        Some(letter) => Ok(Json(LetterView::masked(&letter))),
+    match console.store.letter(id).await? {
+        Some(letter) => {
+            let edits = console.store.edits(id).await?;
+            Ok(Json(LetterView::masked(&letter).with_edits(&letter, &edits)))
+        }
         None => Err(ApiError::new(
             StatusCode::NOT_FOUND,
             format!("no dead letter has id {id}"),
         )),
     }
+}
+
+/// `{"data": ...}`: redrives the letter with that payload, once it passes
+/// its schema; 422 when it does not (or has none), 409 when the letter is
+/// settled already, changing nothing.
+async fn edit<S: ConsoleStore>(
+    Operating(caller): Operating,
+    State(console): State<Console<S>>,
+    Path(id): Path<Uuid>,
+    Json(request): Json<EditRequest>,
+) -> Result<Json<Edited>, ApiError> {
+    let schemas = console.schemas.as_deref();
+    Ok(Json(
+        actions::edit(&*console.store, schemas, &caller, id, &request).await?,
+    ))
 }
 
 async fn redrive<S: ConsoleStore>(

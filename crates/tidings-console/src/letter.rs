@@ -1,11 +1,11 @@
 //! One dead letter as the API and the page show it: its body as JSON when
-//! it is, as text when it is text, in hex otherwise; and, for the console,
-//! with what looks like a secret masked.
+//! it is, as text when it is text, in hex otherwise, with its edits; and,
+//! for the console, with what looks like a secret masked.
 
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
-use tidings_core::{DeadLetter, Failure};
+use tidings_core::{DeadLetter, DeadLetterEdit, Failure, RawMessage, cloudevents};
 use uuid::Uuid;
 
 use crate::triage::{Cause, state};
@@ -54,6 +54,81 @@ pub struct LetterView {
     /// cardnumber`); empty when nothing was, or nothing is masked.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub masked: Vec<String>,
+    /// Its edited redrives, oldest first ([`LetterView::with_edits`]).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub edits: Vec<EditView>,
+}
+
+/// One edited redrive of a dead letter: who, when, and the message's
+/// payload before and after, each with its likely secrets masked.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct EditView {
+    /// The edit's id (the `tidingsedit` header of the message sent).
+    pub id: Uuid,
+    /// Who edited it.
+    pub by: String,
+    /// When.
+    pub at: DateTime<Utc>,
+    /// The payload as the dead letter held it (its whole body where that
+    /// is not an envelope).
+    pub original: Value,
+    /// The payload sent in its place.
+    pub edited: Value,
+    /// What was masked in either (`original: data.card_number: ...`).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub masked: Vec<String>,
+}
+
+impl EditView {
+    /// `edit` of `letter`, its payloads masked like a letter's body.
+    pub fn masked(letter: &DeadLetter, edit: &DeadLetterEdit) -> EditView {
+        // The original as received: in binary mode, its attributes are the letter's headers.
+        let original = RawMessage {
+            topic: letter.topic.clone(),
+            key: letter.aggregate_key.clone(),
+            headers: letter.headers.clone(),
+            body: edit.original.clone(),
+            refused: None,
+        }
+        .decode()
+        .map_or_else(|_| edit.original.clone(), |e| e.payload);
+        let edited = cloudevents::from_json(&edit.edited).map_or_else(|_| edit.edited.clone(), |e| e.payload);
+        let mut masked = Vec::new();
+        let original = masked_bytes(&original, "original", &mut masked);
+        let edited = masked_bytes(&edited, "edited", &mut masked);
+        EditView {
+            id: edit.id,
+            by: edit.by.clone(),
+            at: edit.at,
+            original,
+            edited,
+            masked,
+        }
+    }
+}
+
+/// `bytes` as JSON when they are, as text when they are text, with their
+/// likely secrets masked and said in `masked` under `label`; bytes that
+/// are not text are not shown.
+fn masked_bytes(bytes: &[u8], label: &str, masked: &mut Vec<String>) -> Value {
+    let mut found = Vec::new();
+    let value = match Body::of(bytes) {
+        Body::Json(mut v) => {
+            mask(&mut v, &mut String::new(), &mut found);
+            v
+        }
+        Body::Text(t) => {
+            let (text, words) = mask_words(t);
+            found.extend(words);
+            Value::String(text)
+        }
+        Body::Binary => Value::String(format!(
+            "({} bytes that are not text, not shown here)",
+            bytes.len()
+        )),
+    };
+    masked.extend(found.into_iter().map(|what| format!("{label}: {what}")));
+    value
 }
 
 impl LetterView {
@@ -89,7 +164,14 @@ impl LetterView {
             body,
             body_hex,
             masked: Vec::new(),
+            edits: Vec::new(),
         }
+    }
+
+    /// The same, with `edits`, the letter's, masked ([`EditView::masked`]).
+    pub fn with_edits(mut self, letter: &DeadLetter, edits: &[DeadLetterEdit]) -> LetterView {
+        self.edits = edits.iter().map(|e| EditView::masked(letter, e)).collect();
+        self
     }
 
     /// `letter` with every likely secret of its body and headers masked
@@ -421,6 +503,62 @@ mod tests {
 
         let binary = LetterView::masked(&letter(b"\x00secret bytes\xff", &[]));
         assert!(binary.body_hex.is_none() && binary.body.as_str().unwrap().contains("not shown"));
+    }
+
+    #[test]
+    fn an_edit_shows_both_payloads_with_their_secrets_masked() {
+        #[derive(Serialize, Deserialize)]
+        struct Placed;
+        impl tidings_core::Message for Placed {
+            const TYPE: &'static str = "OrderPlaced";
+            const VERSION: u32 = 1;
+            const KIND: tidings_core::Kind = tidings_core::Kind::Event;
+            const AGGREGATE: &'static str = "order";
+            const TOPIC: &'static str = "orders";
+            fn key(&self) -> String {
+                "order-1".into()
+            }
+        }
+        const CARD: &str = "4111111111111111";
+        let envelope = |data: Value| {
+            let mut e = tidings_core::Envelope::new("tests", &Placed).unwrap();
+            e.payload = serde_json::to_vec(&data).unwrap();
+            e
+        };
+        let original = envelope(serde_json::json!({ "sku": "POISON-1", "card_number": CARD }));
+        let edited = envelope(serde_json::json!({ "sku": "SKU-1", "note": format!("card {CARD}") }));
+        let l = letter(&cloudevents::to_json(&original), &[]);
+        let edit = DeadLetterEdit {
+            id: Uuid::now_v7(),
+            dead_letter_id: l.id,
+            by: "alice".into(),
+            at: Utc::now(),
+            original: l.body.clone(),
+            edited: cloudevents::to_json(&edited),
+        };
+        let view = LetterView::masked(&l).with_edits(&l, std::slice::from_ref(&edit));
+        let e = &view.edits[0];
+        assert_eq!((e.id, e.by.as_str()), (edit.id, "alice"));
+        assert_eq!(e.original["sku"], "POISON-1", "the payload, not the envelope");
+        assert_eq!(e.edited["sku"], "SKU-1");
+        let shown = serde_json::to_string(&view).unwrap();
+        assert!(!shown.contains(CARD), "{shown}");
+        assert_eq!(
+            e.masked,
+            [
+                "original: card_number: a field named like a cardnumber",
+                "edited: note: a card number passing the Luhn check",
+            ]
+        );
+        // A body that is not an envelope is shown whole.
+        let garbled = DeadLetterEdit {
+            original: b"not an envelope".to_vec(),
+            ..edit
+        };
+        assert_eq!(
+            EditView::masked(&l, &garbled).original,
+            Value::String("not an envelope".into())
+        );
     }
 
     #[test]

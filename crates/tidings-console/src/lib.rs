@@ -5,8 +5,10 @@
 //! messages and members, the dead letters waiting), the dead letters
 //! grouped by cause with filters, one letter in full with its likely
 //! secrets masked; and the JSON API under `/api/` the pages read and
-//! `tidings` commands call, where redrive, skip and purge need an
-//! operator's bearer token ([`Access`]).
+//! `tidings` commands call, where redrive, skip, purge and an edited
+//! redrive need an operator's bearer token ([`Access`]). An edit is
+//! accepted only against the schema registry the console is given
+//! ([`Console::schemas`]).
 //!
 //! The pages are rendered on the server and read without JavaScript.
 //!
@@ -41,6 +43,7 @@ use tidings_core::{AuditStore, ConsumerStore, FailureStore};
 use tokio::net::TcpListener;
 
 pub use access::{Access, Caller, Role};
+pub use actions::Schemas;
 pub use api::{ApiError, CSRF_HEADER};
 pub use overview::Overview;
 pub use session::COOKIE_NAME;
@@ -52,12 +55,14 @@ pub const READ_LIMIT: u32 = 10_000;
 /// The largest request body accepted (a redrive's selection is small).
 pub const BODY_LIMIT: usize = 64 * 1024;
 
-/// What a console serves: a store, who may act on it, and the outbox's
-/// partition count (else read from the relays' leases).
+/// What a console serves: a store, who may act on it, the outbox's
+/// partition count (else read from the relays' leases), and the schemas
+/// edits are checked against.
 pub struct Console<S> {
     store: Arc<S>,
     access: Access,
     partitions: Option<u32>,
+    schemas: Option<Arc<actions::Schemas>>,
     sessions: session::Sessions,
     history: history::History,
 }
@@ -67,6 +72,7 @@ impl<S> std::fmt::Debug for Console<S> {
         f.debug_struct("Console")
             .field("access", &self.access)
             .field("partitions", &self.partitions)
+            .field("schemas", &self.schemas)
             .finish_non_exhaustive()
     }
 }
@@ -77,6 +83,7 @@ impl<S> Clone for Console<S> {
             store: self.store.clone(),
             access: self.access.clone(),
             partitions: self.partitions,
+            schemas: self.schemas.clone(),
             sessions: self.sessions.clone(),
             history: self.history.clone(),
         }
@@ -94,6 +101,7 @@ impl<S: ConsoleStore> Console<S> {
             store: Arc::new(store),
             access,
             partitions: None,
+            schemas: None,
             sessions: session::Sessions::default(),
             history: history::History::default(),
         }
@@ -102,6 +110,14 @@ impl<S: ConsoleStore> Console<S> {
     /// The outbox's partition count (`outbox.partitions`).
     pub fn partitions(mut self, count: u32) -> Console<S> {
         self.partitions = Some(count);
+        self
+    }
+
+    /// The schemas ([`Schemas::load`]) an edited dead letter's payload
+    /// must match, by its type and version. Without them, no dead letter
+    /// can be edited.
+    pub fn schemas(mut self, schemas: Schemas) -> Console<S> {
+        self.schemas = Some(Arc::new(schemas));
         self
     }
 

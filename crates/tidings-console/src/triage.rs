@@ -235,27 +235,9 @@ impl Selection {
     }
 }
 
-/// The dead letter `id` of `store`, pending or settled. The failure store
-/// has no lookup by id: this reads the list.
+/// The dead letter `id` of `store`, pending or settled, however old.
 pub async fn find<S: FailureStore + ?Sized>(store: &S, id: Uuid) -> tidings_core::Result<Option<DeadLetter>> {
-    find_within(store, id, None).await
-}
-
-/// [`find`] among the newest `limit` dead letters.
-pub async fn find_within<S: FailureStore + ?Sized>(
-    store: &S,
-    id: Uuid,
-    limit: Option<u32>,
-) -> tidings_core::Result<Option<DeadLetter>> {
-    let every = Selection {
-        include_settled: true,
-        ..Selection::default()
-    };
-    Ok(every
-        .letters_within(store, limit)
-        .await?
-        .into_iter()
-        .find(|l| l.id == id))
+    store.letter(id).await
 }
 
 /// Where a dead letter stands: waiting for a decision, or settled.

@@ -2,7 +2,8 @@
 //! overview says what the database says, dead letters group by cause on
 //! the page and in the API, a letter's likely secrets never reach the page,
 //! every write is refused without an operator's token and changes nothing,
-//! and an operator's redrive, skip and purge do what the CLI's do.
+//! an operator's redrive, skip and purge do what the CLI's do, and an
+//! edited redrive is checked against its schema before it is sent, once.
 
 use std::net::SocketAddr;
 
@@ -10,10 +11,10 @@ use chrono::Utc;
 use reqwest::StatusCode;
 use serde_json::{Value, json};
 use tidings_console::triage::{self, Selection};
-use tidings_console::{Access, Console, ConsoleStore};
-use tidings_core::{DeadLetter, Failure, FailureStore, LagSource, cloudevents};
+use tidings_console::{Access, Console, ConsoleStore, Schemas};
+use tidings_core::{DeadLetter, EDIT_HEADER, Failure, FailureStore, LagSource, cloudevents};
 use tidings_testkit::services::{MySqlTestDb, PgTestDb, SqliteTestDb};
-use tidings_testkit::store_conformance::fixtures::message;
+use tidings_testkit::store_conformance::fixtures::{StoreExt, message};
 use uuid::Uuid;
 
 const OPERATOR: &str = "op-0123456789abcdef0123456789";
@@ -30,9 +31,17 @@ fn access() -> Access {
 
 /// Serves a console over `store` on a free port, until the test ends.
 async fn serve<S: ConsoleStore>(store: S, access: Access) -> String {
+    serve_with(store, access, None).await
+}
+
+/// [`serve`], with the schemas edits are checked against.
+async fn serve_with<S: ConsoleStore>(store: S, access: Access, schemas: Option<Schemas>) -> String {
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr: SocketAddr = listener.local_addr().unwrap();
-    let console = Console::new(store, access);
+    let mut console = Console::new(store, access);
+    if let Some(schemas) = schemas {
+        console = console.schemas(schemas);
+    }
     tokio::spawn(console.sample(std::time::Duration::from_millis(50), std::future::pending()));
     tokio::spawn(tidings_console::serve(
         listener,
@@ -528,10 +537,351 @@ async fn the_console_shows_and_acts<S: ConsoleStore + LagSource + Clone>(store: 
     }
 }
 
+/// A schema registry directory holding the test event's schema (`key`
+/// text, `seq` a whole number from 0), written as `tidings schema
+/// generate` writes one.
+fn registry() -> std::path::PathBuf {
+    let dir = std::env::temp_dir().join(format!("tidings-console-schemas-{}", Uuid::now_v7()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let schema = json!({
+        "$id": "urn:tidings:schema:TestEvent:v1",
+        "$schema": "https://json-schema.org/draft/2020-12/schema",
+        "title": "TestEvent",
+        "type": "object",
+        "properties": {
+            "key": { "type": "string" },
+            "seq": { "type": "integer", "minimum": 0 }
+        },
+        "required": ["key", "seq"],
+        "x-tidings": {
+            "type": "TestEvent",
+            "version": 1,
+            "kind": "event",
+            "topic": "test.events",
+            "aggregate": "test"
+        }
+    });
+    std::fs::write(
+        dir.join("TestEvent.v1.json"),
+        serde_json::to_string_pretty(&schema).unwrap(),
+    )
+    .unwrap();
+    dir
+}
+
+/// The outbox's copies of `message_id`, as envelopes.
+async fn copies<S: StoreExt>(store: &S, message_id: Uuid) -> Vec<tidings_core::Envelope> {
+    store
+        .outbox_bodies()
+        .await
+        .iter()
+        .filter_map(|body| cloudevents::from_json(body).ok())
+        .filter(|e| e.id == message_id)
+        .collect()
+}
+
+/// An edit is refused without an operator's token, without a registry,
+/// for a type the registry does not know and for a payload its schema
+/// refuses, each time changing nothing; an operator's valid edit sends the
+/// message once with the edited payload and the edit's header, is audited,
+/// and is shown with the original, masked, on the page and in the API. A
+/// second edit finds the letter settled. The page's forms answer with a
+/// redirect to the letter; only an operator sees the payload unmasked.
+async fn an_edit_is_checked_then_redriven_once<S: ConsoleStore + LagSource + StoreExt + Clone>(store: S) {
+    let dir = registry();
+    let fixable = letter("inventory", "order-e1", "warehouse rejected order-e1", None);
+    let mut other = letter("inventory", "order-e2", "warehouse rejected order-e2", None);
+    let mut body: Value = serde_json::from_slice(&other.body).unwrap();
+    body["type"] = json!("UnknownEvent");
+    other.body = serde_json::to_vec(&body).unwrap();
+    other.message_type = Some("UnknownEvent".into());
+    let secret = letter(
+        "billing",
+        "order-e3",
+        "card declined",
+        Some(("card_number", json!(CARD))),
+    );
+    let by_form = letter("billing", "order-e4", "card declined", None);
+    let redriven_by_form = letter("billing", "order-e5", "card declined", None);
+    for l in [&fixable, &other, &secret, &by_form, &redriven_by_form] {
+        store.dead_letter(l).await.unwrap();
+    }
+    let bare = serve(store.clone(), access()).await;
+    let base = serve_with(store.clone(), access(), Some(Schemas::load(&dir).unwrap())).await;
+    assert!(
+        Schemas::load(&dir.join("missing")).is_err(),
+        "a registry that cannot be read is refused"
+    );
+    let http = reqwest::Client::new();
+    let edit = |base: &str, id: Uuid, data: Value, token: Option<&str>| {
+        let mut request = http
+            .post(format!("{base}/api/dead-letters/{id}/edit"))
+            .json(&json!({ "data": data }));
+        if let Some(token) = token {
+            request = request.bearer_auth(token);
+        }
+        request.send()
+    };
+    let (id, message_id) = (fixable.id, fixable.message_id.unwrap());
+    let unchanged = |what: &'static str| {
+        let store = store.clone();
+        async move {
+            let now = store.letter(id).await.unwrap().unwrap();
+            assert!(now.is_pending(), "{what}: the letter is still pending");
+            assert!(store.edits(id).await.unwrap().is_empty(), "{what}: no edit kept");
+            assert!(
+                copies(&store, message_id).await.is_empty(),
+                "{what}: nothing sent"
+            );
+        }
+    };
+    let good = json!({ "key": "order-e1", "seq": 7 });
+
+    // Refused, changing nothing: without a token, with a reader's, on a
+    // console without a registry, for a type it does not know, and for a
+    // payload its schema refuses.
+    for (token, status) in [
+        (None, StatusCode::UNAUTHORIZED),
+        (Some(READER), StatusCode::FORBIDDEN),
+    ] {
+        let refused = edit(&base, fixable.id, good.clone(), token).await.unwrap();
+        assert_eq!(refused.status(), status, "{token:?}");
+    }
+    unchanged("without an operator's token").await;
+    let refused = edit(&bare, fixable.id, good.clone(), Some(OPERATOR))
+        .await
+        .unwrap();
+    assert_eq!(refused.status(), StatusCode::UNPROCESSABLE_ENTITY);
+    let said: Value = refused.json().await.unwrap();
+    assert!(
+        said["error"].as_str().unwrap().contains("--schemas"),
+        "says what to do: {said}"
+    );
+    let refused = edit(
+        &base,
+        other.id,
+        json!({ "key": "order-e2", "seq": 1 }),
+        Some(OPERATOR),
+    )
+    .await
+    .unwrap();
+    assert_eq!(refused.status(), StatusCode::UNPROCESSABLE_ENTITY);
+    let said: Value = refused.json().await.unwrap();
+    let said = said["error"].as_str().unwrap();
+    assert!(
+        said.contains("no schema of UnknownEvent v1") && said.contains("tidings schema generate"),
+        "{said}"
+    );
+    assert!(store.letter(other.id).await.unwrap().unwrap().is_pending());
+    for (data, names) in [
+        (json!({ "key": "order-e1", "seq": "seven" }), "/seq"),
+        (json!({ "key": "order-e1", "seq": -1 }), "/seq"),
+        (json!({ "key": "order-e1" }), "seq"),
+    ] {
+        let refused = edit(&base, fixable.id, data.clone(), Some(OPERATOR))
+            .await
+            .unwrap();
+        assert_eq!(refused.status(), StatusCode::UNPROCESSABLE_ENTITY, "{data}");
+        let said: Value = refused.json().await.unwrap();
+        let said = said["error"].as_str().unwrap();
+        assert!(
+            said.contains("TestEvent v1") && said.contains(names),
+            "names the first error: {said}"
+        );
+    }
+    unchanged("a payload the schema refuses").await;
+    assert!(
+        store
+            .audit_trail(Some(&fixable.id.to_string()), 10)
+            .await
+            .unwrap()
+            .is_empty()
+    );
+
+    // An operator's edit goes out once, as edited.
+    let done = edit(&base, fixable.id, good.clone(), Some(OPERATOR))
+        .await
+        .unwrap();
+    assert_eq!(done.status(), StatusCode::OK);
+    let done: Value = done.json().await.unwrap();
+    assert_eq!(done["message_id"], fixable.message_id.unwrap().to_string());
+    assert_eq!(done["redrive"], 1);
+    let edit_id = done["edit"].as_str().unwrap().to_owned();
+    let sent = copies(&store, fixable.message_id.unwrap()).await;
+    assert_eq!(sent.len(), 1);
+    assert_eq!(serde_json::from_slice::<Value>(&sent[0].payload).unwrap(), good);
+    assert_eq!(sent[0].headers.get(EDIT_HEADER), Some(&edit_id));
+    let trail = store
+        .audit_trail(Some(&fixable.id.to_string()), 10)
+        .await
+        .unwrap();
+    assert_eq!(trail.len(), 1, "{trail:?}");
+    assert_eq!(
+        (trail[0].actor.as_str(), trail[0].action.as_str()),
+        ("alice", "edit-redrive")
+    );
+    assert_eq!(trail[0].detail["edit"], edit_id.as_str());
+    assert_eq!(trail[0].detail["message_id"], done["message_id"]);
+    assert_eq!(trail[0].detail["dead_letter"], fixable.id.to_string());
+
+    // Twice is once: the second finds the letter settled.
+    let again = edit(
+        &base,
+        fixable.id,
+        json!({ "key": "order-e1", "seq": 8 }),
+        Some(OPERATOR),
+    )
+    .await
+    .unwrap();
+    assert_eq!(again.status(), StatusCode::CONFLICT);
+    assert_eq!(copies(&store, fixable.message_id.unwrap()).await.len(), 1);
+    assert_eq!(store.edits(fixable.id).await.unwrap().len(), 1);
+
+    // The edit beside the original, on the page and in the API.
+    let shown: Value = http
+        .get(format!("{base}/api/dead-letters/{}", fixable.id))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(shown["state"], "redriven");
+    let edits = shown["edits"].as_array().unwrap();
+    assert_eq!(edits.len(), 1, "{shown}");
+    assert_eq!(edits[0]["id"], edit_id.as_str());
+    assert_eq!(edits[0]["by"], "alice");
+    assert_eq!(edits[0]["original"], json!({ "key": "order-e1", "seq": 1 }));
+    assert_eq!(edits[0]["edited"], good);
+    let page = http
+        .get(format!("{base}/dead-letters/{}", fixable.id))
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    assert!(
+        page.contains("id=\"edits\"") && page.contains(&format!("data-edit=\"{edit_id}\"")),
+        "the page shows the edit"
+    );
+    assert!(page.contains("edit-redrive"), "and its audit entry");
+
+    // Signed in, only an operator gets the form, with the payload unmasked;
+    // a reader sees it masked.
+    let browser = reqwest::Client::builder()
+        .redirect(reqwest::redirect::Policy::none())
+        .build()
+        .unwrap();
+    let reader = sign_in(&browser, &base, READER).await;
+    let page = page_as(&browser, &base, &format!("/dead-letters/{}", secret.id), &reader).await;
+    assert!(
+        !page.contains("<textarea") && !page.contains(CARD),
+        "a reader sees no form and no secret"
+    );
+    let operator = sign_in(&browser, &base, OPERATOR).await;
+    let page = page_as(
+        &browser,
+        &base,
+        &format!("/dead-letters/{}", secret.id),
+        &operator,
+    )
+    .await;
+    assert!(
+        page.contains("<textarea") && page.contains(CARD),
+        "an operator edits the payload as stored"
+    );
+    let csrf = csrf_of(&page);
+    // A likely secret in the payload is refused like a schema's error.
+    let form = |csrf: &str, data: &str| [("csrf", csrf.to_owned()), ("data", data.to_owned())];
+    let refused = browser
+        .post(format!("{base}/dead-letters/{}/edit", secret.id))
+        .header("cookie", &operator)
+        .form(&form(
+            &csrf,
+            &json!({ "key": "order-e3", "seq": 1, "card_number": CARD }).to_string(),
+        ))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(refused.status(), StatusCode::UNPROCESSABLE_ENTITY);
+    assert!(store.letter(secret.id).await.unwrap().unwrap().is_pending());
+
+    // The form: without its token refused; not JSON refused; then a redirect.
+    for (cookie, token, status) in [
+        (&operator, "0".repeat(64), StatusCode::FORBIDDEN),
+        (
+            &reader,
+            csrf_of_session(&browser, &base, &reader).await,
+            StatusCode::FORBIDDEN,
+        ),
+        (&operator, csrf.clone(), StatusCode::UNPROCESSABLE_ENTITY),
+    ] {
+        let refused = browser
+            .post(format!("{base}/dead-letters/{}/edit", by_form.id))
+            .header("cookie", cookie)
+            .form(&form(&token, "{\"key\": \"order-e4\", "))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(refused.status(), status);
+    }
+    assert!(store.letter(by_form.id).await.unwrap().unwrap().is_pending());
+    let done = browser
+        .post(format!("{base}/dead-letters/{}/edit", by_form.id))
+        .header("cookie", &operator)
+        .form(&form(&csrf, "{\"key\": \"order-e4\", \"seq\": 2}"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(done.status(), StatusCode::SEE_OTHER);
+    assert_eq!(
+        done.headers()["location"],
+        format!("/dead-letters/{}", by_form.id).as_str()
+    );
+    let kept = store.edits(by_form.id).await.unwrap();
+    assert_eq!((kept.len(), kept[0].by.as_str()), (1, "alice"));
+    // The page's Redrive button answers with a redirect too.
+    let done = browser
+        .post(format!("{base}/dead-letters/redrive"))
+        .header("cookie", &operator)
+        .form(&[("csrf", csrf.clone()), ("id", redriven_by_form.id.to_string())])
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(done.status(), StatusCode::SEE_OTHER);
+    assert_eq!(
+        done.headers()["location"],
+        format!("/dead-letters/{}", redriven_by_form.id).as_str()
+    );
+    assert!(
+        !store
+            .letter(redriven_by_form.id)
+            .await
+            .unwrap()
+            .unwrap()
+            .is_pending()
+    );
+    let again = browser
+        .post(format!("{base}/dead-letters/redrive"))
+        .header("cookie", &operator)
+        .form(&[("csrf", csrf.clone()), ("id", redriven_by_form.id.to_string())])
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(again.status(), StatusCode::CONFLICT, "settled already");
+    assert_eq!(
+        copies(&store, redriven_by_form.message_id.unwrap()).await.len(),
+        1
+    );
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
 #[tokio::test]
 async fn on_postgres() {
     let db = PgTestDb::new().await;
     the_console_shows_and_acts(db.store.clone()).await;
+    an_edit_is_checked_then_redriven_once(db.store.clone()).await;
     db.drop_schema().await;
 }
 
@@ -539,6 +889,7 @@ async fn on_postgres() {
 async fn on_mysql() {
     let db = MySqlTestDb::new().await;
     the_console_shows_and_acts(db.store.clone()).await;
+    an_edit_is_checked_then_redriven_once(db.store.clone()).await;
     db.drop_database().await;
 }
 
@@ -546,6 +897,7 @@ async fn on_mysql() {
 async fn on_sqlite() {
     let db = SqliteTestDb::new().await;
     the_console_shows_and_acts(db.store.clone()).await;
+    an_edit_is_checked_then_redriven_once(db.store.clone()).await;
 }
 
 /// Signs in with `token` through the page; the session's cookie.

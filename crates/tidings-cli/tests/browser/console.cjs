@@ -7,7 +7,9 @@
 // causes with their counts and the first letter of the first cause;
 // `redrive <fingerprint>` signs in and presses that cause's Redrive button;
 // `key <key> <shot>` finds a key with the search box and reads each of its
-// messages' story; `letters` reads the dead-letter page again. Each page is saved as a
+// messages' story; `edit <dead-letter-id> <json>` signs in, replaces the payload
+// in the letter's edit form with <json> and submits it, then reads the letter's
+// page it lands on; `letters` reads the dead-letter page again. Each page is saved as a
 // screenshot in TIDINGS_SHOTS. The console is at TIDINGS_CONSOLE_URL, the
 // token is TIDINGS_CONSOLE_TOKEN, chromium is TIDINGS_CHROMIUM.
 const { chromium } = require("playwright-core");
@@ -97,6 +99,32 @@ async function key(page, key, name) {
   return { messages };
 }
 
+async function edit(page, id, json) {
+  await signIn(page);
+  await page.goto(`${base}/dead-letters/${id}`);
+  const before = await page.inputValue("#edit-data");
+  await page.fill("#edit-data", json);
+  // The form answers with a redirect to the letter's page, which now lists the edit.
+  await Promise.all([page.waitForSelector("#edits"), page.click('form.edit button[type="submit"]')]);
+  const edits = await page.$$eval("#edits tbody tr", (rows) =>
+    rows.map((r) => ({
+      id: r.dataset.edit,
+      by: r.children[1].textContent.trim(),
+      original: r.querySelector("pre.original").textContent,
+      edited: r.querySelector("pre.edited").textContent,
+    })),
+  );
+  const seen = {
+    url: page.url(),
+    before,
+    state: await page.textContent("#state"),
+    edits,
+    form: await page.$$eval("form.edit", (forms) => forms.length),
+  };
+  await shot(page, "edited");
+  return seen;
+}
+
 async function letters(page) {
   await signIn(page);
   await page.goto(`${base}/dead-letters`);
@@ -111,8 +139,10 @@ async function letters(page) {
   try {
     const page = await browser.newPage({ viewport: { width: 1280, height: 900 } });
     page.setDefaultTimeout(15000);
-    const steps = { read, redrive, key, letters };
-    if (!steps[step]) throw new Error(`no step ${step}: read, redrive <fingerprint>, key <key> <shot> or letters`);
+    const steps = { read, redrive, key, edit, letters };
+    if (!steps[step]) {
+      throw new Error(`no step ${step}: read, redrive <fingerprint>, key <key> <shot>, edit <id> <json> or letters`);
+    }
     const seen = await steps[step](page, argument, process.argv[4]);
     process.stdout.write(JSON.stringify(seen) + "\n");
   } finally {

@@ -1,18 +1,19 @@
 //! The dead letters: grouped by cause, one letter in full, and the forms
-//! that redrive or skip them.
+//! that redrive, skip, or edit and redrive them.
 
 use axum::Form;
 use axum::extract::{Path, Query, State};
 use axum::http::StatusCode;
-use axum::response::Redirect;
+use axum::response::{IntoResponse, Redirect, Response};
 use chrono::{DateTime, Utc};
 use maud::html;
 use serde::Deserialize;
+use tidings_core::{DeadLetter, RELAY_LETTERS, cloudevents, redrive_envelope};
 use uuid::Uuid;
 
 use super::{Page, PageError, TokenForm, Viewer, csrf_of, layout, urlencode, when};
 use crate::access::Caller;
-use crate::actions::{self, RedriveRequest};
+use crate::actions::{self, EditRequest, RedriveRequest};
 use crate::api::{ApiError, Reading, operator};
 use crate::letter::{LetterView, mask_words};
 use crate::session;
@@ -125,10 +126,18 @@ pub(super) async fn letter<S: ConsoleStore>(
 ) -> Page {
     let Reading(viewer) = reading?;
     let csrf = csrf_of(&viewer);
-    let letter = triage::find_within(&*console.store, id, Some(crate::READ_LIMIT))
+    let letter = console
+        .store
+        .letter(id)
         .await?
         .ok_or_else(|| ApiError::new(StatusCode::NOT_FOUND, format!("no dead letter has id {id}")))?;
-    let v = LetterView::masked(&letter);
+    let edits = console.store.edits(id).await?;
+    let v = LetterView::masked(&letter).with_edits(&letter, &edits);
+    let editable = csrf.and_then(|_| editable_payload(&letter));
+    let pretty = |v: &serde_json::Value| match v {
+        serde_json::Value::String(text) => text.clone(),
+        json => serde_json::to_string_pretty(json).unwrap_or_default(),
+    };
     let trail = console.store.audit_trail(Some(&id.to_string()), 50).await?;
     let body = match (&v.body, &v.body_hex) {
         (_, Some(hex)) => format!("({} bytes, not text; in hex)\n{hex}", letter.body.len()),
@@ -200,8 +209,57 @@ pub(super) async fn letter<S: ConsoleStore>(
                 p.warn #masked { "Masked as likely secrets: " (v.masked.join("; ")) }
             }
             pre #body { (body) }
+            @if let (Some(csrf), Some(payload)) = (csrf, &editable) {
+                h2 { "Edit and redrive" }
+                p.muted {
+                    "The payload as stored, unmasked: shown here to operators only. The edit is checked against its schema, "
+                    "then the message is redriven with it in place of its own; the original is kept beside it."
+                }
+                form.edit method="post" action={ "/dead-letters/" (v.id) "/edit" } {
+                    input type="hidden" name="csrf" value=(csrf);
+                    textarea #edit-data name="data" rows="16" spellcheck="false" aria-label="The payload to redrive" { (payload) }
+                    button.redrive type="submit" { "Redrive edited" }
+                }
+            }
+            @if !v.edits.is_empty() {
+                h2 { "Edits" }
+                table #edits {
+                    thead { tr { th { "when" } th { "by" } th { "original payload" } th { "edited payload" } } }
+                    tbody {
+                        @for e in &v.edits {
+                            tr data-edit=(e.id) {
+                                td { (when(e.at)) br; code.muted { (e.id) } }
+                                td { (e.by) }
+                                td { pre.original { (pretty(&e.original)) } }
+                                td { pre.edited { (pretty(&e.edited)) } }
+                            }
+                        }
+                    }
+                }
+                @for e in v.edits.iter().filter(|e| !e.masked.is_empty()) {
+                    p.warn { "Masked in edit " code { (e.id) } " as likely secrets: " (e.masked.join("; ")) }
+                }
+            }
         },
     ))
+}
+
+/// The payload of `letter` for the edit form: its message's data as stored,
+/// formatted JSON, unmasked. The page shows it to operators only (those
+/// who may redrive the letter as it stands anyway): readers, and anyone
+/// not signed in, see the masked body alone. `None` where there is nothing
+/// to edit: a letter settled, set aside by the relay, whose body is not an
+/// envelope, or whose payload is not JSON.
+fn editable_payload(letter: &DeadLetter) -> Option<String> {
+    if !letter.is_pending() || letter.consumer == RELAY_LETTERS {
+        return None;
+    }
+    let envelope = redrive_envelope(letter)?;
+    if !cloudevents::is_json(&envelope.content_type) {
+        return None;
+    }
+    let data: serde_json::Value = serde_json::from_slice(&envelope.payload).ok()?;
+    serde_json::to_string_pretty(&data).ok()
 }
 
 /// A form that changes something: who may send it, checked against its
@@ -236,15 +294,19 @@ pub(super) struct RedriveForm {
     force: bool,
 }
 
+/// Redrives one letter (its page's button), answered with a redirect to
+/// its page, which shows what was done; or a selection (a cause's button),
+/// answered with the outcome of each.
 pub(super) async fn redrive<S: ConsoleStore>(
     reading: Result<Reading, ApiError>,
     State(console): State<Console<S>>,
     form: Result<Form<RedriveForm>, axum::extract::rejection::FormRejection>,
-) -> Page {
+) -> Result<Response, PageError> {
     let Reading(viewer) = reading?;
     let Form(form) =
         form.map_err(|e| ApiError::new(StatusCode::BAD_REQUEST, format!("the form: {}", e.body_text())))?;
     let caller = form_operator(viewer.clone(), &form.csrf)?;
+    let one = form.id;
     let request = RedriveRequest {
         ids: form.id.into_iter().collect(),
         selection: form.selection,
@@ -253,6 +315,9 @@ pub(super) async fn redrive<S: ConsoleStore>(
         rate: None,
     };
     let report = actions::redrive(&*console.store, &caller, &request).await?;
+    if let Some(id) = one {
+        return Ok(Redirect::to(&format!("/dead-letters/{id}")).into_response());
+    }
     Ok(layout(
         "Redriven",
         "/dead-letters",
@@ -275,7 +340,8 @@ pub(super) async fn redrive<S: ConsoleStore>(
             }
             p { a href="/dead-letters" { "Back to the dead letters" } }
         },
-    ))
+    )
+    .into_response())
 }
 
 pub(super) async fn skip<S: ConsoleStore>(
@@ -287,5 +353,43 @@ pub(super) async fn skip<S: ConsoleStore>(
     let Reading(viewer) = reading?;
     let caller = form_operator(viewer, &form.csrf)?;
     actions::skip(&*console.store, &caller, id).await?;
+    Ok(Redirect::to(&format!("/dead-letters/{id}")))
+}
+
+/// The edit form: the payload, as JSON text.
+#[derive(Debug, Deserialize)]
+pub(super) struct EditForm {
+    #[serde(default)]
+    csrf: String,
+    #[serde(default)]
+    data: String,
+    #[serde(default, deserialize_with = "triage::flag")]
+    force: bool,
+}
+
+/// Redrives the letter with the form's payload, once it passes its
+/// schema; answered with a redirect to the letter's page, which shows the
+/// edit, or with the refusal (nothing changed).
+pub(super) async fn edit<S: ConsoleStore>(
+    reading: Result<Reading, ApiError>,
+    State(console): State<Console<S>>,
+    Path(id): Path<Uuid>,
+    form: Result<Form<EditForm>, axum::extract::rejection::FormRejection>,
+) -> Result<Redirect, PageError> {
+    let Reading(viewer) = reading?;
+    let Form(form) =
+        form.map_err(|e| ApiError::new(StatusCode::BAD_REQUEST, format!("the form: {}", e.body_text())))?;
+    let caller = form_operator(viewer, &form.csrf)?;
+    let data = serde_json::from_str(&form.data).map_err(|e| {
+        ApiError::new(
+            StatusCode::UNPROCESSABLE_ENTITY,
+            format!("the edited payload is not JSON ({e}); nothing was changed"),
+        )
+    })?;
+    let request = EditRequest {
+        data,
+        force: form.force,
+    };
+    actions::edit(&*console.store, console.schemas.as_deref(), &caller, id, &request).await?;
     Ok(Redirect::to(&format!("/dead-letters/{id}")))
 }
