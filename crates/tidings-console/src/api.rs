@@ -5,7 +5,8 @@
 //! (no valid token) or 403 (a reader's), changing nothing.
 
 use axum::Json;
-use axum::extract::{FromRequestParts, Path, Query, State};
+use axum::extract::rejection::{JsonRejection, PathRejection, QueryRejection};
+use axum::extract::{FromRequest, FromRequestParts, Request, State};
 use axum::http::request::Parts;
 use axum::http::{HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
@@ -74,6 +75,83 @@ impl From<tidings_core::Error> for ApiError {
             StatusCode::SERVICE_UNAVAILABLE,
             format!("{e}: the database did not answer; the console's log says why"),
         )
+    }
+}
+
+impl From<JsonRejection> for ApiError {
+    /// A body that is not JSON (415), does not parse (400) or does not fit
+    /// (422): the status axum chose, and what it found wrong.
+    fn from(rejection: JsonRejection) -> Self {
+        ApiError::new(
+            rejection.status(),
+            format!("the request's body: {}", rejection.body_text()),
+        )
+    }
+}
+
+impl From<QueryRejection> for ApiError {
+    fn from(rejection: QueryRejection) -> Self {
+        ApiError::new(
+            rejection.status(),
+            format!("the query string: {}", rejection.body_text()),
+        )
+    }
+}
+
+impl From<PathRejection> for ApiError {
+    fn from(rejection: PathRejection) -> Self {
+        ApiError::new(rejection.status(), format!("the path: {}", rejection.body_text()))
+    }
+}
+
+/// axum's `Json`, refused with an [`ApiError`] rather than plain text.
+#[derive(Debug)]
+pub(crate) struct JsonBody<T>(pub(crate) T);
+
+impl<T, St> FromRequest<St> for JsonBody<T>
+where
+    Json<T>: FromRequest<St, Rejection = JsonRejection>,
+    St: Send + Sync,
+{
+    type Rejection = ApiError;
+
+    async fn from_request(request: Request, state: &St) -> Result<Self, ApiError> {
+        let Json(value) = Json::<T>::from_request(request, state).await?;
+        Ok(JsonBody(value))
+    }
+}
+
+/// axum's `Query`, refused with an [`ApiError`] rather than plain text.
+#[derive(Debug)]
+pub(crate) struct Query<T>(pub(crate) T);
+
+impl<T, St> FromRequestParts<St> for Query<T>
+where
+    axum::extract::Query<T>: FromRequestParts<St, Rejection = QueryRejection>,
+    St: Send + Sync,
+{
+    type Rejection = ApiError;
+
+    async fn from_request_parts(parts: &mut Parts, state: &St) -> Result<Self, ApiError> {
+        let axum::extract::Query(value) = axum::extract::Query::<T>::from_request_parts(parts, state).await?;
+        Ok(Query(value))
+    }
+}
+
+/// axum's `Path`, refused with an [`ApiError`] rather than plain text.
+#[derive(Debug)]
+pub(crate) struct Path<T>(pub(crate) T);
+
+impl<T, St> FromRequestParts<St> for Path<T>
+where
+    axum::extract::Path<T>: FromRequestParts<St, Rejection = PathRejection>,
+    St: Send + Sync,
+{
+    type Rejection = ApiError;
+
+    async fn from_request_parts(parts: &mut Parts, state: &St) -> Result<Self, ApiError> {
+        let axum::extract::Path(value) = axum::extract::Path::<T>::from_request_parts(parts, state).await?;
+        Ok(Path(value))
     }
 }
 
@@ -254,7 +332,7 @@ async fn edit<S: ConsoleStore>(
     Operating(caller): Operating,
     State(console): State<Console<S>>,
     Path(id): Path<Uuid>,
-    Json(request): Json<EditRequest>,
+    JsonBody(request): JsonBody<EditRequest>,
 ) -> Result<Json<Edited>, ApiError> {
     let schemas = console.schemas.as_deref();
     Ok(Json(
@@ -265,7 +343,7 @@ async fn edit<S: ConsoleStore>(
 async fn redrive<S: ConsoleStore>(
     Operating(caller): Operating,
     State(console): State<Console<S>>,
-    Json(request): Json<RedriveRequest>,
+    JsonBody(request): JsonBody<RedriveRequest>,
 ) -> Result<Json<RedriveReport>, ApiError> {
     Ok(Json(actions::redrive(&*console.store, &caller, &request).await?))
 }
@@ -281,7 +359,7 @@ async fn skip<S: ConsoleStore>(
 async fn purge<S: ConsoleStore>(
     Operating(caller): Operating,
     State(console): State<Console<S>>,
-    Json(request): Json<PurgeRequest>,
+    JsonBody(request): JsonBody<PurgeRequest>,
 ) -> Result<Json<Purged>, ApiError> {
     Ok(Json(actions::purge(&*console.store, &caller, &request).await?))
 }

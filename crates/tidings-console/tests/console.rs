@@ -320,6 +320,57 @@ async fn the_console_shows_and_acts<S: ConsoleStore + LagSource + Clone>(store: 
         StatusCode::BAD_REQUEST,
         "no selection redrives nothing"
     );
+    // What axum's extractors refuse is answered in the API's JSON too, with
+    // the status they chose, and changes nothing.
+    let garbled = http
+        .post(format!("{base}/api/redrive"))
+        .bearer_auth(OPERATOR)
+        .header("content-type", "application/json")
+        .body("{\"all\": tru")
+        .send()
+        .await
+        .unwrap();
+    let bad_id = http
+        .get(format!("{base}/api/dead-letters/not-a-uuid"))
+        .bearer_auth(OPERATOR)
+        .send()
+        .await
+        .unwrap();
+    let bad_query = http
+        .get(format!("{base}/api/audit?limit=many"))
+        .bearer_auth(OPERATOR)
+        .send()
+        .await
+        .unwrap();
+    let not_json = http
+        .post(format!("{base}/api/redrive"))
+        .bearer_auth(OPERATOR)
+        .body("{\"all\": true}")
+        .send()
+        .await
+        .unwrap();
+    let misfit = http
+        .post(format!("{base}/api/redrive"))
+        .bearer_auth(OPERATOR)
+        .json(&json!({ "all": "yes" }))
+        .send()
+        .await
+        .unwrap();
+    for (response, status, names) in [
+        (garbled, StatusCode::BAD_REQUEST, "body"),
+        (bad_id, StatusCode::BAD_REQUEST, "path"),
+        (bad_query, StatusCode::BAD_REQUEST, "query"),
+        (not_json, StatusCode::UNSUPPORTED_MEDIA_TYPE, "body"),
+        (misfit, StatusCode::UNPROCESSABLE_ENTITY, "body"),
+    ] {
+        assert_eq!(response.status(), status);
+        let said: Value = response.json().await.unwrap();
+        assert!(
+            said["error"].as_str().is_some_and(|e| e.contains(names)),
+            "{said}"
+        );
+    }
+    assert_eq!(pending(&store).await, before, "refused requests changed nothing");
 
     // Signed in through the page: a reader sees no action and may take none;
     // an operator's forms carry the session's anti-forgery token, and a
