@@ -2,8 +2,10 @@
 //!
 //! Tokens come from the environment (`TIDINGS_CONSOLE_TOKENS`) or a file
 //! (`console.tokens_file`), never from the configuration file itself. Each
-//! entry is `role:name:token`, one per line (or separated by commas in the
-//! variable); `#` starts a comment. The role is `reader` (may read) or
+//! entry is `role:name:token`, one per line (or separated by commas);
+//! `#` at the start of a line or after a space or tab starts a comment. A
+//! token may therefore contain neither `,`, `#` nor whitespace: one that
+//! does is refused at start-up, naming its line. The role is `reader` (may read) or
 //! `operator` (may also redrive, skip and purge); the name says who in the
 //! audit trail and the logs, which never show a token. Only a SHA-256 of
 //! each token is kept in memory.
@@ -82,46 +84,28 @@ impl Access {
     }
 
     /// Reads the entries of `text` (`role:name:token`, one per line or
-    /// separated by commas); `place` names where they come from, for errors.
+    /// separated by commas; `#` at a line's start or after whitespace starts
+    /// a comment); `place` names where they come from, for errors. A token
+    /// holding `,`, `#` or whitespace is refused, naming its line.
     pub fn parse(text: &str, place: &str) -> Result<Access, TokensError> {
         let mut access = Access::default();
-        let entries = text
-            .lines()
-            .flat_map(|line| line.split('#').next().unwrap_or("").split(','))
-            .map(str::trim)
-            .filter(|e| !e.is_empty());
-        for (i, entry) in entries.enumerate() {
-            let problem = |problem: String| TokensError {
-                place: format!("{place}, entry {}", i + 1),
-                problem,
-            };
-            let mut parts = entry.splitn(3, ':');
-            let (Some(role), Some(name), Some(token)) = (parts.next(), parts.next(), parts.next()) else {
-                return Err(problem("expected role:name:token".into()));
-            };
-            let role = match role.trim() {
-                "reader" => Role::Reader,
-                "operator" => Role::Operator,
-                other => return Err(problem(format!("unknown role `{other}` (reader or operator)"))),
-            };
-            let name = name.trim();
-            if name.is_empty()
-                || !name
-                    .chars()
-                    .all(|c| c.is_ascii_alphanumeric() || "-_.@".contains(c))
-            {
-                return Err(problem(format!(
-                    "the name `{name}` must be letters, digits, or - _ . @"
-                )));
+        for (l, line) in text.lines().enumerate() {
+            let entries: Vec<&str> = uncommented(line)
+                .split(',')
+                .map(str::trim)
+                .filter(|e| !e.is_empty())
+                .collect();
+            for (i, entry) in entries.iter().enumerate() {
+                let problem = |problem: String| TokensError {
+                    place: if entries.len() > 1 {
+                        format!("{place}, line {}, entry {}", l + 1, i + 1)
+                    } else {
+                        format!("{place}, line {}", l + 1)
+                    },
+                    problem,
+                };
+                access.tokens.push(entry_of(entry).map_err(problem)?);
             }
-            let token = token.trim();
-            if token.len() < MIN_TOKEN_LEN {
-                return Err(problem(format!(
-                    "the token of `{name}` is {} characters; at least {MIN_TOKEN_LEN} are needed (`openssl rand -hex 24` makes one)",
-                    token.len()
-                )));
-            }
-            access.tokens.push((role, name.to_owned(), digest(token)));
         }
         Ok(access)
     }
@@ -187,6 +171,58 @@ impl Access {
     }
 }
 
+/// `line` without its comment: from a `#` that starts it or follows a
+/// space or tab. A `#` anywhere else is part of an entry (and refused there).
+fn uncommented(line: &str) -> &str {
+    let mut previous = None;
+    for (at, c) in line.char_indices() {
+        if c == '#' && previous.is_none_or(|p: char| p == ' ' || p == '\t') {
+            return &line[..at];
+        }
+        previous = Some(c);
+    }
+    line
+}
+
+/// One `role:name:token` entry, or what is wrong with it (never showing
+/// the token).
+fn entry_of(entry: &str) -> Result<(Role, String, [u8; 32]), String> {
+    let mut parts = entry.splitn(3, ':');
+    let (Some(role), Some(name), Some(token)) = (parts.next(), parts.next(), parts.next()) else {
+        return Err(
+            "expected role:name:token (a `,` separates entries, so a token may not contain one)".into(),
+        );
+    };
+    let role = match role.trim() {
+        "reader" => Role::Reader,
+        "operator" => Role::Operator,
+        other => return Err(format!("unknown role `{other}` (reader or operator)")),
+    };
+    let name = name.trim();
+    if name.is_empty()
+        || !name
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || "-_.@".contains(c))
+    {
+        return Err(format!("the name `{name}` must be letters, digits, or - _ . @"));
+    }
+    let token = token.trim();
+    if token.contains('#') || token.chars().any(char::is_whitespace) {
+        return Err(format!(
+            "the token of `{name}` contains `#` or whitespace, which a token may not \
+             (`#` after a space starts a comment, `,` separates entries): \
+             make one of letters and digits (`openssl rand -hex 24`)"
+        ));
+    }
+    if token.len() < MIN_TOKEN_LEN {
+        return Err(format!(
+            "the token of `{name}` is {} characters; at least {MIN_TOKEN_LEN} are needed (`openssl rand -hex 24` makes one)",
+            token.len()
+        ));
+    }
+    Ok((role, name.to_owned(), digest(token)))
+}
+
 fn digest(token: &str) -> [u8; 32] {
     Sha256::digest(token.as_bytes()).into()
 }
@@ -232,7 +268,7 @@ mod tests {
             ("operator:alice:short-secret", "at least 24"),
         ] {
             let e = Access::parse(text, "tokens.txt").unwrap_err().to_string();
-            assert!(e.contains("tokens.txt, entry 1") && e.contains(says), "{e}");
+            assert!(e.contains("tokens.txt, line 1") && e.contains(says), "{e}");
             assert!(
                 !e.contains("short-secret") && !e.contains("0123456789abcdef"),
                 "{e}"
@@ -246,5 +282,38 @@ mod tests {
             debug.contains("alice (operator)") && !debug.contains(OPS),
             "{debug}"
         );
+    }
+
+    #[test]
+    fn a_hash_or_comma_inside_a_token_is_refused_naming_the_line() {
+        let hash = "0123456789abcdef#0123456789abcdef";
+        let e = Access::parse(&format!("# tokens\noperator:alice:{hash}"), "tokens.txt")
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("tokens.txt, line 2") && e.contains("`alice` contains `#`"),
+            "{e}"
+        );
+        assert!(!e.contains("0123456789abcdef"), "{e}");
+
+        let comma = "0123456789abcdef0123456789,abcdef";
+        let e = Access::parse(&format!("reader:grafana:{READ}\noperator:alice:{comma}"), "var")
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("var, line 2, entry 2") && e.contains("may not contain one"),
+            "{e}"
+        );
+        assert!(!e.contains("abcdef"), "{e}");
+
+        let e = Access::parse("operator:alice:0123456789abcdef 0123456789abcdef", "t")
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("whitespace"), "{e}");
+
+        // A comment after a space, or on its own line, is still one.
+        let commented = Access::parse(&format!("operator:alice:{OPS} # on call\n  # none"), "t").unwrap();
+        assert_eq!(commented.caller(OPS).map(|c| c.name), Some("alice".into()));
+        assert_eq!(commented.len(), 1);
     }
 }
