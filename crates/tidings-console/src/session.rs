@@ -3,7 +3,10 @@
 //! browser holds only the session's random id, in a cookie scripts cannot
 //! read and other sites cannot send (`HttpOnly`, `SameSite=Strict`); each
 //! form that changes something also carries the session's own random
-//! anti-forgery token, checked on arrival. Sessions live in memory for
+//! anti-forgery token, checked on arrival. A sign-in or sign-out whose
+//! `Origin` header names another site than the console is refused, and the
+//! cookie is `Secure` when the browser says (by its `Origin` or `Referer`)
+//! that it reached the console over https. Sessions live in memory for
 //! [`SESSION_TTL`] and end with the process.
 
 use std::collections::HashMap;
@@ -11,7 +14,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use axum::http::HeaderMap;
-use axum::http::header::COOKIE;
+use axum::http::header::{COOKIE, HOST, ORIGIN, REFERER};
 
 use crate::access::Caller;
 
@@ -90,17 +93,58 @@ impl Sessions {
     }
 }
 
-/// The cookie that opens a session `id`.
-pub(crate) fn set_cookie(id: &str) -> String {
+/// The cookie that opens a session `id`; `Secure` when `secure`.
+pub(crate) fn set_cookie(id: &str, secure: bool) -> String {
     format!(
-        "{COOKIE_NAME}={id}; Path=/; HttpOnly; SameSite=Strict; Max-Age={}",
-        SESSION_TTL.as_secs()
+        "{COOKIE_NAME}={id}; Path=/; HttpOnly; SameSite=Strict; Max-Age={}{}",
+        SESSION_TTL.as_secs(),
+        if secure { "; Secure" } else { "" }
     )
 }
 
-/// The cookie that ends it.
-pub(crate) fn clear_cookie() -> String {
-    format!("{COOKIE_NAME}=; Path=/; HttpOnly; SameSite=Strict; Max-Age=0")
+/// The cookie that ends it; `Secure` when `secure`.
+pub(crate) fn clear_cookie(secure: bool) -> String {
+    format!(
+        "{COOKIE_NAME}=; Path=/; HttpOnly; SameSite=Strict; Max-Age=0{}",
+        if secure { "; Secure" } else { "" }
+    )
+}
+
+/// Whether the browser says it reached the console over https: its
+/// `Origin`, else its `Referer`, is an https address.
+pub(crate) fn over_https(headers: &HeaderMap) -> bool {
+    headers
+        .get(ORIGIN)
+        .or_else(|| headers.get(REFERER))
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|v| v.len() >= 8 && v[..8].eq_ignore_ascii_case("https://"))
+}
+
+/// The `Origin` of a request that has one and it is not the console's own
+/// (`http://` or `https://` and the request's `Host`), else `None`. A
+/// request without `Origin` (a command-line client, an older browser) is
+/// not refused for it: its cookie still cannot come from another site.
+pub(crate) fn foreign_origin(headers: &HeaderMap) -> Option<String> {
+    let origin = headers.get(ORIGIN)?;
+    let shown = String::from_utf8_lossy(origin.as_bytes()).into_owned();
+    let Some(origin) = origin.to_str().ok() else {
+        return Some(shown);
+    };
+    let host = headers.get(HOST).and_then(|v| v.to_str().ok());
+    let own = host.is_some_and(|host| {
+        let lower = origin.to_ascii_lowercase();
+        [("http://", ":80"), ("https://", ":443")]
+            .into_iter()
+            .any(|(scheme, default_port)| {
+                lower.strip_prefix(scheme).is_some_and(|authority| {
+                    let host = host.trim().to_ascii_lowercase();
+                    let host = host.strip_suffix(default_port).unwrap_or(&host);
+                    let authority = authority.strip_suffix(default_port).unwrap_or(authority);
+                    !authority.is_empty() && authority == host
+                })
+            })
+    });
+    (!own).then_some(shown)
 }
 
 /// The value of cookie `name` in `headers`.
@@ -118,4 +162,77 @@ fn cookie<'a>(headers: &'a HeaderMap, name: &str) -> Option<&'a str> {
 /// Whether two secrets are equal, in time independent of where they differ.
 pub(crate) fn same(a: &str, b: &str) -> bool {
     a.len() == b.len() && a.bytes().zip(b.bytes()).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn headers(pairs: &[(axum::http::HeaderName, &str)]) -> HeaderMap {
+        let mut map = HeaderMap::new();
+        for (name, value) in pairs {
+            map.insert(name.clone(), value.parse().unwrap());
+        }
+        map
+    }
+
+    #[test]
+    fn only_an_origin_naming_another_site_is_foreign() {
+        let host = (HOST, "console.example:9470");
+        for own in [
+            "http://console.example:9470",
+            "https://console.example:9470",
+            "HTTP://Console.Example:9470",
+        ] {
+            assert_eq!(
+                foreign_origin(&headers(&[host.clone(), (ORIGIN, own)])),
+                None,
+                "{own}"
+            );
+        }
+        assert_eq!(
+            foreign_origin(&headers(std::slice::from_ref(&host))),
+            None,
+            "no Origin"
+        );
+        assert_eq!(
+            foreign_origin(&headers(&[
+                (HOST, "console.example"),
+                (ORIGIN, "https://console.example:443")
+            ])),
+            None,
+            "a default port is the same origin"
+        );
+        for foreign in [
+            "http://evil.example",
+            "http://console.example:9471",
+            "https://console.example.evil.example:9470",
+            "null",
+            "ftp://console.example:9470",
+        ] {
+            assert_eq!(
+                foreign_origin(&headers(&[host.clone(), (ORIGIN, foreign)])).as_deref(),
+                Some(foreign),
+                "{foreign}"
+            );
+        }
+        assert!(
+            foreign_origin(&headers(&[(ORIGIN, "http://console.example:9470")])).is_some(),
+            "no Host"
+        );
+    }
+
+    #[test]
+    fn the_cookie_is_secure_when_the_browser_came_over_https() {
+        assert!(over_https(&headers(&[(ORIGIN, "https://console.example")])));
+        assert!(over_https(&headers(&[(
+            REFERER,
+            "https://console.example/login"
+        )])));
+        assert!(!over_https(&headers(&[(ORIGIN, "http://console.example")])));
+        assert!(!over_https(&HeaderMap::new()));
+        assert!(set_cookie("id", true).ends_with("; Secure"));
+        assert!(!set_cookie("id", false).contains("Secure"));
+        assert!(clear_cookie(true).contains("Max-Age=0; Secure"));
+    }
 }

@@ -386,7 +386,45 @@ async fn the_console_shows_and_acts<S: ConsoleStore + LagSource + Clone>(store: 
         .await
         .unwrap();
     assert_eq!(wrong.status(), StatusCode::UNAUTHORIZED);
+    // A page of another site may not sign a browser in or out; the console's
+    // own page, reached over https, gets a `Secure` cookie.
+    let forged = browser
+        .post(format!("{base}/login"))
+        .header("origin", "http://evil.example")
+        .form(&[("token", OPERATOR)])
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(forged.status(), StatusCode::FORBIDDEN);
+    assert!(forged.headers().get("set-cookie").is_none());
+    assert!(forged.text().await.unwrap().contains("evil.example"));
+    let own = browser
+        .post(format!("{base}/login"))
+        .header("origin", base.replacen("http://", "https://", 1))
+        .form(&[("token", READER)])
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(own.status(), StatusCode::SEE_OTHER);
+    let cookie = own.headers()["set-cookie"].to_str().unwrap();
+    assert!(cookie.contains("; Secure"), "{cookie}");
     let reader = sign_in(&browser, &base, READER).await;
+    let forged_out = browser
+        .post(format!("{base}/logout"))
+        .header("origin", "https://evil.example")
+        .header("cookie", &reader)
+        .form(&[("csrf", csrf_of_session(&browser, &base, &reader).await)])
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(forged_out.status(), StatusCode::FORBIDDEN);
+    assert!(forged_out.headers().get("set-cookie").is_none());
+    assert!(
+        page_as(&browser, &base, "/", &reader)
+            .await
+            .contains("grafana (reader)"),
+        "the session stays open"
+    );
     let page = page_as(&browser, &base, "/dead-letters", &reader).await;
     assert!(
         page.contains("grafana (reader)") && !page.contains("action=\"/dead-letters/redrive\""),

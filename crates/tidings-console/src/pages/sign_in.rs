@@ -44,16 +44,39 @@ impl std::fmt::Debug for LoginForm {
     }
 }
 
+/// A sign-in or sign-out sent by a page of another site: 403, with why.
+fn cross_site(headers: &HeaderMap) -> Option<Response> {
+    let origin = session::foreign_origin(headers)?;
+    tracing::warn!(%origin, "a sign-in or sign-out to the console from another site, refused");
+    Some(
+        (
+            StatusCode::FORBIDDEN,
+            format!(
+                "Refused: this request came from a page of {origin}, not from the console's own \
+                 pages. Sign in and out at the console's /login page.\n"
+            ),
+        )
+            .into_response(),
+    )
+}
+
 pub(super) async fn login<S: ConsoleStore>(
     State(console): State<Console<S>>,
+    headers: HeaderMap,
     Form(form): Form<LoginForm>,
 ) -> Response {
+    if let Some(refused) = cross_site(&headers) {
+        return refused;
+    }
     match console.access.caller(form.token.trim()) {
         Some(caller) => {
             tracing::info!(who = %caller.name, role = %caller.role, "signed in to the console");
             let id = console.sessions.open(caller);
             (
-                [(header::SET_COOKIE, session::set_cookie(&id))],
+                [(
+                    header::SET_COOKIE,
+                    session::set_cookie(&id, session::over_https(&headers)),
+                )],
                 Redirect::to("/"),
             )
                 .into_response()
@@ -74,10 +97,20 @@ pub(super) async fn logout<S: ConsoleStore>(
     headers: HeaderMap,
     Form(form): Form<TokenForm>,
 ) -> Response {
+    if let Some(refused) = cross_site(&headers) {
+        return refused;
+    }
     if let Some(s) = console.sessions.of(&headers)
         && session::same(&form.csrf, &s.csrf)
     {
         console.sessions.close(&headers);
     }
-    ([(header::SET_COOKIE, session::clear_cookie())], Redirect::to("/")).into_response()
+    (
+        [(
+            header::SET_COOKIE,
+            session::clear_cookie(session::over_https(&headers)),
+        )],
+        Redirect::to("/"),
+    )
+        .into_response()
 }
