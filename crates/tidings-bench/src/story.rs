@@ -825,8 +825,14 @@ impl fmt::Display for StoryFigures {
         )?;
         writeln!(
             f,
-            "  {} lookups of each kind, after {} to warm up        p50 ms    p99 ms    max ms",
-            self.lookups, self.warm_up
+            "  {:<48}{:>9} {:>9} {:>9}",
+            format!(
+                "{} lookups of each kind, after {} to warm up",
+                self.lookups, self.warm_up
+            ),
+            "p50 ms",
+            "p99 ms",
+            "max ms"
         )?;
         let line = |f: &mut fmt::Formatter<'_>, label: &str, t: &Timing, ratio: bool| {
             let share = if ratio {
