@@ -20,8 +20,9 @@ pub(crate) struct ConsoleArgs {
     /// Where to serve the console.
     #[arg(long, default_value = "127.0.0.1:9470")]
     listen: SocketAddr,
-    /// A file of tokens, one `role:name:token` per line (else only
-    /// TIDINGS_CONSOLE_TOKENS'); redrive, skip and purge need an operator's.
+    /// A file of tokens, one `role:name:token` per line (a token holds no
+    /// `,`, `#` or whitespace; else only TIDINGS_CONSOLE_TOKENS'); redrive,
+    /// skip and purge need an operator's.
     #[arg(long)]
     tokens_file: Option<PathBuf>,
     /// Reading needs a token too (always so off the loopback interface).

@@ -275,7 +275,8 @@ pub struct ConsoleConfig {
     /// Serve the console here, e.g. "127.0.0.1:9470" (empty: no console).
     pub listen: String,
     /// A file of tokens, one `role:name:token` per line (role `reader` or
-    /// `operator`); empty for none but the environment's.
+    /// `operator`; a token holds no `,`, `#` or whitespace); empty for none
+    /// but the environment's.
     pub tokens_file: String,
     /// Whether reading needs a token too (it always does on an address
     /// other than the loopback interface).

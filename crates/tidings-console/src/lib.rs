@@ -205,7 +205,11 @@ async fn guard_headers(mut response: axum::response::Response) -> axum::response
         HeaderValue::from_static("nosniff"),
     );
     headers.insert(header::X_FRAME_OPTIONS, HeaderValue::from_static("DENY"));
-    headers.insert(header::REFERRER_POLICY, HeaderValue::from_static("no-referrer"));
+    // Not `no-referrer`: under it a browser sends `Origin: null` even on
+    // the console's own forms, which sign-in refuses as foreign. Under
+    // `same-origin` the console's own requests carry its origin, and no
+    // other site is told a console address.
+    headers.insert(header::REFERRER_POLICY, HeaderValue::from_static("same-origin"));
     headers
         .entry(header::CACHE_CONTROL)
         .or_insert(HeaderValue::from_static("no-store"));
