@@ -339,9 +339,10 @@ ensure_pubsub() {
 }
 
 # Other teams' clients, for the interoperability checks: the official
-# CloudEvents SDK for Python with the plain clients of Kafka, RabbitMQ and
-# NATS, pinned, in a virtualenv under target/ (about 10 s to install).
-FOREIGN_PYTHON_PACKAGES="cloudevents==2.2.0 confluent-kafka==2.16.1 pika==1.4.4 nats-py==2.16.0 boto3==1.44.18 google-cloud-pubsub==2.44.0"
+# CloudEvents SDK for Python with the plain clients of Kafka, RabbitMQ,
+# NATS, SNS + SQS and Pub/Sub, and an OpenAPI validator for the console's
+# API document, pinned, in a virtualenv under target/.
+FOREIGN_PYTHON_PACKAGES="cloudevents==2.2.0 confluent-kafka==2.16.1 pika==1.4.4 nats-py==2.16.0 boto3==1.44.18 google-cloud-pubsub==2.44.0 openapi-spec-validator==0.9.0"
 ensure_foreign_clients() {
   # shellcheck disable=SC2086
   pip_venv foreign "the foreign clients" $FOREIGN_PYTHON_PACKAGES

@@ -19,7 +19,7 @@ use crate::api::ApiError;
 use crate::triage::{self, Selection};
 
 /// Which dead letters to redrive, and how.
-#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(default)]
 pub struct RedriveRequest {
     /// These dead letters (pending ones); or, when empty, the selection.
@@ -35,7 +35,7 @@ pub struct RedriveRequest {
 }
 
 /// What one redrive did.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct Redriven {
     /// The dead letter.
     pub id: Uuid,
@@ -76,7 +76,7 @@ impl Redriven {
 }
 
 /// What a redrive request did.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct RedriveReport {
     /// How many went back.
     pub redriven: usize,
@@ -294,7 +294,7 @@ impl Schemas {
 }
 
 /// An edited redrive: the payload that replaces the message's.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct EditRequest {
     /// The new payload (the message's `data`).
     pub data: serde_json::Value,
@@ -304,7 +304,7 @@ pub struct EditRequest {
 }
 
 /// What an edited redrive did.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct Edited {
     /// The dead letter.
     pub id: Uuid,
@@ -401,7 +401,7 @@ pub(crate) async fn edit<S: ConsoleStore>(
 }
 
 /// What a skip did.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct Skipped {
     /// The dead letter.
     pub id: Uuid,
@@ -426,7 +426,7 @@ pub(crate) async fn skip<S: ConsoleStore>(store: &S, caller: &Caller, id: Uuid) 
 }
 
 /// Which settled dead letters to delete.
-#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(default)]
 pub struct PurgeRequest {
     /// Which dead letters (only settled ones go).
@@ -436,7 +436,7 @@ pub struct PurgeRequest {
 }
 
 /// What a purge did.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct Purged {
     /// How many settled dead letters were deleted.
     pub purged: u64,

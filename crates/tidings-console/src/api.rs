@@ -18,26 +18,59 @@ use crate::actions::{
     self, EditRequest, Edited, PurgeRequest, Purged, RedriveReport, RedriveRequest, Skipped,
 };
 use crate::letter::LetterView;
+use crate::openapi::{Access, Endpoint, SchemaFn, schema_of};
 use crate::overview::Overview;
 use crate::triage::{self, CauseGroup, Selection};
 use crate::{Console, ConsoleStore};
 
-pub(crate) fn routes<S: ConsoleStore>() -> axum::Router<Console<S>> {
-    axum::Router::new()
-        .route("/overview", get(overview::<S>))
-        .route("/lag", get(lag::<S>))
-        .route("/causes", get(causes::<S>))
-        .route("/dead-letters", get(letters::<S>))
-        .route("/dead-letters/{id}", get(letter::<S>))
-        .route("/dead-letters/{id}/skip", post(skip::<S>))
-        .route("/dead-letters/{id}/edit", post(edit::<S>))
-        .route("/redrive", post(redrive::<S>))
-        .route("/purge", post(purge::<S>))
-        .route("/audit", get(audit::<S>))
-        .route("/messages/{id}", get(message::<S>))
-        .route("/keys/{key}", get(key::<S>))
-        .route("/history", get(history::<S>))
-        .fallback(|| async { ApiError::new(StatusCode::NOT_FOUND, "no such API path") })
+/// Declares every endpoint once, for both the router and the OpenAPI
+/// document: `method "path" handler, "summary", access, query, body, answer`
+/// (`_` where it reads no query string or no body).
+macro_rules! endpoints {
+    ($( $method:ident $path:literal $handler:ident, $summary:literal, $access:ident, $query:tt, $body:tt, $answer:ty; )*) => {
+        pub(crate) fn routes<S: ConsoleStore>() -> axum::Router<Console<S>> {
+            axum::Router::new()
+                $( .route($path, $method($handler::<S>)) )*
+                .route("/openapi.json", get(openapi))
+                .fallback(|| async { ApiError::new(StatusCode::NOT_FOUND, "no such API path") })
+        }
+
+        /// What the router serves, as the OpenAPI document describes it.
+        pub(crate) fn endpoints() -> Vec<Endpoint> {
+            vec![$(Endpoint {
+                method: stringify!($method),
+                path: $path,
+                summary: $summary,
+                access: Access::$access,
+                query: endpoints!(@schema $query),
+                body: endpoints!(@schema $body),
+                answer: schema_of::<$answer>,
+            }),*]
+        }
+    };
+    (@schema _) => { None };
+    (@schema $t:ty) => { Some(schema_of::<$t> as SchemaFn) };
+}
+
+endpoints! {
+    get "/overview" overview, "The overview: outbox backlog per partition, relays, consumer groups, dead letters waiting, relay holds, replication slots.", Read, _, _, Overview;
+    get "/lag" lag, "The figures of `tidings lag`, as its `--json` prints them.", Read, _, _, tidings_core::LagReport;
+    get "/causes" causes, "Dead letters grouped by cause, as `tidings dlq list --json` prints them.", Read, Selection, _, Vec<CauseGroup>;
+    get "/dead-letters" letters, "The dead letters of a selection, one by one, masked.", Read, Selection, _, Vec<LetterView>;
+    get "/dead-letters/{id}" letter, "One dead letter in full, masked, with its edits.", Read, _, _, LetterView;
+    post "/dead-letters/{id}/skip" skip, "Skips one dead letter, releasing the key it holds; audited.", Operate, _, _, Skipped;
+    post "/dead-letters/{id}/edit" edit, "Redrives one dead letter with an edited payload, checked against its schema; audited.", Operate, _, EditRequest, Edited;
+    post "/redrive" redrive, "Redrives dead letters (ids, a selection, or all) at a rate; audited.", Operate, _, RedriveRequest, RedriveReport;
+    post "/purge" purge, "Deletes the settled dead letters of a selection (or all); audited.", Operate, _, PurgeRequest, Purged;
+    get "/audit" audit, "The audit trail, newest first.", Read, AuditQuery, _, Vec<tidings_core::AuditEntry>;
+    get "/messages/{id}" message, "A message's story: outbox, handled, effects, dead letters, parked.", Read, _, _, tidings_core::inspect::MessageTrace;
+    get "/keys/{key}" key, "The stories of a key's messages, oldest first (200 at most).", Read, _, _, Vec<tidings_core::inspect::MessageTrace>;
+    get "/history" history, "The last hour of the overview's figures, as sampled.", Read, _, _, Vec<crate::history::Sample>;
+}
+
+/// The OpenAPI document of this API.
+async fn openapi() -> Json<serde_json::Value> {
+    Json(crate::openapi::document(&endpoints()))
 }
 
 /// An API refusal or failure: its status, and `{"error": "..."}`.
@@ -365,7 +398,7 @@ async fn purge<S: ConsoleStore>(
 }
 
 /// Which audit entries.
-#[derive(Debug, Default, serde::Deserialize)]
+#[derive(Debug, Default, serde::Deserialize, schemars::JsonSchema)]
 #[serde(default)]
 struct AuditQuery {
     /// Only those of this target (a dead letter's id).

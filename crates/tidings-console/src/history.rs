@@ -17,7 +17,7 @@ pub const SPAN: Duration = Duration::from_secs(3600);
 const MAX_SAMPLES: usize = 3600;
 
 /// The figures at one moment.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct Sample {
     /// When they were read.
     pub at: DateTime<Utc>,

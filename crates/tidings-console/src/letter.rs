@@ -11,7 +11,7 @@ use uuid::Uuid;
 use crate::triage::{Cause, state};
 
 /// A dead letter in full, as JSON.
-#[derive(Debug, Clone, Serialize, Deserialize)]
+#[derive(Debug, Clone, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct LetterView {
     /// The dead letter's id.
     pub id: Uuid,
@@ -61,7 +61,7 @@ pub struct LetterView {
 
 /// One edited redrive of a dead letter: who, when, and the message's
 /// payload before and after, each with its likely secrets masked.
-#[derive(Debug, Clone, Serialize, Deserialize)]
+#[derive(Debug, Clone, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct EditView {
     /// The edit's id (the `tidingsedit` header of the message sent).
     pub id: Uuid,

@@ -28,6 +28,7 @@ pub mod actions;
 mod api;
 pub mod history;
 pub mod letter;
+mod openapi;
 pub mod overview;
 mod pages;
 mod session;

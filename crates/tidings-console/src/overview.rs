@@ -11,7 +11,7 @@ use serde::{Deserialize, Serialize};
 use tidings_core::inspect::{Inspect, MemberStatus};
 
 /// Everything the overview shows, read at `at`.
-#[derive(Debug, Clone, Serialize, Deserialize)]
+#[derive(Debug, Clone, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct Overview {
     /// When it was read.
     pub at: DateTime<Utc>,
@@ -34,7 +34,7 @@ pub struct Overview {
 }
 
 /// One outbox partition.
-#[derive(Debug, Clone, Serialize, Deserialize)]
+#[derive(Debug, Clone, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct PartitionRow {
     /// Its index.
     pub partition: u32,
@@ -47,7 +47,7 @@ pub struct PartitionRow {
 }
 
 /// A live member of a relay group or a consumer group.
-#[derive(Debug, Clone, Serialize, Deserialize)]
+#[derive(Debug, Clone, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct Member {
     /// Its id.
     pub member: String,
@@ -58,7 +58,7 @@ pub struct Member {
 }
 
 /// One consumer group on one topic.
-#[derive(Debug, Clone, Serialize, Deserialize)]
+#[derive(Debug, Clone, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct GroupRow {
     /// The group.
     pub group: String,
@@ -75,7 +75,7 @@ pub struct GroupRow {
 }
 
 /// One consumer's dead letters waiting for a decision.
-#[derive(Debug, Clone, Serialize, Deserialize)]
+#[derive(Debug, Clone, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct DeadLetterRow {
     /// The consumer (`@relay` for records the relay set aside).
     pub consumer: String,

@@ -18,7 +18,9 @@ use uuid::Uuid;
 
 /// What dead letters of one bug have in common: the consumer, the message
 /// type, and the class and shape ([`error_shape`]) of the last error.
-#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[derive(
+    Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize, schemars::JsonSchema,
+)]
 pub struct Cause {
     /// The consumer that gave up.
     pub consumer: String,
@@ -122,7 +124,7 @@ fn is_uuid_at(chars: &[char], i: usize) -> bool {
 }
 
 /// Which dead letters: every criterion given must hold.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(default)]
 pub struct Selection {
     /// Only this consumer's.
@@ -250,7 +252,7 @@ pub fn state(letter: &DeadLetter) -> &'static str {
 }
 
 /// The dead letters of one cause.
-#[derive(Debug, Clone, Serialize, Deserialize)]
+#[derive(Debug, Clone, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct CauseGroup {
     /// The cause's fingerprint ([`Cause::fingerprint`]).
     pub fingerprint: String,

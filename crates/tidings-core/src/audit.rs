@@ -9,7 +9,7 @@ use crate::Result;
 
 /// One action a person or a tool took on a deployment (a redrive, a skip,
 /// an edit), kept for whoever asks later who did what.
-#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize, schemars::JsonSchema)]
 pub struct AuditEntry {
     /// When it was done. Stores keep at least milliseconds.
     pub at: DateTime<Utc>,

@@ -48,7 +48,7 @@ pub struct PartitionBacklog {
 }
 
 /// A key the relay holds behind a record it set aside ([`crate::set_aside`]).
-#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize, schemars::JsonSchema)]
 pub struct RelayHold {
     /// The record's outbox sequence number.
     pub seq: i64,
@@ -109,7 +109,7 @@ pub trait Inspect: LagSource {
 }
 
 /// A replication slot, and the write-ahead log it keeps from being recycled.
-#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize, schemars::JsonSchema)]
 pub struct ReplicationSlot {
     /// The slot's name.
     pub name: String,
@@ -125,7 +125,7 @@ pub struct ReplicationSlot {
 /// records for a retention: its processed markers, effects and dead
 /// letters still tell its story. Processed markers and effects are kept
 /// for the dedupe retention only.
-#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize, schemars::JsonSchema)]
 pub struct MessageTrace {
     /// The message's id (its envelope's).
     pub message_id: Uuid,
@@ -152,7 +152,7 @@ pub struct MessageTrace {
 }
 
 /// A message's outbox record.
-#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize, schemars::JsonSchema)]
 pub struct OutboxEntry {
     /// Its sequence number: the outbox's order.
     pub seq: i64,
@@ -175,7 +175,7 @@ impl OutboxEntry {
 }
 
 /// A consumer's processed marker of a message.
-#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize, schemars::JsonSchema)]
 pub struct Handled {
     /// The consumer.
     pub consumer: String,
@@ -184,7 +184,7 @@ pub struct Handled {
 }
 
 /// A side effect recorded as done for a message.
-#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize, schemars::JsonSchema)]
 pub struct EffectRecord {
     /// The consumer that did it.
     pub consumer: String,
@@ -197,7 +197,7 @@ pub struct EffectRecord {
 }
 
 /// A consumer's dead letter of a message, in short.
-#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize, schemars::JsonSchema)]
 pub struct DeadLetterRef {
     /// The dead letter's own id.
     pub id: Uuid,
@@ -214,7 +214,7 @@ pub struct DeadLetterRef {
 }
 
 /// A message parked behind a key a consumer holds.
-#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize, schemars::JsonSchema)]
 pub struct ParkedRef {
     /// The consumer that parked it.
     pub consumer: String,

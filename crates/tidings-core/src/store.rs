@@ -310,7 +310,7 @@ pub enum Handling {
 }
 
 /// One failed attempt at handling a message.
-#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize, schemars::JsonSchema)]
 pub struct Failure {
     /// The attempt number, from 1.
     pub attempt: u32,
@@ -645,7 +645,7 @@ pub fn redrive_envelope(letter: &DeadLetter) -> Option<crate::Envelope> {
 }
 
 /// Lag of one consumer group on one topic.
-#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize, schemars::JsonSchema)]
 pub struct ConsumerLag {
     /// The consumer group.
     pub consumer: String,
@@ -656,7 +656,7 @@ pub struct ConsumerLag {
 }
 
 /// The figures that say whether the system keeps up.
-#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize, schemars::JsonSchema)]
 pub struct LagReport {
     /// Outbox records not yet sent.
     pub outbox_pending: u64,
@@ -679,7 +679,7 @@ impl LagReport {
 }
 
 /// One consumer's dead letters waiting for a decision.
-#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize, schemars::JsonSchema)]
 pub struct DeadLetterLag {
     /// The consumer group.
     pub consumer: String,
@@ -690,7 +690,7 @@ pub struct DeadLetterLag {
 }
 
 /// Keys one consumer holds on one topic, and what waits behind them.
-#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize, schemars::JsonSchema)]
 pub struct ParkedLag {
     /// The consumer group.
     pub consumer: String,

@@ -28,6 +28,7 @@
 //! - `Ack` and `Term` settle a delivery for the group for good.
 
 mod foreign;
+pub use foreign::python as foreign_python;
 mod poison;
 
 pub use foreign::{

@@ -28,8 +28,9 @@ pub struct ForeignAddress {
     pub address: String,
 }
 
-/// The Python the test command installs the foreign clients into.
-fn python() -> PathBuf {
+/// The Python the test command installs the foreign clients into (the
+/// official CloudEvents SDK, plain broker clients, an OpenAPI validator).
+pub fn python() -> PathBuf {
     let path = std::env::var_os("TIDINGS_FOREIGN_PYTHON")
         .map(PathBuf::from)
         .unwrap_or_else(|| {
