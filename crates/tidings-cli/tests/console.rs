@@ -133,6 +133,25 @@ async fn a_cause_redriven_from_the_page_is_handled_once() {
         "{seen:#}"
     );
     assert_eq!(seen["signedIn"], "oncall (operator)");
+    // Each consumer group's handling rate over the last minute, in which
+    // the demo's consumers handled every order.
+    let overview: Value = reqwest::Client::new()
+        .get(format!("{console}/api/overview"))
+        .bearer_auth(TOKEN)
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    for g in overview["groups"].as_array().unwrap() {
+        assert!(
+            g["handled_per_second"].as_f64().unwrap() > 0.0,
+            "{} handled in the last minute: {overview:#}",
+            g["group"]
+        );
+    }
+    assert!(!overview["groups"].as_array().unwrap().is_empty(), "{overview:#}");
     assert!(
         seen["charts"].as_i64().unwrap() > 0,
         "the last hour's charts: {seen:#}"

@@ -66,6 +66,9 @@ pub struct GroupRow {
     pub topic: String,
     /// Messages not yet handled, where the store knows (the database log).
     pub pending: Option<u64>,
+    /// Messages the group handled per second over the last minute (its
+    /// processed markers, over every topic it reads).
+    pub handled_per_second: f64,
     /// Keys held behind a dead letter.
     pub held_keys: u64,
     /// Messages parked behind them.
@@ -84,6 +87,9 @@ pub struct DeadLetterRow {
     /// Age of the oldest, in seconds.
     pub oldest_seconds: Option<f64>,
 }
+
+/// The window a group's handling rate is measured over.
+const HANDLING_WINDOW: Duration = Duration::from_secs(60);
 
 fn seconds(d: Option<Duration>) -> Option<f64> {
     d.map(|d| d.as_secs_f64())
@@ -140,6 +146,15 @@ impl Overview {
                 row(&mut groups, g, t).members.push(member(m));
             }
         }
+        let handled: BTreeMap<String, u64> = store
+            .handled_recently(HANDLING_WINDOW)
+            .await?
+            .into_iter()
+            .collect();
+        for r in groups.values_mut() {
+            r.handled_per_second =
+                handled.get(&r.group).copied().unwrap_or(0) as f64 / HANDLING_WINDOW.as_secs_f64();
+        }
         Ok(Overview {
             at: Utc::now(),
             outbox_pending: lag.outbox_pending,
@@ -190,6 +205,7 @@ fn row<'a>(
             group: group.to_owned(),
             topic: topic.to_owned(),
             pending: None,
+            handled_per_second: 0.0,
             held_keys: 0,
             parked: 0,
             members: Vec::new(),

@@ -92,6 +92,12 @@ pub trait Inspect: LagSource {
     /// Whether `consumer` has ever recorded a processed marker.
     async fn has_processed(&self, consumer: &str) -> Result<bool>;
 
+    /// How many messages each consumer handled in the last `window`: its
+    /// processed markers written since, read through their age's index.
+    /// Markers the dedupe retention already deleted are not counted: keep
+    /// `window` well below it.
+    async fn handled_recently(&self, window: std::time::Duration) -> Result<Vec<(String, u64)>>;
+
     /// The migrations applied here.
     async fn schema_version(&self) -> Result<SchemaVersion>;
 

@@ -308,6 +308,9 @@ pub struct Statements {
     pub outbox_high_water: &'static str,
     /// ($1 consumer) -> whether it has processed markers.
     pub has_processed: &'static str,
+    /// ($1 milliseconds) -> (consumer, count) of the processed markers
+    /// written in the last $1 ms, by consumer.
+    pub handled_recently: &'static str,
     /// () -> whether `tidings_migrations` exists.
     pub migrations_table_exists: &'static str,
     /// () -> the highest applied migration, or null.

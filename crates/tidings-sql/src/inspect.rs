@@ -95,6 +95,18 @@ impl<D: Dialect> Inspect for SqlStore<D> {
             .get(0)
     }
 
+    async fn handled_recently(&self, window: std::time::Duration) -> Result<Vec<(String, u64)>> {
+        let what = "counting recent processed markers";
+        let mut conn = self.conn(what).await?;
+        let rows = Stmt::<D>::new(D::SQL.handled_recently, what)
+            .bind(i64::try_from(window.as_millis()).unwrap_or(i64::MAX))
+            .fetch_all(&mut conn)
+            .await?;
+        rows.iter()
+            .map(|r| Ok((r.get::<String>(0)?, u64::try_from(r.get::<i64>(1)?).unwrap_or(0))))
+            .collect()
+    }
+
     async fn schema_version(&self) -> Result<SchemaVersion> {
         let mut conn = self.conn("looking for tidings_migrations").await?;
         let exists: bool = Stmt::<D>::new(D::SQL.migrations_table_exists, "looking for tidings_migrations")

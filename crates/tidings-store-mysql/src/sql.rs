@@ -340,6 +340,11 @@ pub(crate) const SQL: Statements = Statements {
             COALESCE((SELECT AUTO_INCREMENT - 1 FROM information_schema.tables
                       WHERE table_schema = DATABASE() AND table_name = 'tidings_outbox'), 0)) AS SIGNED)",
     has_processed: shared::HAS_PROCESSED,
+    handled_recently: concat!(
+        "SELECT consumer, COUNT(*) FROM tidings_processed WHERE processed_at >= ",
+        now!(),
+        " - $1 * 1000 GROUP BY consumer ORDER BY consumer"
+    ),
     migrations_table_exists: "SELECT EXISTS (SELECT 1 FROM information_schema.tables
         WHERE table_schema = DATABASE() AND table_name = 'tidings_migrations')",
     applied_migration: shared::APPLIED_MIGRATION,

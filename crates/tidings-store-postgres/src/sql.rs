@@ -189,6 +189,8 @@ pub(crate) const SQL: Statements = Statements {
     // The sequence, not max(seq): sent records may be deleted.
     outbox_high_water: "SELECT CASE WHEN is_called THEN last_value ELSE 0 END FROM tidings_outbox_seq_seq",
     has_processed: shared::HAS_PROCESSED,
+    handled_recently: "SELECT consumer, COUNT(*) FROM tidings_processed
+        WHERE processed_at >= now() - $1 * INTERVAL '1 millisecond' GROUP BY consumer ORDER BY consumer",
     migrations_table_exists: "SELECT to_regclass('tidings_migrations') IS NOT NULL",
     applied_migration: shared::APPLIED_MIGRATION,
     replication_slots: Some(

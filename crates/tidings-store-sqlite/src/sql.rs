@@ -266,6 +266,11 @@ pub(crate) const SQL: Statements = Statements {
     outbox_high_water: "SELECT max(COALESCE((SELECT max(seq) FROM tidings_outbox), 0),
                     COALESCE((SELECT seq FROM sqlite_sequence WHERE name = 'tidings_outbox'), 0))",
     has_processed: shared::HAS_PROCESSED,
+    handled_recently: concat!(
+        "SELECT consumer, COUNT(*) FROM tidings_processed WHERE processed_at >= ",
+        now!(),
+        " - $1 GROUP BY consumer ORDER BY consumer"
+    ),
     migrations_table_exists: "SELECT EXISTS (SELECT 1 FROM sqlite_master
         WHERE type = 'table' AND name = 'tidings_migrations')",
     applied_migration: shared::APPLIED_MIGRATION,

@@ -72,7 +72,7 @@ fn overview_page(o: &Overview, samples: &[Sample]) -> Markup {
             p.muted { "No consumer group has a member, a lag figure or a held key." }
         } @else {
             table #groups {
-                thead { tr { th { "group" } th { "topic" } th.num { "pending" } th { "last hour" } th.num { "held keys" } th.num { "parked" } th { "members (partitions)" } } }
+                thead { tr { th { "group" } th { "topic" } th.num { "pending" } th { "last hour" } th.num { "handled/s" } th.num { "held keys" } th.num { "parked" } th { "members (partitions)" } } }
                 tbody {
                     @for g in &o.groups {
                         tr {
@@ -83,6 +83,7 @@ fn overview_page(o: &Overview, samples: &[Sample]) -> Markup {
                                 @let name = format!("{}@{}", g.group, g.topic);
                                 (trend(samples, |s| s.groups.get(&name).map(|n| *n as f64)))
                             }
+                            td.num { (format!("{:.1}", g.handled_per_second)) }
                             td.num.warn[g.held_keys > 0] { (g.held_keys) }
                             td.num { (g.parked) }
                             td {

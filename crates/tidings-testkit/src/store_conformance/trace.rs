@@ -2,6 +2,8 @@
 //! from its outbox record, processed markers, effects, dead letters and
 //! parked copies, each field as it was written.
 
+use std::time::Duration;
+
 use chrono::Utc;
 use tidings_core::inspect::{Inspect, MessageTrace};
 use tidings_core::partition::key_hash;
@@ -68,6 +70,11 @@ pub async fn a_message_is_traced_by_id_and_by_key<T: TestDb>(db: &T) {
         }
         tx.commit().await.unwrap();
     }
+    // Counted as handled in the last minute, by consumer.
+    assert_eq!(
+        store.handled_recently(Duration::from_secs(60)).await.unwrap(),
+        vec![("billing".to_owned(), 1), ("shipping".to_owned(), 1)]
+    );
 
     // The second is dead-lettered by billing, holding its key, and by
     // shipping, which skips it.
