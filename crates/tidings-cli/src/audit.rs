@@ -21,15 +21,10 @@ pub(crate) async fn remote(
     target: Option<&str>,
     limit: u32,
 ) -> anyhow::Result<Vec<AuditEntry>> {
-    daemon
-        .get(
-            "/audit",
-            &[
-                ("target", target.unwrap_or_default()),
-                ("limit", &limit.to_string()),
-            ],
-        )
-        .await
+    let limit = limit.to_string();
+    let mut query = vec![("limit", limit.as_str())];
+    query.extend(target.map(|t| ("target", t)));
+    daemon.get("/audit", &query).await
 }
 
 /// Prints `entries`, newest first, one a line; as a JSON array with `json`.

@@ -281,6 +281,7 @@ pub(crate) async fn run<S: FailureStore + tidings_core::ConsumerStore + AuditSto
                 print_skipped(&Skipped { id, released_key })
             }
             Skip::NotFound => anyhow::bail!("no dead letter has id {id}"),
+            Skip::Settled => anyhow::bail!("dead letter {id} is already redriven or skipped; nothing done"),
         },
     }
 }

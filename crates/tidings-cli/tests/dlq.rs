@@ -354,6 +354,14 @@ fn dead_letters_of_a_demo_run(db: &str) {
     assert_eq!(times("ops", "skip"), 1, "{trail:#}");
     let (ok, text, _) = tidings(&db, &["audit", "--target", &id]);
     assert!(ok && text.contains("skip") && text.contains("ops"), "{text}");
+    let console = ConsoleProcess::start(&db);
+    let (ok, text, stderr) = console.tidings(&["audit", "--json", "--limit", "1000"], None);
+    assert!(ok, "{stderr}");
+    assert_eq!(
+        serde_json::from_str::<Value>(text.trim()).unwrap(),
+        trail,
+        "--daemon reads the trail as --database"
+    );
 }
 
 #[test]

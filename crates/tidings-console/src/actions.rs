@@ -422,6 +422,10 @@ pub(crate) async fn skip<S: ConsoleStore>(store: &S, caller: &Caller, id: Uuid) 
             StatusCode::NOT_FOUND,
             format!("no dead letter has id {id}"),
         )),
+        Skip::Settled => Err(ApiError::new(
+            StatusCode::CONFLICT,
+            format!("dead letter {id} is already redriven or skipped; nothing done"),
+        )),
     }
 }
 

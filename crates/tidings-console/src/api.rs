@@ -401,7 +401,8 @@ async fn purge<S: ConsoleStore>(
 #[derive(Debug, Default, serde::Deserialize, schemars::JsonSchema)]
 #[serde(default)]
 struct AuditQuery {
-    /// Only those of this target (a dead letter's id).
+    /// Only those of this target (a dead letter's id); blank for all.
+    #[serde(deserialize_with = "triage::blank_is_none")]
     target: Option<String>,
     /// At most this many (100 by default, 1000 at most).
     limit: Option<u32>,

@@ -462,6 +462,10 @@ pub enum Skip {
     },
     /// No dead letter has that id.
     NotFound,
+    /// Already redriven (and not failed since) or skipped: nothing done.
+    /// Skipping a redriven letter would let the messages parked behind its
+    /// key go before the redriven message comes back.
+    Settled,
 }
 
 /// Which dead letters to list.
@@ -507,7 +511,10 @@ impl DeadLetterFilter {
 #[async_trait]
 pub trait FailureStore: Send + Sync + 'static {
     /// Stores a dead letter. Storing the same (consumer, message id) again
-    /// updates it (attempts and history) instead of adding a second one.
+    /// updates it instead of adding a second one: attempts and history
+    /// grow, and the headers and body become those that failed last (an
+    /// edited redrive that fails again keeps its edit; the edits keep the
+    /// original).
     async fn dead_letter(&self, letter: &DeadLetter) -> Result<()>;
 
     /// Lists dead letters, newest first.

@@ -278,6 +278,9 @@ impl<D: Dialect> FailureStore for SqlStore<D> {
         let Some(dead) = Self::locked_letter(&mut tx, id).await? else {
             return Ok(Skip::NotFound);
         };
+        if !dead.is_pending() {
+            return Ok(Skip::Settled);
+        }
         Stmt::<D>::new(D::SQL.mark_skipped, "marking a dead letter skipped")
             .bind(id)
             .execute(&mut tx)

@@ -168,6 +168,8 @@ pub(crate) const SQL: Statements = Statements {
          ON DUPLICATE KEY UPDATE
            attempts = attempts + VALUES(attempts),
            errors = JSON_MERGE_PRESERVE(errors, VALUES(errors)),
+           headers = VALUES(headers),
+           body = VALUES(body),
            redriven_at = NULL,
            skipped_at = NULL,
            updated_at = VALUES(updated_at)"

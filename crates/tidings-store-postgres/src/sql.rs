@@ -94,6 +94,8 @@ pub(crate) const SQL: Statements = Statements {
          ON CONFLICT (consumer, message_id) WHERE message_id IS NOT NULL DO UPDATE SET
            attempts = tidings_dead_letters.attempts + EXCLUDED.attempts,
            errors = tidings_dead_letters.errors || EXCLUDED.errors,
+           headers = EXCLUDED.headers,
+           body = EXCLUDED.body,
            redriven_at = NULL,
            skipped_at = NULL,
            updated_at = now()",

@@ -122,6 +122,8 @@ pub(crate) const SQL: Statements = Statements {
            errors = (SELECT json_group_array(json(value)) FROM (
                SELECT value FROM json_each(tidings_dead_letters.errors)
                UNION ALL SELECT value FROM json_each(excluded.errors))),
+           headers = excluded.headers,
+           body = excluded.body,
            redriven_at = NULL,
            skipped_at = NULL,
            updated_at = excluded.updated_at"

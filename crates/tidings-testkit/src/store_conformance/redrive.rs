@@ -119,6 +119,19 @@ pub async fn a_settled_dead_letter_is_redriven_once<T: TestDb>(db: &T) {
     );
     assert_eq!(store.redrive(skipped.id).await.unwrap(), Redrive::Settled);
     assert!(copies(store, skipped.message_id).await.is_empty());
+    // And neither a skipped nor a redriven one is skipped again: skipping
+    // a redriven letter would let its key's parked messages go before it.
+    assert_eq!(store.skip(skipped.id).await.unwrap(), Skip::Settled);
+    assert_eq!(store.skip(first.id).await.unwrap(), Skip::Settled);
+    assert!(
+        store
+            .letter(first.id)
+            .await
+            .unwrap()
+            .unwrap()
+            .skipped_at
+            .is_none()
+    );
     let read = store
         .letter(skipped.id)
         .await
@@ -236,6 +249,47 @@ pub async fn an_edited_redrive_sends_the_edit_and_keeps_the_original<T: TestDb>(
     assert_eq!(copies(store, dead.message_id).await.len(), 1);
     assert_eq!(store.edits(dead.id).await.unwrap().len(), 1);
 
+    // The edited message fails again: the letter now holds what failed,
+    // the edit, so that a plain redrive sends the edit, not the original.
+    store
+        .dead_letter(&DeadLetter {
+            id: Uuid::now_v7(),
+            attempts: 1,
+            headers: sent.headers.clone(),
+            body: cloudevents::to_json(sent),
+            ..dead.clone()
+        })
+        .await
+        .unwrap();
+    let failed = store.letter(dead.id).await.unwrap().unwrap();
+    assert!(failed.is_pending(), "{failed:?}");
+    assert_eq!(
+        failed.body,
+        cloudevents::to_json(sent),
+        "the body that failed last"
+    );
+    assert_eq!(
+        failed.headers.get(EDIT_HEADER).map(String::as_str),
+        Some(edit_id.to_string().as_str())
+    );
+    assert!(matches!(
+        store.redrive(dead.id).await.unwrap(),
+        Redrive::Enqueued { redrive: 2, .. }
+    ));
+    let resent = copies(store, dead.message_id).await;
+    assert_eq!(resent.len(), 2);
+    assert!(
+        resent
+            .iter()
+            .all(|e| serde_json::from_slice::<serde_json::Value>(&e.payload).unwrap() == data),
+        "both copies carry the edit"
+    );
+    assert_eq!(
+        store.edits(dead.id).await.unwrap()[0].original,
+        dead.body,
+        "the original kept"
+    );
+
     // A skipped one too.
     let skipped = letter("email", "order-2");
     store.dead_letter(&skipped).await.unwrap();
@@ -271,5 +325,5 @@ pub async fn an_edited_redrive_sends_the_edit_and_keeps_the_original<T: TestDb>(
     );
     assert!(store.letter(held.id).await.unwrap().unwrap().is_pending());
     assert!(store.edits(held.id).await.unwrap().is_empty());
-    assert_eq!(store.outbox_bodies().await.len(), 1, "nothing more was enqueued");
+    assert_eq!(store.outbox_bodies().await.len(), 2, "nothing more was enqueued");
 }
