@@ -8,7 +8,7 @@ use clap::{Args, Subcommand};
 use tidings_console::actions::{PurgeRequest, Purged, RedriveReport, RedriveRequest, Redriven, Skipped};
 use tidings_console::letter::LetterView;
 use tidings_console::triage::{self, Cause, CauseGroup, Selection, state};
-use tidings_core::{AuditEntry, AuditStore, DeadLetter, FailureStore, Skip};
+use tidings_core::{AuditStore, DeadLetter, FailureStore, Skip};
 
 use crate::daemon_client::Daemon;
 use uuid::Uuid;
@@ -293,27 +293,15 @@ async fn audit<S: AuditStore>(
     store: &S,
     action: &str,
     target: String,
-    mut detail: serde_json::Value,
+    detail: serde_json::Value,
 ) -> anyhow::Result<()> {
-    detail["role"] = serde_json::Value::String("cli".to_owned());
     let user = ["USER", "LOGNAME"]
         .iter()
         .find_map(|v| std::env::var(v).ok().filter(|u| !u.is_empty()))
         .unwrap_or_else(|| "unknown".to_owned());
-    let entry = AuditEntry {
-        at: Utc::now(),
-        actor: format!("cli:{user}"),
-        action: action.to_owned(),
-        target,
-        detail,
-    };
-    store.audit(&entry).await.map_err(|e| {
-        anyhow::anyhow!(
-            "the {action} of {} was done, but its audit entry could not be written: {}",
-            entry.target,
-            e.report()
-        )
-    })
+    tidings_console::actions::record(store, &format!("cli:{user}"), "cli", action, target, detail)
+        .await
+        .map_err(|e| anyhow::anyhow!("{}", e.message()))
 }
 
 /// Runs one dead-letter command through a daemon's console.

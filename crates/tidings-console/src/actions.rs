@@ -4,11 +4,13 @@
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
+use chrono::{DateTime, Utc};
+
 use axum::http::StatusCode;
 use serde::{Deserialize, Serialize};
 use tidings_core::{
-    AuditEntry, DeadLetter, Edit, Envelope, OutgoingMessage, PublishGuard as _, RELAY_LETTERS, Redrive, Skip,
-    redrive_envelope,
+    AuditEntry, AuditStore, DeadLetter, Edit, Envelope, OutgoingMessage, PublishGuard as _, RELAY_LETTERS,
+    Redrive, Skip, redrive_envelope,
 };
 use tidings_schema::{Registry, SchemaError, SchemaGuard};
 use uuid::Uuid;
@@ -137,10 +139,7 @@ pub(crate) async fn redrive<S: ConsoleStore>(
         .filter(|l| l.consumer != tidings_core::RELAY_LETTERS)
         .map(|l| l.created_at)
         .min();
-    if let (Some(oldest), false) = (oldest, request.force)
-        && let Some(horizon) = store.dedupe_horizon().await?
-        && oldest < horizon
-    {
+    if let Some((oldest, horizon)) = past_horizon(store, oldest, request.force).await? {
         return Err(ApiError::new(
             StatusCode::CONFLICT,
             format!(
@@ -181,8 +180,27 @@ pub(crate) async fn redrive<S: ConsoleStore>(
     Ok(report)
 }
 
+/// `oldest` and the dedupe horizon, when `oldest` is before it and the
+/// caller did not `force`: the processed markers from before it were
+/// deleted, so a redrive reaching back there would be handled again by
+/// consumers that handled it.
+async fn past_horizon<S: ConsoleStore>(
+    store: &S,
+    oldest: Option<DateTime<Utc>>,
+    force: bool,
+) -> Result<Option<(DateTime<Utc>, DateTime<Utc>)>, ApiError> {
+    let (Some(oldest), false) = (oldest, force) else {
+        return Ok(None);
+    };
+    Ok(store
+        .dedupe_horizon()
+        .await?
+        .filter(|h| oldest < *h)
+        .map(|h| (oldest, h)))
+}
+
 /// No dead letter has `id`.
-fn not_found(id: Uuid) -> ApiError {
+pub(crate) fn not_found(id: Uuid) -> ApiError {
     ApiError::new(StatusCode::NOT_FOUND, format!("no dead letter has id {id}"))
 }
 
@@ -346,10 +364,7 @@ pub(crate) async fn edit<S: ConsoleStore>(
     })?;
     schemas.check(&envelope, &request.data)?;
     // Like a redrive, it reaches every group of its topic again.
-    if !request.force
-        && let Some(horizon) = store.dedupe_horizon().await?
-        && letter.created_at < horizon
-    {
+    if let Some((_, horizon)) = past_horizon(store, Some(letter.created_at), request.force).await? {
         return Err(ApiError::new(
             StatusCode::CONFLICT,
             format!(
@@ -418,10 +433,7 @@ pub(crate) async fn skip<S: ConsoleStore>(store: &S, caller: &Caller, id: Uuid) 
             audit(store, caller, "skip", id.to_string(), detail).await?;
             Ok(Skipped { id, released_key })
         }
-        Skip::NotFound => Err(ApiError::new(
-            StatusCode::NOT_FOUND,
-            format!("no dead letter has id {id}"),
-        )),
+        Skip::NotFound => Err(not_found(id)),
         Skip::Settled => Err(ApiError::new(
             StatusCode::CONFLICT,
             format!("dead letter {id} is already redriven or skipped; nothing done"),
@@ -492,18 +504,41 @@ async fn audit<S: ConsoleStore>(
     caller: &Caller,
     action: &str,
     target: String,
+    detail: serde_json::Value,
+) -> Result<(), ApiError> {
+    record(
+        store,
+        &caller.name,
+        &caller.role.to_string(),
+        action,
+        target,
+        detail,
+    )
+    .await
+}
+
+/// Writes to the audit trail that `actor`, in `role`, did `action` to
+/// `target` (`detail` gains the role): the console's actions, and those
+/// `tidings dlq` takes on the database directly. Done already, the action
+/// stays done if this fails (answered 503), and the error says so.
+pub async fn record<S: AuditStore + ?Sized>(
+    store: &S,
+    actor: &str,
+    role: &str,
+    action: &str,
+    target: String,
     mut detail: serde_json::Value,
 ) -> Result<(), ApiError> {
-    detail["role"] = serde_json::Value::String(caller.role.to_string());
+    detail["role"] = serde_json::Value::String(role.to_owned());
     let entry = AuditEntry {
         at: chrono::Utc::now(),
-        actor: caller.name.clone(),
+        actor: actor.to_owned(),
         action: action.to_owned(),
         target,
         detail,
     };
     store.audit(&entry).await.map_err(|e| {
-        tracing::error!(error = %e.report(), action, target = %entry.target, by = %caller.name, "an action was done but its audit entry could not be written");
+        tracing::error!(error = %e.report(), action, target = %entry.target, by = %actor, "an action was done but its audit entry could not be written");
         ApiError::new(
             StatusCode::SERVICE_UNAVAILABLE,
             format!("the {action} of {} was done, but its audit entry could not be written: {}", entry.target, e.report()),

@@ -97,6 +97,23 @@ impl<D: Dialect> SqlStore<D> {
 }
 
 impl<D: Dialect> SqlStore<D> {
+    /// Marks the dead letter `id` redriven and commits `tx` (`what` names
+    /// the commit in an error), then wakes the relay for what it enqueued.
+    async fn settle_redrive(
+        &self,
+        mut tx: sqlx::Transaction<'static, D::Db>,
+        id: Uuid,
+        what: &'static str,
+    ) -> Result<()> {
+        Stmt::<D>::new(D::SQL.mark_redriven, "marking a dead letter redriven")
+            .bind(id)
+            .execute(&mut tx)
+            .await?;
+        tx.commit().await.map_err(db_error::<D>(what))?;
+        self.wake();
+        Ok(())
+    }
+
     /// Redrives a record the relay set aside: lets its hold go, so that the
     /// relay claims it again where it stands, then the rest of its key.
     async fn redrive_held(
@@ -109,12 +126,7 @@ impl<D: Dialect> SqlStore<D> {
             .bind(message_id)
             .execute(&mut tx)
             .await?;
-        Stmt::<D>::new(D::SQL.mark_redriven, "marking a dead letter redriven")
-            .bind(dead.id)
-            .execute(&mut tx)
-            .await?;
-        tx.commit().await.map_err(db_error::<D>("committing a redrive"))?;
-        self.wake();
+        self.settle_redrive(tx, dead.id, "committing a redrive").await?;
         Ok(Redrive::Released {
             message_id,
             redrive: dead.redrives + 1,
@@ -199,12 +211,7 @@ impl<D: Dialect> FailureStore for SqlStore<D> {
             },
         )
         .await?;
-        Stmt::<D>::new(D::SQL.mark_redriven, "marking a dead letter redriven")
-            .bind(id)
-            .execute(&mut tx)
-            .await?;
-        tx.commit().await.map_err(db_error::<D>("committing a redrive"))?;
-        self.wake();
+        self.settle_redrive(tx, id, "committing a redrive").await?;
         Ok(Redrive::Enqueued {
             message_id,
             redrive: dead.redrives + 1,
@@ -247,14 +254,8 @@ impl<D: Dialect> FailureStore for SqlStore<D> {
             .bind(edited.as_slice())
             .execute(&mut tx)
             .await?;
-        Stmt::<D>::new(D::SQL.mark_redriven, "marking a dead letter redriven")
-            .bind(id)
-            .execute(&mut tx)
+        self.settle_redrive(tx, id, "committing an edited redrive")
             .await?;
-        tx.commit()
-            .await
-            .map_err(db_error::<D>("committing an edited redrive"))?;
-        self.wake();
         Ok(Redrive::Edited {
             message_id,
             redrive: dead.redrives + 1,

@@ -130,7 +130,7 @@ pub(super) async fn letter<S: ConsoleStore>(
         .store
         .letter(id)
         .await?
-        .ok_or_else(|| ApiError::new(StatusCode::NOT_FOUND, format!("no dead letter has id {id}")))?;
+        .ok_or_else(|| actions::not_found(id))?;
     let edits = console.store.edits(id).await?;
     let v = LetterView::masked(&letter).with_edits(&letter, &edits);
     let editable = csrf.and_then(|_| editable_payload(&letter));
