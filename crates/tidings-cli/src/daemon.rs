@@ -175,10 +175,14 @@ where
             Ok(())
         });
     }
+    // The broker's counts of the consumer groups, measured below when the
+    // transport is a broker, shown by the console.
+    let broker_lag = tidings_core::metrics::BrokerLag::default();
     if let Some((listener, access, schemas)) = console {
         parts.push(format!("console on http://{}", listener.local_addr()?));
-        let mut console =
-            tidings_console::Console::new(store.clone(), access).partitions(config.relay.partition_count());
+        let mut console = tidings_console::Console::new(store.clone(), access)
+            .partitions(config.relay.partition_count())
+            .broker_lag(broker_lag.clone());
         if let Some(schemas) = schemas {
             console = console.schemas(schemas);
         }
@@ -222,6 +226,7 @@ where
                 store.clone(),
                 broker,
                 config.metrics.lag_interval.0,
+                broker_lag.clone(),
                 shutdown.clone(),
             )
             .map(Ok),

@@ -186,12 +186,7 @@ pub(crate) async fn run<S: FailureStore + tidings_core::ConsumerStore + AuditSto
             );
             // A redrive delivers the message to every group of its topic again.
             // Records the relay set aside never reached a consumer.
-            if let Some(oldest) = letters
-                .iter()
-                .filter(|l| l.consumer != tidings_core::RELAY_LETTERS)
-                .map(|l| l.created_at)
-                .min()
-            {
+            if let Some(oldest) = letters.iter().filter_map(DeadLetter::reaches_back_to).min() {
                 let what = format!("redriving {} dead letter(s)", letters.len());
                 crate::within_dedupe_horizon(store, oldest, &what, force || dry_run).await?;
             }

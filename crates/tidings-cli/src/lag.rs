@@ -4,8 +4,12 @@
 use tidings_core::LagReport;
 
 use crate::daemon_client::Daemon;
+use crate::dlq::shown;
 
 /// Prints `report`, as one JSON object with `json`.
+///
+/// Names as they are read (from the database or a daemon) may hold
+/// control characters: they are shown escaped.
 pub(crate) fn print(report: &LagReport, json: bool) -> anyhow::Result<()> {
     if json {
         say!("{}", serde_json::to_string(report)?);
@@ -19,7 +23,7 @@ pub(crate) fn print(report: &LagReport, json: bool) -> anyhow::Result<()> {
     for d in &report.dead_letters {
         say!(
             "consumer {:<20} dead letters {} · oldest {}",
-            d.consumer,
+            shown(&d.consumer),
             d.pending,
             age(d.oldest_age)
         );
@@ -27,16 +31,16 @@ pub(crate) fn print(report: &LagReport, json: bool) -> anyhow::Result<()> {
     for c in &report.consumers {
         say!(
             "consumer {:<20} topic {:<20} pending {}",
-            c.consumer,
-            c.topic,
+            shown(&c.consumer),
+            shown(&c.topic),
             c.pending
         );
     }
     for p in &report.parked {
         say!(
             "consumer {:<20} topic {:<20} held keys {} · parked {}",
-            p.consumer,
-            p.topic,
+            shown(&p.consumer),
+            shown(&p.topic),
             p.held_keys,
             p.messages
         );

@@ -395,12 +395,9 @@ pub(crate) async fn within_dedupe_horizon<S: tidings_core::ConsumerStore>(
     what: &str,
     force: bool,
 ) -> anyhow::Result<()> {
-    let Some(horizon) = store.dedupe_horizon().await? else {
+    let Some(horizon) = store.past_dedupe_horizon(Some(oldest)).await? else {
         return Ok(());
     };
-    if oldest >= horizon {
-        return Ok(());
-    }
     if force {
         eprintln!(
             "warning: {what} reaches back past the dedupe horizon ({horizon}): what was handled before it will be handled again"

@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 
 use clap::{Args, Subcommand};
 use serde::Serialize;
-use tidings_core::inspect::{Inspect, MemberStatus, PartitionBacklog};
+use tidings_core::inspect::{Inspect, MemberStatus, PartitionBacklog, held_partitions, relay_holders};
 
 use tidings::duration::parse as parse_duration;
 
@@ -80,17 +80,8 @@ async fn status(store: &impl Inspect, args: &StatusArgs) -> anyhow::Result<Outbo
         .into_iter()
         .filter(|m| m.scope == tidings_relay::SCOPE)
         .collect();
-    let count = args.partitions.unwrap_or_else(|| {
-        relays
-            .iter()
-            .flat_map(|r| r.leases.iter().map(|(p, _)| p + 1))
-            .max()
-            .unwrap_or(1)
-    });
-    let holders: BTreeMap<u32, (String, i64)> = relays
-        .iter()
-        .flat_map(|r| r.leases.iter().map(|(p, fence)| (*p, (r.member.clone(), *fence))))
-        .collect();
+    let count = args.partitions.unwrap_or_else(|| held_partitions(&relays));
+    let holders = relay_holders(&relays);
     let backlog: BTreeMap<u32, PartitionBacklog> = store
         .outbox_backlog(count)
         .await?
@@ -104,7 +95,7 @@ async fn status(store: &impl Inspect, args: &StatusArgs) -> anyhow::Result<Outbo
                 pending: 0,
                 oldest_age: None,
             }),
-            relay: holders.get(&p).cloned(),
+            relay: holders.get(&p).map(|(m, fence)| ((*m).to_owned(), *fence)),
         })
         .collect();
     let seconds = window.as_secs_f64().max(1e-3);

@@ -198,6 +198,9 @@ async fn a_cause_redriven_from_the_page_is_handled_once() {
             .any(|m| m["verdict"].as_str().unwrap().starts_with("parked by inventory") && m["parked"] == 1),
         "the order's later events wait behind it: {before:#}"
     );
+    // The first of them on its own page, as the key page told it.
+    assert_eq!(before["message"]["id"], messages[0]["message"], "{before:#}");
+    assert_eq!(before["message"]["verdict"], messages[0]["verdict"], "{before:#}");
 
     // One letter's payload edited on its page: the warehouse takes the SKU
     // it is changed to, and the edit is audited.

@@ -313,7 +313,9 @@ async fn the_daemon_measures_consumer_lag_on_sqs() {
 
 /// The demo's consumers on `broker`, the daemon relaying to it: the daemon's
 /// lag gauges read 0, grow to every command while the consumers are down,
-/// and return to 0 once they are back. `prefix` names the demo's resources
+/// and return to 0 once they are back; the console's overview shows the
+/// same counts, from the broker, for groups with no member running, and
+/// their last hour. `prefix` names the demo's resources
 /// on the broker after its system id; `env` is what the processes need to
 /// reach it (credentials).
 async fn consumer_lag_on_the_broker(broker: &str, prefix: impl Fn(&str) -> String, env: &[(&str, String)]) {
@@ -326,8 +328,10 @@ async fn consumer_lag_on_the_broker(broker: &str, prefix: impl Fn(&str) -> Strin
         .await
         .unwrap();
     let port = free_port();
+    let console = format!("http://127.0.0.1:{}", free_port());
     let mut daemon_env = vec![
         ("TIDINGS_METRICS__LISTEN", format!("127.0.0.1:{port}")),
+        ("TIDINGS_CONSOLE__LISTEN", console["http://".len()..].to_owned()),
         ("TIDINGS_BROKER__URL", nats.clone()),
         ("TIDINGS_BROKER__PREFIX", prefix(&system)),
         ("TIDINGS_BROKER__PARTITIONS", "4".into()),
@@ -353,6 +357,36 @@ async fn consumer_lag_on_the_broker(broker: &str, prefix: impl Fn(&str) -> Strin
         sample(t, series) == 120.0 && sample(t, "tidings_outbox_pending") == 0.0
     })
     .await;
+    // The console shows the broker's count, though no member of the group
+    // runs, and keeps it in its last hour.
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let overview = get_json(&format!("{console}/api/overview")).await;
+        let history = get_json(&format!("{console}/api/history")).await;
+        let row = overview["groups"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|g| g["group"] == "checkout" && g["topic"] == "checkout.commands")
+            .cloned();
+        let charted = history
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|s| s["groups"]["checkout@checkout.commands"] == 120);
+        if let Some(row) = row.filter(|r| r["pending"] == 120 && charted) {
+            assert_eq!(row["pending_from"], "broker", "{row:#}");
+            assert!(row["counted_seconds_ago"].as_f64().unwrap() < 30.0, "{row:#}");
+            assert!(row["members"].as_array().unwrap().is_empty(), "{row:#}");
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the console does not show checkout 120 commands behind: {overview:#}\n{history:#}\n{}",
+            daemon.stderr()
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
 
     // They come back and catch up.
     let mut consumers = start_consumers_with(&db.url, &["--broker", &nats], env);
@@ -467,4 +501,11 @@ async fn the_daemon_forgets_markers_past_the_dedupe_retention_and_replays_stop_t
     assert!(out.status.success(), "{stderr}");
     assert!(stderr.contains("will be handled again"), "{stderr}");
     db.drop_schema().await;
+}
+
+/// A JSON answer of the console, read without a token (on the loopback interface).
+async fn get_json(url: &str) -> serde_json::Value {
+    let response = reqwest::get(url).await.unwrap_or_else(|e| panic!("{url}: {e}"));
+    assert!(response.status().is_success(), "{url}: {}", response.status());
+    response.json().await.unwrap()
 }

@@ -90,11 +90,20 @@ impl Access {
     pub fn parse(text: &str, place: &str) -> Result<Access, TokensError> {
         let mut access = Access::default();
         for (l, line) in text.lines().enumerate() {
-            let entries: Vec<&str> = uncommented(line)
-                .split(',')
-                .map(str::trim)
-                .filter(|e| !e.is_empty())
-                .collect();
+            let line = uncommented(line).trim();
+            if line.is_empty() {
+                continue;
+            }
+            let entries: Vec<&str> = line.split(',').map(str::trim).collect();
+            if entries.iter().any(|e| e.is_empty()) {
+                // A token ending in `,` would otherwise lose it unnoticed.
+                return Err(TokensError {
+                    place: format!("{place}, line {}", l + 1),
+                    problem:
+                        "an empty entry: a `,` separates entries, so a token may not contain or end with one"
+                            .into(),
+                });
+            }
             for (i, entry) in entries.iter().enumerate() {
                 let problem = |problem: String| TokensError {
                     place: if entries.len() > 1 {
@@ -305,6 +314,15 @@ mod tests {
             "{e}"
         );
         assert!(!e.contains("abcdef"), "{e}");
+
+        let e = Access::parse(&format!("reader:grafana:{READ}\noperator:alice:{OPS},"), "var")
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("var, line 2") && e.contains("may not contain or end with one"),
+            "{e}"
+        );
+        assert!(!e.contains(OPS), "{e}");
 
         let e = Access::parse("operator:alice:0123456789abcdef 0123456789abcdef", "t")
             .unwrap_err()

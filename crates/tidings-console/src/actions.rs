@@ -134,11 +134,7 @@ pub(crate) async fn redrive<S: ConsoleStore>(
     }
     // A redrive delivers the message to every group of its topic again:
     // past the dedupe horizon, those that handled it would handle it twice.
-    let oldest = letters
-        .iter()
-        .filter(|l| l.consumer != tidings_core::RELAY_LETTERS)
-        .map(|l| l.created_at)
-        .min();
+    let oldest = letters.iter().filter_map(DeadLetter::reaches_back_to).min();
     if let Some((oldest, horizon)) = past_horizon(store, oldest, request.force).await? {
         return Err(ApiError::new(
             StatusCode::CONFLICT,
@@ -193,9 +189,8 @@ async fn past_horizon<S: ConsoleStore>(
         return Ok(None);
     };
     Ok(store
-        .dedupe_horizon()
+        .past_dedupe_horizon(Some(oldest))
         .await?
-        .filter(|h| oldest < *h)
         .map(|h| (oldest, h)))
 }
 
@@ -364,13 +359,12 @@ pub(crate) async fn edit<S: ConsoleStore>(
     })?;
     schemas.check(&envelope, &request.data)?;
     // Like a redrive, it reaches every group of its topic again.
-    if let Some((_, horizon)) = past_horizon(store, Some(letter.created_at), request.force).await? {
+    if let Some((oldest, horizon)) = past_horizon(store, letter.reaches_back_to(), request.force).await? {
         return Err(ApiError::new(
             StatusCode::CONFLICT,
             format!(
-                "dead letter {id} is from {}, before the dedupe horizon ({horizon}): consumers that handled \
-                 its message would handle it again. Pass force to do it anyway; nothing was changed",
-                letter.created_at
+                "dead letter {id}'s message is from {oldest}, before the dedupe horizon ({horizon}): consumers \
+                 that handled it would handle it again. Pass force to do it anyway; nothing was changed"
             ),
         ));
     }

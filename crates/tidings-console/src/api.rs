@@ -25,14 +25,21 @@ use crate::{Console, ConsoleStore};
 
 /// Declares every endpoint once, for both the router and the OpenAPI
 /// document: `method "path" handler, "summary", access, query, body, answer`
-/// (`_` where it reads no query string or no body).
+/// (`_` where it reads no query string or no body), then `, limit BYTES`
+/// where its body may be larger than [`crate::BODY_LIMIT`].
 macro_rules! endpoints {
-    ($( $method:ident $path:literal $handler:ident, $summary:literal, $access:ident, $query:tt, $body:tt, $answer:ty; )*) => {
+    ($( $method:ident $path:literal $handler:ident, $summary:literal, $access:ident, $query:tt, $body:tt, $answer:ty $(, limit $limit:expr)?; )*) => {
         pub(crate) fn routes<S: ConsoleStore>() -> axum::Router<Console<S>> {
             axum::Router::new()
-                $( .route($path, $method($handler::<S>)) )*
-                .route("/openapi.json", get(openapi))
+                $( .route($path, $method($handler::<S>) $(.layer(axum::extract::DefaultBodyLimit::max($limit)))?) )*
+                .route("/openapi.json", get(openapi::<S>))
                 .fallback(|| async { ApiError::new(StatusCode::NOT_FOUND, "no such API path") })
+                .method_not_allowed_fallback(|| async {
+                    ApiError::new(
+                        StatusCode::METHOD_NOT_ALLOWED,
+                        "this API path does not answer that method (see /api/openapi.json)",
+                    )
+                })
         }
 
         /// What the router serves, as the OpenAPI document describes it.
@@ -59,7 +66,7 @@ endpoints! {
     get "/dead-letters" letters, "The dead letters of a selection, one by one, masked.", Read, Selection, _, Vec<LetterView>;
     get "/dead-letters/{id}" letter, "One dead letter in full, masked, with its edits.", Read, _, _, LetterView;
     post "/dead-letters/{id}/skip" skip, "Skips one dead letter, releasing the key it holds; audited.", Operate, _, _, Skipped;
-    post "/dead-letters/{id}/edit" edit, "Redrives one dead letter with an edited payload, checked against its schema; audited.", Operate, _, EditRequest, Edited;
+    post "/dead-letters/{id}/edit" edit, "Redrives one dead letter with an edited payload, checked against its schema; audited.", Operate, _, EditRequest, Edited, limit crate::EDIT_BODY_LIMIT;
     post "/redrive" redrive, "Redrives dead letters (ids, a selection, or all) at a rate; audited.", Operate, _, RedriveRequest, RedriveReport;
     post "/purge" purge, "Deletes the settled dead letters of a selection (or all); audited.", Operate, _, PurgeRequest, Purged;
     get "/audit" audit, "The audit trail, newest first.", Read, AuditQuery, _, Vec<tidings_core::AuditEntry>;
@@ -68,9 +75,12 @@ endpoints! {
     get "/history" history, "The last hour of the overview's figures, as sampled.", Read, _, _, Vec<crate::history::Sample>;
 }
 
-/// The OpenAPI document of this API.
-async fn openapi() -> Json<serde_json::Value> {
-    Json(crate::openapi::document(&endpoints()))
+/// The OpenAPI document of this API, to whoever may read.
+async fn openapi<S: ConsoleStore>(_: Reading, State(console): State<Console<S>>) -> Json<serde_json::Value> {
+    Json(crate::openapi::document(
+        &endpoints(),
+        console.access.reading_needs_token(),
+    ))
 }
 
 /// An API refusal or failure: its status, and `{"error": "..."}`.
@@ -303,7 +313,7 @@ async fn overview<S: ConsoleStore>(
     _: Reading,
     State(console): State<Console<S>>,
 ) -> Result<Json<Overview>, ApiError> {
-    Ok(Json(Overview::read(&*console.store, console.partitions).await?))
+    Ok(Json(console.overview().await?))
 }
 
 /// The figures of `tidings lag`, as its `--json` prints them.
@@ -445,12 +455,11 @@ async fn key<S: ConsoleStore>(
     State(console): State<Console<S>>,
     Path(key): Path<String>,
 ) -> Result<Json<Vec<tidings_core::inspect::MessageTrace>>, ApiError> {
-    Ok(Json(
-        console
-            .store
-            .trace_key(&key, crate::pages::story::KEY_LIMIT)
-            .await?,
-    ))
+    let traces = console
+        .store
+        .trace_key(&key, crate::pages::story::KEY_LIMIT)
+        .await?;
+    Ok(Json(traces.into_iter().map(masked_trace).collect()))
 }
 
 /// `group` with the likely secrets of its example error masked.
@@ -460,7 +469,9 @@ pub(crate) fn masked_example(mut group: CauseGroup) -> CauseGroup {
 }
 
 /// `trace` with the likely secrets of its dead letters' errors masked.
-fn masked_trace(mut trace: tidings_core::inspect::MessageTrace) -> tidings_core::inspect::MessageTrace {
+pub(crate) fn masked_trace(
+    mut trace: tidings_core::inspect::MessageTrace,
+) -> tidings_core::inspect::MessageTrace {
     for d in &mut trace.dead_letters {
         d.last_error = d.last_error.take().map(|e| crate::letter::mask_words(&e).0);
     }

@@ -9,12 +9,16 @@ use std::time::Duration;
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 use tidings_core::inspect::Inspect;
+use tidings_core::metrics::BrokerLag;
 
 /// How far back the history reaches.
 pub const SPAN: Duration = Duration::from_secs(3600);
 
 /// The most samples kept, whatever the interval.
 const MAX_SAMPLES: usize = 3600;
+
+/// The window a group's handling rate is measured over.
+const HANDLING_WINDOW: Duration = Duration::from_secs(60);
 
 /// The figures at one moment.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
@@ -32,8 +36,11 @@ pub struct Sample {
     /// Records published per second since the sample before.
     pub published_per_second: Option<f64>,
     /// Messages each consumer group (`group@topic`) has not handled, where
-    /// the store knows (the database log).
+    /// the store (the database log) or the broker (as last counted) knows.
     pub groups: BTreeMap<String, u64>,
+    /// Messages each consumer group handled per second over the last
+    /// minute, over every topic it reads; `None` when it could not be read.
+    pub handled_per_second: Option<BTreeMap<String, f64>>,
     #[serde(skip)]
     high_water: i64,
 }
@@ -53,10 +60,43 @@ impl History {
             .collect()
     }
 
-    /// Reads the figures from `store` and adds them.
-    pub async fn sample<S: Inspect + ?Sized>(&self, store: &S) -> tidings_core::Result<()> {
+    /// The last sample, if any.
+    pub fn last(&self) -> Option<Sample> {
+        self.0.lock().unwrap_or_else(|e| e.into_inner()).back().cloned()
+    }
+
+    /// Reads the figures from `store`, and the groups' counts on the broker
+    /// from `broker`, and adds them.
+    pub async fn sample<S: Inspect + ?Sized>(
+        &self,
+        store: &S,
+        broker: &BrokerLag,
+    ) -> tidings_core::Result<()> {
         let lag = store.lag().await?;
         let high_water = store.outbox_high_water().await?;
+        // A rate that cannot be read leaves the other figures standing.
+        let handled = match store.handled_recently(HANDLING_WINDOW).await {
+            Ok(counts) => Some(
+                counts
+                    .into_iter()
+                    .map(|(group, n)| (group, n as f64 / HANDLING_WINDOW.as_secs_f64()))
+                    .collect(),
+            ),
+            Err(e) => {
+                tracing::warn!(error = %e.report(), "the console could not read the groups' handling rates");
+                None
+            }
+        };
+        let mut groups: BTreeMap<String, u64> = broker
+            .measured()
+            .into_iter()
+            .filter_map(|m| Some((format!("{}@{}", m.group, m.topic), m.pending?)))
+            .collect();
+        groups.extend(
+            lag.consumers
+                .iter()
+                .map(|c| (format!("{}@{}", c.consumer, c.topic), c.pending)),
+        );
         let at = Utc::now();
         let mut samples = self.0.lock().unwrap_or_else(|e| e.into_inner());
         let (written, published) = match samples.back() {
@@ -76,11 +116,8 @@ impl History {
             dead_letters: lag.dead_letters_pending(),
             written_per_second: written,
             published_per_second: published,
-            groups: lag
-                .consumers
-                .iter()
-                .map(|c| (format!("{}@{}", c.consumer, c.topic), c.pending))
-                .collect(),
+            groups,
+            handled_per_second: handled,
             high_water,
         });
         let horizon = at - chrono::Duration::from_std(SPAN).unwrap_or_default();
@@ -90,17 +127,18 @@ impl History {
         Ok(())
     }
 
-    /// Samples `store` every `every` until `stop` completes; a failed
-    /// reading is logged and the next one tried.
+    /// Samples `store` and `broker` every `every` until `stop` completes;
+    /// a failed reading is logged and the next one tried.
     pub async fn run<S: Inspect + ?Sized>(
         &self,
         store: &S,
+        broker: &BrokerLag,
         every: Duration,
         stop: impl std::future::Future<Output = ()>,
     ) {
         let mut stop = std::pin::pin!(stop);
         loop {
-            if let Err(e) = self.sample(store).await {
+            if let Err(e) = self.sample(store, broker).await {
                 tracing::warn!(error = %e.report(), "the console could not sample the overview's figures");
             }
             tokio::select! {

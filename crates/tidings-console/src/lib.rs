@@ -40,6 +40,7 @@ use std::sync::Arc;
 use axum::Router;
 use axum::extract::DefaultBodyLimit;
 use tidings_core::inspect::Inspect;
+use tidings_core::metrics::BrokerLag;
 use tidings_core::{AuditStore, ConsumerStore, FailureStore};
 use tokio::net::TcpListener;
 
@@ -56,6 +57,10 @@ pub const READ_LIMIT: u32 = 10_000;
 /// The largest request body accepted (a redrive's selection is small).
 pub const BODY_LIMIT: usize = 64 * 1024;
 
+/// The largest body of an edit (an edited payload, or the page's form
+/// holding one): the size brokers commonly take for one message.
+pub const EDIT_BODY_LIMIT: usize = 1024 * 1024;
+
 /// What a console serves: a store, who may act on it, the outbox's
 /// partition count (else read from the relays' leases), and the schemas
 /// edits are checked against.
@@ -66,6 +71,7 @@ pub struct Console<S> {
     schemas: Option<Arc<actions::Schemas>>,
     sessions: session::Sessions,
     history: history::History,
+    broker: BrokerLag,
 }
 
 impl<S> std::fmt::Debug for Console<S> {
@@ -87,6 +93,7 @@ impl<S> Clone for Console<S> {
             schemas: self.schemas.clone(),
             sessions: self.sessions.clone(),
             history: self.history.clone(),
+            broker: self.broker.clone(),
         }
     }
 }
@@ -105,7 +112,16 @@ impl<S: ConsoleStore> Console<S> {
             schemas: None,
             sessions: session::Sessions::default(),
             history: history::History::default(),
+            broker: BrokerLag::default(),
         }
+    }
+
+    /// The consumer groups' counts on the broker, as the daemon's sampler
+    /// measures them ([`tidings_core::metrics::sample_broker_lag`]): the
+    /// overview shows them for the groups the store cannot count.
+    pub fn broker_lag(mut self, lag: BrokerLag) -> Console<S> {
+        self.broker = lag;
+        self
     }
 
     /// The outbox's partition count (`outbox.partitions`).
@@ -132,8 +148,17 @@ impl<S: ConsoleStore> Console<S> {
     where
         F: Future<Output = ()> + Send,
     {
-        let (store, history) = (self.store.clone(), self.history.clone());
-        async move { history.run(&*store, every, stop).await }
+        let (store, history, broker) = (self.store.clone(), self.history.clone(), self.broker.clone());
+        async move { history.run(&*store, &broker, every, stop).await }
+    }
+
+    /// The overview as the store, the broker's last counts and the last
+    /// sample give it.
+    async fn overview(&self) -> tidings_core::Result<Overview> {
+        Ok(Overview::read(&*self.store, self.partitions)
+            .await?
+            .with_broker_lag(&self.broker)
+            .with_rates(self.history.last().as_ref()))
     }
 
     /// The pages and the API.

@@ -3,6 +3,8 @@
 //! and its schemas from the types the handlers read and answer, so that
 //! neither can drift from the code.
 
+use std::collections::BTreeSet;
+
 use schemars::generate::{Contract, SchemaGenerator, SchemaSettings};
 use schemars::{JsonSchema, Schema};
 use serde_json::{Map, Value, json};
@@ -55,8 +57,9 @@ fn generator(contract: Contract) -> SchemaGenerator {
         .into_generator()
 }
 
-/// The OpenAPI document of `endpoints`.
-pub(crate) fn document(endpoints: &[Endpoint]) -> Value {
+/// The OpenAPI document of `endpoints`; `reads_need_token` says whether
+/// reading needs a token (else anyone who reaches the console reads).
+pub(crate) fn document(endpoints: &[Endpoint], reads_need_token: bool) -> Value {
     // What callers send is described as it is read (defaults make fields
     // optional), what they get as it is written.
     let mut reads = generator(Contract::Deserialize);
@@ -79,15 +82,13 @@ pub(crate) fn document(endpoints: &[Endpoint]) -> Value {
                 "default": {
                     "description": "refused or failed: 400 a request that does not parse, 401 no valid token, \
                                     403 a reader's token where an operator's is needed, 404 nothing there, \
-                                    409 settled or past the dedupe horizon, 413 a body over 64 KiB, \
+                                    405 a method the path does not answer, \
+                                    409 settled or past the dedupe horizon, 413 a body over 64 KiB (1 MiB for an edit), \
                                     422 an edit its schema refuses, 503 the database",
                     "content": { "application/json": { "schema": { "$ref": "#/components/schemas/Error" } } },
                 },
             },
-            "security": match e.access {
-                Access::Read => json!([{}, { "bearer": [] }]),
-                Access::Operate => json!([{ "bearer": [] }, { "session": [], "csrf": [] }]),
-            },
+            "security": security(e.access, reads_need_token),
         });
         if let Some(body) = e.body {
             operation["requestBody"] = json!({
@@ -100,18 +101,32 @@ pub(crate) fn document(endpoints: &[Endpoint]) -> Value {
             .or_insert_with(|| json!({}));
         item[e.method] = operation;
     }
-    let mut schemas = reads.take_definitions(true);
-    for (name, schema) in writes.take_definitions(true) {
-        match schemas.get(&name) {
-            // A type both read and written whose two readings differ is
-            // kept under the name of its written form, the read one as `…Input`.
-            Some(read) if *read != schema => {
-                let read = schemas.remove(&name).expect("present");
-                schemas.insert(format!("{name}Input"), read);
-                schemas.insert(name, schema);
-            }
-            _ => {
-                schemas.insert(name, schema);
+    paths.insert(
+        "/api/openapi.json".to_owned(),
+        json!({ "get": {
+            "operationId": "get_openapi_json",
+            "summary": "This document.",
+            "responses": {
+                "200": {
+                    "description": "the OpenAPI 3.1 document of this API",
+                    "content": { "application/json": { "schema": { "type": "object" } } },
+                },
+                "default": {
+                    "description": "refused: 401 no valid token",
+                    "content": { "application/json": { "schema": { "$ref": "#/components/schemas/Error" } } },
+                },
+            },
+            "security": security(Access::Read, reads_need_token),
+        }}),
+    );
+    let (mut schemas, renamed) = merged(reads.take_definitions(true), writes.take_definitions(true));
+    // A request's schemas are read forms: they point at the `…Input` ones.
+    for item in paths.values_mut() {
+        for operation in item.as_object_mut().into_iter().flat_map(|o| o.values_mut()) {
+            for part in ["parameters", "requestBody"] {
+                if let Some(v) = operation.get_mut(part) {
+                    rename_references(v, &renamed);
+                }
             }
         }
     }
@@ -155,6 +170,76 @@ pub(crate) fn document(endpoints: &[Endpoint]) -> Value {
             },
         },
     })
+}
+
+/// Who may call an endpoint of `access`, as OpenAPI says it: an operator
+/// with a token, or signed in with the session's anti-forgery token; a
+/// reader the same, or anyone where reading needs no token.
+fn security(access: Access, reads_need_token: bool) -> Value {
+    match access {
+        Access::Read if reads_need_token => json!([{ "bearer": [] }, { "session": [] }]),
+        Access::Read => json!([{}, { "bearer": [] }, { "session": [] }]),
+        Access::Operate => json!([{ "bearer": [] }, { "session": [], "csrf": [] }]),
+    }
+}
+
+/// The named schemas of the read forms and of the written forms, in one
+/// map. A type whose read form differs from its written one (defaults make
+/// its fields optional) keeps its name for the written form, and the read
+/// form is named `…Input`; a read form that names such a type then names
+/// its `…Input` and may differ in turn, until none does. Returns the
+/// schemas and the names given an `…Input`.
+fn merged(reads: Map<String, Value>, writes: Map<String, Value>) -> (Map<String, Value>, BTreeSet<String>) {
+    let mut renamed = BTreeSet::new();
+    loop {
+        let before = renamed.len();
+        for (name, read) in &reads {
+            if renamed.contains(name) {
+                continue;
+            }
+            if let Some(written) = writes.get(name) {
+                let mut read = read.clone();
+                rename_references(&mut read, &renamed);
+                if read != *written {
+                    renamed.insert(name.clone());
+                }
+            }
+        }
+        if renamed.len() == before {
+            break;
+        }
+    }
+    let mut schemas = writes;
+    for (name, mut read) in reads {
+        rename_references(&mut read, &renamed);
+        if renamed.contains(&name) {
+            schemas.insert(format!("{name}Input"), read);
+        } else {
+            schemas.entry(name).or_insert(read);
+        }
+    }
+    (schemas, renamed)
+}
+
+/// Points each `$ref` in `value` to a schema of `renamed` at its `…Input`.
+fn rename_references(value: &mut Value, renamed: &BTreeSet<String>) {
+    const PREFIX: &str = "#/components/schemas/";
+    match value {
+        Value::Object(map) => {
+            for (key, v) in map.iter_mut() {
+                match v {
+                    Value::String(r) if key == "$ref" => {
+                        if let Some(name) = r.strip_prefix(PREFIX).filter(|n| renamed.contains(*n)) {
+                            *r = format!("{PREFIX}{name}Input");
+                        }
+                    }
+                    _ => rename_references(v, renamed),
+                }
+            }
+        }
+        Value::Array(items) => items.iter_mut().for_each(|v| rename_references(v, renamed)),
+        _ => {}
+    }
 }
 
 /// `get /dead-letters/{id}/skip` → `get_dead_letters_id_skip`.
@@ -216,4 +301,64 @@ fn query_parameters(schema: &Schema, generator: &SchemaGenerator) -> Vec<Value> 
                 .collect()
         })
         .unwrap_or_default()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn map(v: Value) -> Map<String, Value> {
+        v.as_object().unwrap().clone()
+    }
+
+    #[test]
+    fn a_read_form_that_differs_is_named_input_and_those_naming_it_follow() {
+        let reads = map(json!({
+            "Request": { "properties": { "selection": { "$ref": "#/components/schemas/Selection" } } },
+            "Selection": { "properties": { "all": { "type": "boolean" } } },
+            "Plain": { "type": "string" },
+        }));
+        let writes = map(json!({
+            "Request": { "properties": { "selection": { "$ref": "#/components/schemas/Selection" } } },
+            "Selection": { "properties": { "all": { "type": "boolean" } }, "required": ["all"] },
+            "Plain": { "type": "string" },
+            "Answer": { "$ref": "#/components/schemas/Selection" },
+        }));
+        let (schemas, renamed) = merged(reads, writes);
+        assert_eq!(
+            renamed.iter().map(String::as_str).collect::<Vec<_>>(),
+            ["Request", "Selection"]
+        );
+        assert_eq!(
+            schemas["RequestInput"]["properties"]["selection"]["$ref"],
+            "#/components/schemas/SelectionInput"
+        );
+        assert_eq!(
+            schemas["Request"]["properties"]["selection"]["$ref"],
+            "#/components/schemas/Selection"
+        );
+        assert!(schemas["SelectionInput"].get("required").is_none());
+        assert_eq!(schemas["Answer"]["$ref"], "#/components/schemas/Selection");
+        assert!(!schemas.contains_key("PlainInput"));
+
+        let mut body = json!({ "schema": { "$ref": "#/components/schemas/Request" } });
+        rename_references(&mut body, &renamed);
+        assert_eq!(body["schema"]["$ref"], "#/components/schemas/RequestInput");
+    }
+
+    #[test]
+    fn reads_are_open_only_where_no_token_is_needed() {
+        assert_eq!(security(Access::Read, false)[0], json!({}));
+        assert!(
+            security(Access::Read, true)
+                .as_array()
+                .unwrap()
+                .iter()
+                .all(|s| s != &json!({}))
+        );
+        assert_eq!(
+            security(Access::Operate, false),
+            json!([{ "bearer": [] }, { "session": [], "csrf": [] }])
+        );
+    }
 }

@@ -8,7 +8,10 @@ use std::time::Duration;
 
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
-use tidings_core::inspect::{Inspect, MemberStatus};
+use tidings_core::inspect::{Inspect, MemberStatus, held_partitions, relay_holders};
+use tidings_core::metrics::BrokerLag;
+
+use crate::history::Sample;
 
 /// Everything the overview shows, read at `at`.
 #[derive(Debug, Clone, Serialize, Deserialize, schemars::JsonSchema)]
@@ -64,17 +67,34 @@ pub struct GroupRow {
     pub group: String,
     /// The topic.
     pub topic: String,
-    /// Messages not yet handled, where the store knows (the database log).
+    /// Messages not yet handled: from the store on the database log, from
+    /// the broker as the daemon last counted them on a broker; `None` where
+    /// neither can tell.
     pub pending: Option<u64>,
-    /// Messages the group handled per second over the last minute (its
-    /// processed markers, over every topic it reads).
-    pub handled_per_second: f64,
+    /// Where `pending` comes from.
+    pub pending_from: Option<PendingFrom>,
+    /// Seconds since the broker counted `pending` (for a broker's figure).
+    pub counted_seconds_ago: Option<f64>,
+    /// Messages the group handled per second over the last minute, over
+    /// every topic it reads (its processed markers, which do not name the
+    /// topic), as last sampled; `None` before the first sample.
+    pub handled_per_second: Option<f64>,
     /// Keys held behind a dead letter.
     pub held_keys: u64,
     /// Messages parked behind them.
     pub parked: u64,
     /// Its live members.
     pub members: Vec<Member>,
+}
+
+/// Where a group's pending count comes from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum PendingFrom {
+    /// The store: the database log's read positions, read with the overview.
+    DatabaseLog,
+    /// The broker, as the daemon's sampler last counted it.
+    Broker,
 }
 
 /// One consumer's dead letters waiting for a decision.
@@ -87,9 +107,6 @@ pub struct DeadLetterRow {
     /// Age of the oldest, in seconds.
     pub oldest_seconds: Option<f64>,
 }
-
-/// The window a group's handling rate is measured over.
-const HANDLING_WINDOW: Duration = Duration::from_secs(60);
 
 fn seconds(d: Option<Duration>) -> Option<f64> {
     d.map(|d| d.as_secs_f64())
@@ -112,12 +129,9 @@ impl Overview {
     ) -> tidings_core::Result<Overview> {
         let lag = store.lag().await?;
         let members = store.members().await?;
-        let relays: Vec<&MemberStatus> = members.iter().filter(|m| m.group_and_topic().is_none()).collect();
+        let relays: Vec<&MemberStatus> = members.iter().filter(|m| m.is_relay()).collect();
         let count = partitions.unwrap_or_else(|| held_partitions(&members));
-        let holders: BTreeMap<u32, &str> = relays
-            .iter()
-            .flat_map(|r| r.leases.iter().map(|(p, _)| (*p, r.member.as_str())))
-            .collect();
+        let holders = relay_holders(&members);
         let backlog: BTreeMap<u32, _> = store
             .outbox_backlog(count)
             .await?
@@ -129,12 +143,14 @@ impl Overview {
                 partition: p,
                 pending: backlog.get(&p).map_or(0, |b| b.pending),
                 oldest_seconds: backlog.get(&p).and_then(|b| seconds(b.oldest_age)),
-                relay: holders.get(&p).map(|m| (*m).to_owned()),
+                relay: holders.get(&p).map(|(m, _)| (*m).to_owned()),
             })
             .collect();
         let mut groups: BTreeMap<(String, String), GroupRow> = BTreeMap::new();
         for c in &lag.consumers {
-            row(&mut groups, &c.consumer, &c.topic).pending = Some(c.pending);
+            let r = row(&mut groups, &c.consumer, &c.topic);
+            r.pending = Some(c.pending);
+            r.pending_from = Some(PendingFrom::DatabaseLog);
         }
         for p in &lag.parked {
             let r = row(&mut groups, &p.consumer, &p.topic);
@@ -145,15 +161,6 @@ impl Overview {
             if let Some((g, t)) = m.group_and_topic() {
                 row(&mut groups, g, t).members.push(member(m));
             }
-        }
-        let handled: BTreeMap<String, u64> = store
-            .handled_recently(HANDLING_WINDOW)
-            .await?
-            .into_iter()
-            .collect();
-        for r in groups.values_mut() {
-            r.handled_per_second =
-                handled.get(&r.group).copied().unwrap_or(0) as f64 / HANDLING_WINDOW.as_secs_f64();
         }
         Ok(Overview {
             at: Utc::now(),
@@ -176,21 +183,44 @@ impl Overview {
         })
     }
 
+    /// Adds the groups' counts on the broker, as `broker` last measured
+    /// them, to the groups the store cannot count: a group the broker knows
+    /// and the store does not (its members all stopped) gets a row.
+    pub fn with_broker_lag(mut self, broker: &BrokerLag) -> Overview {
+        let mut groups: BTreeMap<(String, String), GroupRow> = std::mem::take(&mut self.groups)
+            .into_iter()
+            .map(|g| ((g.group.clone(), g.topic.clone()), g))
+            .collect();
+        let now = std::time::SystemTime::now();
+        for m in broker.measured() {
+            let r = row(&mut groups, &m.group, &m.topic);
+            if r.pending_from == Some(PendingFrom::DatabaseLog) {
+                continue;
+            }
+            if let Some(pending) = m.pending {
+                r.pending = Some(pending);
+                r.pending_from = Some(PendingFrom::Broker);
+                r.counted_seconds_ago = Some(now.duration_since(m.at).unwrap_or_default().as_secs_f64());
+            }
+        }
+        self.groups = groups.into_values().collect();
+        self
+    }
+
+    /// Sets each group's handling rate from the last sample, where it was measured.
+    pub fn with_rates(mut self, last: Option<&Sample>) -> Overview {
+        if let Some(rates) = last.and_then(|s| s.handled_per_second.as_ref()) {
+            for g in &mut self.groups {
+                g.handled_per_second = Some(rates.get(&g.group).copied().unwrap_or(0.0));
+            }
+        }
+        self
+    }
+
     /// Dead letters waiting, over every consumer.
     pub fn dead_letters_pending(&self) -> u64 {
         self.dead_letters.iter().map(|d| d.pending).sum()
     }
-}
-
-/// The outbox's partition count as the live relays among `members` hold
-/// them (one past the highest partition held), or 1.
-pub(crate) fn held_partitions(members: &[MemberStatus]) -> u32 {
-    members
-        .iter()
-        .filter(|m| m.group_and_topic().is_none())
-        .flat_map(|m| m.leases.iter().map(|(p, _)| p + 1))
-        .max()
-        .unwrap_or(1)
 }
 
 /// The row of `group` on `topic`, made if missing.
@@ -205,7 +235,9 @@ fn row<'a>(
             group: group.to_owned(),
             topic: topic.to_owned(),
             pending: None,
-            handled_per_second: 0.0,
+            pending_from: None,
+            counted_seconds_ago: None,
+            handled_per_second: None,
             held_keys: 0,
             parked: 0,
             members: Vec::new(),

@@ -27,6 +27,10 @@ pub(crate) const SESSION_TTL: Duration = Duration::from_secs(8 * 3600);
 /// Sessions open at once at most: past it, the oldest is closed.
 const MAX_SESSIONS: usize = 1024;
 
+/// Sessions one token's holder has open at once at most: past it, their
+/// oldest is closed.
+const MAX_SESSIONS_EACH: usize = 16;
+
 /// A signed-in browser.
 #[derive(Debug, Clone)]
 pub(crate) struct Session {
@@ -56,9 +60,14 @@ impl Sessions {
         let id = random_id();
         let mut sessions = self.0.lock().unwrap_or_else(|e| e.into_inner());
         sessions.retain(|_, s| s.opened.elapsed() < SESSION_TTL);
-        if sessions.len() >= MAX_SESSIONS
+        // Their own oldest first, so that signing in again and again closes
+        // no one else's session; else the oldest of all.
+        let theirs_full =
+            sessions.values().filter(|s| s.caller.name == caller.name).count() >= MAX_SESSIONS_EACH;
+        if (theirs_full || sessions.len() >= MAX_SESSIONS)
             && let Some(oldest) = sessions
                 .iter()
+                .filter(|(_, s)| !theirs_full || s.caller.name == caller.name)
                 .min_by_key(|(_, s)| s.opened)
                 .map(|(id, _)| id.clone())
         {
@@ -121,30 +130,47 @@ pub(crate) fn over_https(headers: &HeaderMap) -> bool {
 }
 
 /// The `Origin` of a request that has one and it is not the console's own
-/// (`http://` or `https://` and the request's `Host`), else `None`. A
-/// request without `Origin` (a command-line client, an older browser) is
-/// not refused for it: its cookie still cannot come from another site.
+/// (`http://` or `https://` and the request's `Host`, or the host a proxy
+/// in front says it was asked for: the first `X-Forwarded-Host`), else
+/// `None`. A page of another site cannot set `X-Forwarded-Host`, and its
+/// browser names that site in `Origin`, so trusting the header lets no one
+/// in. A request without `Origin` (a command-line client, an older browser)
+/// is not refused for it: its cookie still cannot come from another site.
 pub(crate) fn foreign_origin(headers: &HeaderMap) -> Option<String> {
     let origin = headers.get(ORIGIN)?;
     let shown = String::from_utf8_lossy(origin.as_bytes()).into_owned();
     let Some(origin) = origin.to_str().ok() else {
         return Some(shown);
     };
-    let host = headers.get(HOST).and_then(|v| v.to_str().ok());
-    let own = host.is_some_and(|host| {
-        let lower = origin.to_ascii_lowercase();
-        [("http://", ":80"), ("https://", ":443")]
-            .into_iter()
-            .any(|(scheme, default_port)| {
-                lower.strip_prefix(scheme).is_some_and(|authority| {
-                    let host = host.trim().to_ascii_lowercase();
-                    let host = host.strip_suffix(default_port).unwrap_or(&host);
-                    let authority = authority.strip_suffix(default_port).unwrap_or(authority);
-                    !authority.is_empty() && authority == host
-                })
-            })
-    });
+    let forwarded = headers
+        .get(FORWARDED_HOST)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.split(',').next());
+    let hosts = [headers.get(HOST).and_then(|v| v.to_str().ok()), forwarded];
+    let own = hosts
+        .into_iter()
+        .flatten()
+        .any(|host| same_authority(origin, host));
     (!own).then_some(shown)
+}
+
+/// The header a proxy in front of the console names the host it was asked for in.
+const FORWARDED_HOST: &str = "x-forwarded-host";
+
+/// Whether `origin` (`http://` or `https://`, then a host and maybe a
+/// port) names `host` (a Host header), a default port being no port.
+fn same_authority(origin: &str, host: &str) -> bool {
+    let lower = origin.to_ascii_lowercase();
+    [("http://", ":80"), ("https://", ":443")]
+        .into_iter()
+        .any(|(scheme, default_port)| {
+            lower.strip_prefix(scheme).is_some_and(|authority| {
+                let host = host.trim().to_ascii_lowercase();
+                let host = host.strip_suffix(default_port).unwrap_or(&host);
+                let authority = authority.strip_suffix(default_port).unwrap_or(authority);
+                !authority.is_empty() && authority == host
+            })
+        })
 }
 
 /// The value of cookie `name` in `headers`.
@@ -220,6 +246,43 @@ mod tests {
             foreign_origin(&headers(&[(ORIGIN, "http://console.example:9470")])).is_some(),
             "no Host"
         );
+        // Behind a proxy that rewrites Host, the host it was asked for.
+        let proxied = |origin: &str| {
+            let mut h = headers(&[(HOST, "127.0.0.1:9470"), (ORIGIN, origin)]);
+            h.insert(FORWARDED_HOST, "console.example, inner.example".parse().unwrap());
+            foreign_origin(&h)
+        };
+        assert_eq!(proxied("https://console.example"), None);
+        assert!(proxied("https://evil.example").is_some());
+        assert!(
+            proxied("https://inner.example").is_some(),
+            "only the first, the one the browser asked for"
+        );
+    }
+
+    #[test]
+    fn signing_in_again_and_again_closes_only_ones_own_sessions() {
+        let sessions = Sessions::default();
+        let caller = |name: &str, role| Caller {
+            name: name.into(),
+            role,
+        };
+        let cookie_of = |id: &str| headers(&[(COOKIE, &format!("{COOKIE_NAME}={id}"))]);
+        let alice = sessions.open(caller("alice", crate::Role::Operator));
+        let first = sessions.open(caller("mallory", crate::Role::Reader));
+        for _ in 0..MAX_SESSIONS + 10 {
+            sessions.open(caller("mallory", crate::Role::Reader));
+        }
+        assert!(
+            sessions.of(&cookie_of(&alice)).is_some(),
+            "alice is still signed in"
+        );
+        assert!(
+            sessions.of(&cookie_of(&first)).is_none(),
+            "mallory's oldest closed"
+        );
+        let open = sessions.0.lock().unwrap().len();
+        assert_eq!(open, 1 + MAX_SESSIONS_EACH);
     }
 
     #[test]

@@ -40,7 +40,11 @@ impl Cause {
             consumer: letter.consumer.clone(),
             message_type: letter.message_type.clone(),
             class: last.map_or_else(String::new, |f| f.class.clone()),
-            shape: last.map_or_else(String::new, |f| error_shape(&f.error)),
+            // Likely secrets masked first: the shape is shown, and its
+            // fingerprint must not be a short hash of a password.
+            shape: last.map_or_else(String::new, |f| {
+                error_shape(&crate::letter::mask_words(&f.error).0)
+            }),
         }
     }
 
@@ -194,7 +198,7 @@ impl Selection {
     /// Whether `letter` is selected.
     pub fn matches(&self, letter: &DeadLetter) -> bool {
         let last_error = letter.errors.last().map_or("", |f| f.error.as_str());
-        let settled = letter.redriven_at.is_some() || letter.skipped_at.is_some();
+        let settled = !letter.is_pending();
         (self.include_settled || !settled)
             && self.consumer.as_deref().is_none_or(|c| letter.consumer == c)
             && self
@@ -244,11 +248,7 @@ pub async fn find<S: FailureStore + ?Sized>(store: &S, id: Uuid) -> tidings_core
 
 /// Where a dead letter stands: waiting for a decision, or settled.
 pub fn state(letter: &DeadLetter) -> &'static str {
-    match (letter.skipped_at, letter.redriven_at) {
-        (Some(_), _) => "skipped",
-        (None, Some(_)) => "redriven",
-        (None, None) => "pending",
-    }
+    letter.state()
 }
 
 /// The dead letters of one cause.

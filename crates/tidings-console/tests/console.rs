@@ -12,7 +12,7 @@ use reqwest::StatusCode;
 use serde_json::{Value, json};
 use tidings_console::triage::{self, Selection};
 use tidings_console::{Access, Console, ConsoleStore, Schemas};
-use tidings_core::{DeadLetter, EDIT_HEADER, Failure, FailureStore, LagSource, cloudevents};
+use tidings_core::{ConsumerStore, DeadLetter, EDIT_HEADER, Failure, FailureStore, LagSource, cloudevents};
 use tidings_testkit::services::{MySqlTestDb, PgTestDb, SqliteTestDb};
 use tidings_testkit::store_conformance::fixtures::{StoreExt, message};
 use uuid::Uuid;
@@ -119,7 +119,7 @@ async fn the_console_shows_and_acts<S: ConsoleStore + LagSource + Clone>(store: 
     let secret = letter(
         "billing",
         "order-7",
-        "card declined",
+        "card declined (api_key=sk_live_of_the_gateway)",
         Some(("card_number", json!(CARD))),
     );
     for l in poison.iter().chain([&slow, &secret]) {
@@ -172,8 +172,19 @@ async fn the_console_shows_and_acts<S: ConsoleStore + LagSource + Clone>(store: 
     // One bug is one cause with its count, on the page and in the API.
     let fingerprint = triage::Cause::of(&poison[0]).fingerprint();
     let causes: Value = get("/api/causes").await.unwrap().json().await.unwrap();
-    let expected = serde_json::to_value(triage::by_cause(&pending(&store).await)).unwrap();
-    assert_eq!(causes, expected, "the API groups as the CLI does");
+    let mut grouped = triage::by_cause(&pending(&store).await);
+    for g in &mut grouped {
+        g.example = tidings_console::letter::mask_words(&g.example).0;
+    }
+    let expected = serde_json::to_value(grouped).unwrap();
+    assert_eq!(
+        causes, expected,
+        "the API groups as the CLI does, its examples masked"
+    );
+    assert!(
+        !causes.to_string().contains("sk_live_of_the_gateway"),
+        "a cause's shape holds no secret: {causes}"
+    );
     assert_eq!(causes[0]["fingerprint"], fingerprint.as_str());
     assert_eq!(causes[0]["count"], 3);
     let page = get("/dead-letters").await.unwrap().text().await.unwrap();
@@ -236,6 +247,19 @@ async fn the_console_shows_and_acts<S: ConsoleStore + LagSource + Clone>(store: 
     assert_eq!(story[0]["dead_letters"][0]["state"], "pending");
     let page = get("/keys/order-0").await.unwrap().text().await.unwrap();
     assert!(page.contains("dead-lettered by inventory"), "{page}");
+    // Its error too, by key and by id.
+    for path in [
+        "/api/keys/order-7".to_owned(),
+        format!("/api/messages/{}", secret.message_id.unwrap()),
+        "/keys/order-7".to_owned(),
+    ] {
+        let story = get(&path).await.unwrap().text().await.unwrap();
+        assert!(story.contains("card declined"), "{path}: {story}");
+        assert!(
+            !story.contains("sk_live_of_the_gateway"),
+            "{path}: a secret in {story}"
+        );
+    }
     let empty: Value = get("/api/keys/no-such-order")
         .await
         .unwrap()
@@ -245,6 +269,14 @@ async fn the_console_shows_and_acts<S: ConsoleStore + LagSource + Clone>(store: 
     assert_eq!(empty, json!([]));
     let unknown = get(&format!("/api/messages/{}", Uuid::new_v4())).await.unwrap();
     assert_eq!(unknown.status(), StatusCode::NOT_FOUND);
+    // A wrong method is refused in JSON too.
+    let wrong = get("/api/redrive").await.unwrap();
+    assert_eq!(wrong.status(), StatusCode::METHOD_NOT_ALLOWED);
+    let wrong: Value = wrong.json().await.unwrap();
+    assert!(
+        wrong["error"].as_str().unwrap().contains("openapi.json"),
+        "{wrong}"
+    );
     let no_redirect = reqwest::Client::builder()
         .redirect(reqwest::redirect::Policy::none())
         .build()
@@ -916,6 +948,23 @@ async fn an_edit_is_checked_then_redriven_once<S: ConsoleStore + LagSource + Sto
         assert_eq!(refused.status(), status);
     }
     assert!(store.letter(by_form.id).await.unwrap().unwrap().is_pending());
+    // An edit may be larger than other requests, up to its own limit: this
+    // one is read (and refused for its type, which has no schema).
+    for (size, status) in [
+        (100 * 1024, StatusCode::UNPROCESSABLE_ENTITY),
+        (tidings_console::EDIT_BODY_LIMIT, StatusCode::PAYLOAD_TOO_LARGE),
+    ] {
+        let big = json!({ "key": "order-e2", "note": "x".repeat(size) }).to_string();
+        let refused = browser
+            .post(format!("{base}/dead-letters/{}/edit", other.id))
+            .header("cookie", &operator)
+            .form(&form(&csrf, &big))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(refused.status(), status, "{size} bytes");
+    }
+    assert!(store.letter(other.id).await.unwrap().unwrap().is_pending());
     let done = browser
         .post(format!("{base}/dead-letters/{}/edit", by_form.id))
         .header("cookie", &operator)
@@ -987,6 +1036,51 @@ async fn on_sqlite() {
     let db = SqliteTestDb::new().await;
     the_console_shows_and_acts(db.store.clone()).await;
     an_edit_is_checked_then_redriven_once(db.store.clone()).await;
+}
+
+/// A letter older than the dedupe horizon (its groups' markers may be
+/// gone) is redriven from its page only with the box ticked: without it,
+/// 409 and nothing changed.
+#[tokio::test]
+async fn a_redrive_past_the_dedupe_horizon_needs_its_box_ticked() {
+    let db = SqliteTestDb::new().await;
+    let store = db.store.clone();
+    let old = DeadLetter {
+        created_at: Utc::now() - chrono::Duration::hours(1),
+        ..letter("inventory", "order-h1", "warehouse rejected order-h1", None)
+    };
+    store.dead_letter(&old).await.unwrap();
+    store
+        .forget_processed(std::time::Duration::from_secs(60), 100)
+        .await
+        .unwrap();
+    let base = serve(store.clone(), access()).await;
+    let browser = reqwest::Client::builder()
+        .redirect(reqwest::redirect::Policy::none())
+        .build()
+        .unwrap();
+    let operator = sign_in(&browser, &base, OPERATOR).await;
+    let page = page_as(&browser, &base, &format!("/dead-letters/{}", old.id), &operator).await;
+    assert!(page.contains(r#"name="force""#), "the page offers the box");
+    let csrf = csrf_of(&page);
+    let redrive = |force: Option<&str>| {
+        let mut form = vec![("csrf", csrf.clone()), ("id", old.id.to_string())];
+        form.extend(force.map(|f| ("force", f.to_owned())));
+        browser
+            .post(format!("{base}/dead-letters/redrive"))
+            .header("cookie", &operator)
+            .form(&form)
+            .send()
+    };
+    let refused = redrive(None).await.unwrap();
+    assert_eq!(refused.status(), StatusCode::CONFLICT);
+    let said = refused.text().await.unwrap();
+    assert!(said.contains("dedupe horizon"), "{said}");
+    assert!(store.letter(old.id).await.unwrap().unwrap().is_pending());
+    let done = redrive(Some("on")).await.unwrap();
+    assert_eq!(done.status(), StatusCode::SEE_OTHER);
+    let after = store.letter(old.id).await.unwrap().unwrap();
+    assert_eq!((after.is_pending(), after.redrives), (false, 1));
 }
 
 /// Signs in with `token` through the page; the session's cookie.

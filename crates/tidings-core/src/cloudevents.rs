@@ -630,6 +630,45 @@ mod tests {
     }
 
     #[test]
+    fn a_redrive_reaches_back_to_when_its_message_occurred() {
+        let mut e = sample();
+        e.occurred_at = Utc::now() - chrono::Duration::days(2);
+        let now = Utc::now();
+        let mut letter = crate::DeadLetter {
+            id: Uuid::now_v7(),
+            consumer: "inventory".into(),
+            topic: "orders".into(),
+            message_id: Some(e.id),
+            message_type: Some(e.message_type.clone()),
+            aggregate_key: Some(e.aggregate_key.clone()),
+            headers: Default::default(),
+            body: to_json(&e),
+            attempts: 1,
+            errors: Vec::new(),
+            created_at: now,
+            redrives: 0,
+            redriven_at: None,
+            skipped_at: None,
+        };
+        assert_eq!(
+            letter.reaches_back_to(),
+            Some(e.occurred_at),
+            "the other groups handled it then"
+        );
+        e.occurred_at = now + chrono::Duration::hours(1);
+        letter.body = to_json(&e);
+        assert_eq!(letter.reaches_back_to(), Some(now), "a clock ahead: the failure");
+        letter.body = b"{not an envelope".to_vec();
+        assert_eq!(letter.reaches_back_to(), Some(now));
+        letter.consumer = crate::RELAY_LETTERS.into();
+        assert_eq!(
+            letter.reaches_back_to(),
+            None,
+            "the relay's never reached a consumer"
+        );
+    }
+
+    #[test]
     fn json_round_trip_is_lossless() {
         let e = sample();
         let bytes = to_json(&e);

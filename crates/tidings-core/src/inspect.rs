@@ -34,6 +34,35 @@ impl MemberStatus {
     pub fn is_in_group(&self, group: &str) -> bool {
         self.group_and_topic().is_some_and(|(g, _)| g == group)
     }
+
+    /// Whether it is a relay (not a member of a consumer group).
+    pub fn is_relay(&self) -> bool {
+        self.group_and_topic().is_none()
+    }
+}
+
+/// The outbox's partition count as the live relays among `members` hold
+/// them (one past the highest partition held), or 1 when none holds any.
+pub fn held_partitions(members: &[MemberStatus]) -> u32 {
+    members
+        .iter()
+        .filter(|m| m.is_relay())
+        .flat_map(|m| m.leases.iter().map(|(p, _)| p + 1))
+        .max()
+        .unwrap_or(1)
+}
+
+/// The relay holding each partition, among `members`, with its fencing token.
+pub fn relay_holders(members: &[MemberStatus]) -> std::collections::BTreeMap<u32, (&str, i64)> {
+    members
+        .iter()
+        .filter(|m| m.is_relay())
+        .flat_map(|r| {
+            r.leases
+                .iter()
+                .map(|(p, fence)| (*p, (r.member.as_str(), *fence)))
+        })
+        .collect()
 }
 
 /// Outbox records waiting in one partition.

@@ -85,7 +85,7 @@ pub use store::{
     ClaimedBatch, ConsumerLag, ConsumerStore, DeadLetter, DeadLetterEdit, DeadLetterFilter, DeadLetterLag,
     EDIT_HEADER, Edit, Failure, FailureStore, Fence, Handling, HeldKey, LagReport, LagSource, Outbox,
     OutboxPartitions, ParkedLag, ParkedMessage, ParkingStore, REDRIVE_HEADER, Redrive, RelayStore, Skip,
-    redrive_envelope,
+    dead_letter_state, redrive_envelope,
 };
 /// `#[derive(Message)]`: implements [`Message`](trait@Message) from `#[message(...)]`
 /// attributes (see the `tidings-macros` crate).

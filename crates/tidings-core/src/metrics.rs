@@ -220,15 +220,59 @@ pub async fn sample_lag(source: impl LagSource, every: Duration, shutdown: Cance
     }
 }
 
+/// Each consumer group's count of unsettled messages on the broker, as
+/// [`sample_broker_lag`] last measured it: shared with whoever shows it
+/// (the console's overview) beside the gauge it sets.
+#[derive(Debug, Clone, Default)]
+pub struct BrokerLag(
+    std::sync::Arc<std::sync::RwLock<std::collections::BTreeMap<(String, String), BrokerPending>>>,
+);
+
+/// One group's unsettled messages on one topic, as the broker counted them.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct BrokerPending {
+    /// The consumer group.
+    pub group: String,
+    /// The topic.
+    pub topic: String,
+    /// Messages waiting or in flight; `None` where the broker cannot tell
+    /// (Pub/Sub counts a backlog only in Cloud Monitoring).
+    pub pending: Option<u64>,
+    /// When it was counted.
+    pub at: std::time::SystemTime,
+}
+
+impl BrokerLag {
+    /// The last count of every group seen, by group then topic.
+    pub fn measured(&self) -> Vec<BrokerPending> {
+        let map = self.0.read().unwrap_or_else(|e| e.into_inner());
+        map.values().cloned().collect()
+    }
+
+    /// Records a count.
+    pub fn set(&self, group: &str, topic: &str, pending: Option<u64>) {
+        let measured = BrokerPending {
+            group: group.to_owned(),
+            topic: topic.to_owned(),
+            pending,
+            at: std::time::SystemTime::now(),
+        };
+        let mut map = self.0.write().unwrap_or_else(|e| e.into_inner());
+        map.insert((group.to_owned(), topic.to_owned()), measured);
+    }
+}
+
 /// Measures every `every`, until `shutdown`, how many messages each consumer
-/// group has not settled on `broker`, into `tidings_consumer_lag_messages`:
-/// for every group with a member running now or since this started (read
-/// from the live members in `store`), on each topic it reads. A group whose
-/// members all stopped keeps being measured, so its lag shows as it grows.
+/// group has not settled on `broker`, into `tidings_consumer_lag_messages`
+/// and `into`: for every group with a member running now or since this
+/// started (read from the live members in `store`), on each topic it reads.
+/// A group whose members all stopped keeps being measured, so its lag shows
+/// as it grows. A count that fails keeps the last one in `into`.
 pub async fn sample_broker_lag(
     store: impl crate::Inspect,
     broker: std::sync::Arc<dyn crate::Subscriber>,
     every: Duration,
+    into: BrokerLag,
     shutdown: CancellationToken,
 ) {
     let errors = metrics::counter!(LAG_SAMPLE_ERRORS);
@@ -246,11 +290,13 @@ pub async fn sample_broker_lag(
         }
         for (group, topic) in &groups {
             match broker.pending(group, topic).await {
-                Ok(Some(pending)) => {
-                    metrics::gauge!(CONSUMER_LAG, "consumer" => group.clone(), "topic" => topic.clone())
-                        .set(pending as f64);
+                Ok(pending) => {
+                    if let Some(pending) = pending {
+                        metrics::gauge!(CONSUMER_LAG, "consumer" => group.clone(), "topic" => topic.clone())
+                            .set(pending as f64);
+                    }
+                    into.set(group, topic, pending);
                 }
-                Ok(None) => {}
                 Err(e) => {
                     errors.increment(1);
                     tracing::warn!(error = %e.report(), consumer = %group, %topic, "measuring a group's lag on the broker failed");

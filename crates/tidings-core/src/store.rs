@@ -285,6 +285,17 @@ pub trait ConsumerStore: Outbox {
     /// or a redrive of a message older than it could handle it twice.
     /// `None` if nothing was ever deleted.
     async fn dedupe_horizon(&self) -> Result<Option<chrono::DateTime<chrono::Utc>>>;
+
+    /// The dedupe horizon, when what reaches back to `oldest` (a replay's
+    /// start, or [`DeadLetter::reaches_back_to`]) goes past it: consumers
+    /// that handled such a message before the horizon would handle it
+    /// again. `None` when `oldest` is `None` or not past it.
+    async fn past_dedupe_horizon(&self, oldest: Option<DateTime<Utc>>) -> Result<Option<DateTime<Utc>>> {
+        let Some(oldest) = oldest else {
+            return Ok(None);
+        };
+        Ok(self.dedupe_horizon().await?.filter(|horizon| oldest < *horizon))
+    }
 }
 
 /// The lease a handler transaction must still hold to commit ([`ConsumerStore::begin_handling`]).
@@ -449,6 +460,41 @@ impl DeadLetter {
     pub fn is_pending(&self) -> bool {
         self.redriven_at.is_none() && self.skipped_at.is_none()
     }
+
+    /// `pending`, `redriven` or `skipped`: [`dead_letter_state`].
+    pub fn state(&self) -> &'static str {
+        dead_letter_state(self.redriven_at, self.skipped_at)
+    }
+
+    /// How far back a redrive of it reaches, for the dedupe horizon: a
+    /// redrive delivers its message to every group of the topic again, and
+    /// the other groups may have handled it long before it failed here. So
+    /// the time the message occurred, as its envelope says, when earlier
+    /// than the failure; else (or when the body does not decode) the
+    /// failure. `None` for a record the relay set aside, which never
+    /// reached a consumer.
+    pub fn reaches_back_to(&self) -> Option<DateTime<Utc>> {
+        if self.consumer == crate::RELAY_LETTERS {
+            return None;
+        }
+        let occurred = crate::cloudevents::from_json(&self.body)
+            .ok()
+            .map(|e| e.occurred_at);
+        Some(occurred.map_or(self.created_at, |o| o.min(self.created_at)))
+    }
+}
+
+/// A dead letter's state by when it was last redriven and skipped: the
+/// later of the two decisions (a letter failing again clears both, so both
+/// are set only on letters from before a skip refused a redriven one),
+/// else `pending`.
+pub fn dead_letter_state<T: Ord>(redriven_at: Option<T>, skipped_at: Option<T>) -> &'static str {
+    match (redriven_at, skipped_at) {
+        (Some(r), Some(s)) if r > s => "redriven",
+        (_, Some(_)) => "skipped",
+        (Some(_), None) => "redriven",
+        (None, None) => "pending",
+    }
 }
 
 /// What a skip did.
@@ -552,8 +598,8 @@ pub trait FailureStore: Send + Sync + 'static {
     async fn skip(&self, id: Uuid) -> Result<Skip>;
 
     /// Deletes the dead letters of `ids` that are settled (redriven or
-    /// skipped) and returns how many went. Pending ones stay: skip them
-    /// first, which releases the key they may hold.
+    /// skipped), with their edits, and returns how many went. Pending ones
+    /// stay: skip them first, which releases the key they may hold.
     async fn purge(&self, ids: &[Uuid]) -> Result<u64>;
 }
 

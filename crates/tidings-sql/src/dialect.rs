@@ -229,6 +229,8 @@ pub struct Statements {
     pub mark_skipped: &'static str,
     /// ($1 id list): deletes the settled ones.
     pub purge: &'static str,
+    /// ($1 id list): deletes the edits of the settled ones, before `purge`.
+    pub purge_edits: &'static str,
     /// ($1 id, $2 dead letter id, $3 edited by, $4 edited µs, $5 original
     /// body, $6 edited body): records an edit of a dead letter.
     pub edit_insert: &'static str,

@@ -303,12 +303,19 @@ impl<D: Dialect> FailureStore for SqlStore<D> {
         })
     }
 
+    /// The settled letters among `ids` go, their edits (and the original
+    /// bodies these keep) with them, in one transaction.
     async fn purge(&self, ids: &[Uuid]) -> Result<u64> {
-        let mut conn = self.conn("purging dead letters").await?;
+        let mut tx = self.begin_tx("starting a purge").await?;
+        Stmt::<D>::new(D::SQL.purge_edits, "purging the edits of dead letters")
+            .bind(D::uuid_list(ids))
+            .execute(&mut tx)
+            .await?;
         let done = Stmt::<D>::new(D::SQL.purge, "purging dead letters")
             .bind(D::uuid_list(ids))
-            .execute(&mut conn)
+            .execute(&mut tx)
             .await?;
+        tx.commit().await.map_err(db_error::<D>("committing a purge"))?;
         Ok(D::rows_affected(&done))
     }
 }

@@ -39,12 +39,7 @@ fn known(t: &MessageTrace) -> bool {
 
 /// A dead letter's state: the later of its two decisions, if any.
 fn letter_state(redriven: Option<i64>, skipped: Option<i64>) -> &'static str {
-    match (redriven, skipped) {
-        (Some(r), Some(s)) if r > s => "redriven",
-        (_, Some(_)) => "skipped",
-        (Some(_), None) => "redriven",
-        (None, None) => "pending",
-    }
+    tidings_core::dead_letter_state(redriven, skipped)
 }
 
 /// Fills the blanks of `slot` from `value`.

@@ -210,6 +210,12 @@ pub(crate) const SQL: Statements = Statements {
         ids!("$1"),
         ") AND (redriven_at IS NOT NULL OR skipped_at IS NOT NULL)"
     ),
+    purge_edits: concat!(
+        "DELETE FROM tidings_dead_letter_edits WHERE dead_letter_id IN (",
+        "SELECT id FROM tidings_dead_letters WHERE id IN (",
+        ids!("$1"),
+        ") AND (redriven_at IS NOT NULL OR skipped_at IS NOT NULL))"
+    ),
     edit_insert: "INSERT INTO tidings_dead_letter_edits
            (id, dead_letter_id, edited_by, edited_at, original_body, edited_body)
          VALUES ($1, $2, $3, $4, $5, $6)",

@@ -122,6 +122,9 @@ pub(crate) const SQL: Statements = Statements {
     mark_skipped: "UPDATE tidings_dead_letters SET skipped_at = now(), updated_at = now() WHERE id = $1",
     purge: "DELETE FROM tidings_dead_letters
         WHERE id = ANY($1) AND (redriven_at IS NOT NULL OR skipped_at IS NOT NULL)",
+    purge_edits: "DELETE FROM tidings_dead_letter_edits WHERE dead_letter_id IN (
+        SELECT id FROM tidings_dead_letters
+        WHERE id = ANY($1) AND (redriven_at IS NOT NULL OR skipped_at IS NOT NULL))",
     edit_insert: "INSERT INTO tidings_dead_letter_edits
            (id, dead_letter_id, edited_by, edited_at, original_body, edited_body)
          VALUES ($1, $2, $3, TIMESTAMPTZ 'epoch' + $4 * INTERVAL '1 microsecond', $5, $6)",

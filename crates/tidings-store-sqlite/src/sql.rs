@@ -163,6 +163,10 @@ pub(crate) const SQL: Statements = Statements {
     purge: "DELETE FROM tidings_dead_letters
         WHERE id IN (SELECT unhex(value) FROM json_each($1))
           AND (redriven_at IS NOT NULL OR skipped_at IS NOT NULL)",
+    purge_edits: "DELETE FROM tidings_dead_letter_edits WHERE dead_letter_id IN (
+        SELECT id FROM tidings_dead_letters
+        WHERE id IN (SELECT unhex(value) FROM json_each($1))
+          AND (redriven_at IS NOT NULL OR skipped_at IS NOT NULL))",
     edit_insert: "INSERT INTO tidings_dead_letter_edits
            (id, dead_letter_id, edited_by, edited_at, original_body, edited_body)
          VALUES ($1, $2, $3, $4 / 1000, $5, $6)",

@@ -6,8 +6,9 @@
 // Steps: `read` signs in, reads the overview's figures, the dead-letter
 // causes with their counts and the first letter of the first cause;
 // `redrive <fingerprint>` signs in and presses that cause's Redrive button;
-// `key <key> <shot>` finds a key with the search box and reads each of its
-// messages' story; `edit <dead-letter-id> <json>` signs in, replaces the payload
+// `read` saves the sign-in page first; `key <key> <shot>` finds a key with
+// the search box, reads each of its messages' story, then opens the first
+// message's own page; `edit <dead-letter-id> <json>` signs in, replaces the payload
 // in the letter's edit form with <json> and submits it, then reads the letter's
 // page it lands on; `letters` reads the dead-letter page again. Each page is saved as a
 // screenshot in TIDINGS_SHOTS. The console is at TIDINGS_CONSOLE_URL, the
@@ -18,8 +19,9 @@ const base = process.env.TIDINGS_CONSOLE_URL;
 const token = process.env.TIDINGS_CONSOLE_TOKEN;
 const shots = process.env.TIDINGS_SHOTS;
 
-async function signIn(page) {
+async function signIn(page, name) {
   await page.goto(`${base}/login`);
+  if (name) await shot(page, name);
   await page.fill('input[name="token"]', token);
   await Promise.all([page.waitForURL(`${base}/`), page.click('form.login button[type="submit"]')]);
 }
@@ -39,7 +41,7 @@ async function causes(page) {
 }
 
 async function read(page) {
-  await signIn(page);
+  await signIn(page, "login");
   const figures = await page.$$eval("[data-figure]", (els) =>
     Object.fromEntries(els.map((e) => [e.dataset.figure, e.querySelector(".value").textContent.trim()])),
   );
@@ -96,7 +98,17 @@ async function key(page, key, name) {
     })),
   );
   await shot(page, name || "key");
-  return { messages };
+  // The first message's own page.
+  let message = null;
+  if (messages.length > 0) {
+    await Promise.all([page.waitForURL(/\/messages\//), page.click("section.story h2 a")]);
+    message = {
+      id: await page.$eval("section.story", (s) => s.dataset.message),
+      verdict: (await page.textContent("section.story .verdict")).trim(),
+    };
+    await shot(page, `${name || "key"}-message`);
+  }
+  return { messages, message };
 }
 
 async function edit(page, id, json) {

@@ -6,7 +6,7 @@ use axum::extract::{Path, Query, State};
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Redirect, Response};
 use chrono::{DateTime, Utc};
-use maud::html;
+use maud::{Markup, html};
 use serde::Deserialize;
 use tidings_core::{DeadLetter, RELAY_LETTERS, cloudevents, redrive_envelope};
 use uuid::Uuid;
@@ -86,6 +86,7 @@ pub(super) async fn dead_letters<S: ConsoleStore>(
                                                 @if let Some(e) = &selection.error { input type="hidden" name="error" value=(e); }
                                                 @if let Some(t) = selection.since { input type="hidden" name="since" value=(t.to_rfc3339()); }
                                                 @if let Some(t) = selection.until { input type="hidden" name="until" value=(t.to_rfc3339()); }
+                                                (force_box())
                                                 button.redrive type="submit" { "Redrive " (g.count) }
                                             }
                                         }
@@ -155,6 +156,7 @@ pub(super) async fn letter<S: ConsoleStore>(
                     form.inline method="post" action="/dead-letters/redrive" {
                         input type="hidden" name="csrf" value=(csrf);
                         input type="hidden" name="id" value=(v.id);
+                        (force_box())
                         button.redrive type="submit" { "Redrive" }
                     }
                     form.inline method="post" action={ "/dead-letters/" (v.id) "/skip" } {
@@ -218,6 +220,7 @@ pub(super) async fn letter<S: ConsoleStore>(
                 form.edit method="post" action={ "/dead-letters/" (v.id) "/edit" } {
                     input type="hidden" name="csrf" value=(csrf);
                     textarea #edit-data name="data" rows="16" spellcheck="false" aria-label="The payload to redrive" { (payload) }
+                    (force_box())
                     button.redrive type="submit" { "Redrive edited" }
                 }
             }
@@ -281,6 +284,16 @@ fn form_operator(viewer: Viewer, sent: &str) -> Result<Caller, ApiError> {
     }
 }
 
+/// The box that lets a redrive reach past the dedupe horizon, refused without it.
+fn force_box() -> Markup {
+    html! {
+        label.force title="A letter older than the dedupe retention may have been handled already: its processed markers are gone, so a redrive could handle it twice. Tick to redrive it anyway." {
+            input type="checkbox" name="force";
+            " past the dedupe horizon"
+        }
+    }
+}
+
 /// The redrive form: one letter, or a selection.
 #[derive(Debug, Deserialize)]
 pub(super) struct RedriveForm {
@@ -303,8 +316,7 @@ pub(super) async fn redrive<S: ConsoleStore>(
     form: Result<Form<RedriveForm>, axum::extract::rejection::FormRejection>,
 ) -> Result<Response, PageError> {
     let Reading(viewer) = reading?;
-    let Form(form) =
-        form.map_err(|e| ApiError::new(StatusCode::BAD_REQUEST, format!("the form: {}", e.body_text())))?;
+    let Form(form) = form.map_err(form_refused)?;
     let caller = form_operator(viewer.clone(), &form.csrf)?;
     let one = form.id;
     let request = RedriveRequest {
@@ -377,8 +389,7 @@ pub(super) async fn edit<S: ConsoleStore>(
     form: Result<Form<EditForm>, axum::extract::rejection::FormRejection>,
 ) -> Result<Redirect, PageError> {
     let Reading(viewer) = reading?;
-    let Form(form) =
-        form.map_err(|e| ApiError::new(StatusCode::BAD_REQUEST, format!("the form: {}", e.body_text())))?;
+    let Form(form) = form.map_err(form_refused)?;
     let caller = form_operator(viewer, &form.csrf)?;
     let data = serde_json::from_str(&form.data).map_err(|e| {
         ApiError::new(
@@ -392,4 +403,13 @@ pub(super) async fn edit<S: ConsoleStore>(
     };
     actions::edit(&*console.store, console.schemas.as_deref(), &caller, id, &request).await?;
     Ok(Redirect::to(&format!("/dead-letters/{id}")))
+}
+
+/// A form that does not parse (400), or is over its size limit (413).
+fn form_refused(e: axum::extract::rejection::FormRejection) -> ApiError {
+    let status = match e.status() {
+        StatusCode::PAYLOAD_TOO_LARGE => StatusCode::PAYLOAD_TOO_LARGE,
+        _ => StatusCode::BAD_REQUEST,
+    };
+    ApiError::new(status, format!("the form: {}", e.body_text()))
 }

@@ -39,7 +39,10 @@ pub(crate) fn routes<S: ConsoleStore>() -> axum::Router<Console<S>> {
         .route("/dead-letters/{id}", get(dead_letters::letter::<S>))
         .route("/dead-letters/redrive", post(dead_letters::redrive::<S>))
         .route("/dead-letters/{id}/skip", post(dead_letters::skip::<S>))
-        .route("/dead-letters/{id}/edit", post(dead_letters::edit::<S>))
+        .route(
+            "/dead-letters/{id}/edit",
+            post(dead_letters::edit::<S>).layer(axum::extract::DefaultBodyLimit::max(crate::EDIT_BODY_LIMIT)),
+        )
         .route("/find", get(story::find))
         .route("/messages/{id}", get(story::message::<S>))
         .route("/keys/{key}", get(story::key::<S>))

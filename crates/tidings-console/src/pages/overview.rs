@@ -7,7 +7,7 @@ use maud::{Markup, html};
 use super::{Page, age, layout, urlencode, when};
 use crate::api::{ApiError, Reading};
 use crate::history::{self, Sample};
-use crate::overview::Overview;
+use crate::overview::{GroupRow, Overview, PendingFrom};
 use crate::{Console, ConsoleStore};
 
 pub(super) async fn overview<S: ConsoleStore>(
@@ -15,7 +15,7 @@ pub(super) async fn overview<S: ConsoleStore>(
     State(console): State<Console<S>>,
 ) -> Page {
     let Reading(viewer) = reading?;
-    let o = Overview::read(&*console.store, console.partitions).await?;
+    let o = console.overview().await?;
     let samples = console.history.samples();
     Ok(layout("Overview", "/", &viewer, overview_page(&o, &samples)))
 }
@@ -74,16 +74,25 @@ fn overview_page(o: &Overview, samples: &[Sample]) -> Markup {
             table #groups {
                 thead { tr { th { "group" } th { "topic" } th.num { "pending" } th { "last hour" } th.num { "handled/s" } th.num { "held keys" } th.num { "parked" } th { "members (partitions)" } } }
                 tbody {
-                    @for g in &o.groups {
+                    @for (i, g) in o.groups.iter().enumerate() {
                         tr {
                             td { (g.group) }
                             td { (g.topic) }
-                            td.num { @match g.pending { Some(n) => (n), None => span.muted { "-" } } }
+                            td.num { (pending(g)) }
                             td {
                                 @let name = format!("{}@{}", g.group, g.topic);
                                 (trend(samples, |s| s.groups.get(&name).map(|n| *n as f64)))
                             }
-                            td.num { (format!("{:.1}", g.handled_per_second)) }
+                            // The rate is the group's, over every topic it reads: once per group.
+                            @if i == 0 || o.groups[i - 1].group != g.group {
+                                @let topics = o.groups[i..].iter().take_while(|h| h.group == g.group).count();
+                                td.num rowspan=(topics) {
+                                    @match g.handled_per_second {
+                                        Some(r) => (format!("{r:.1}")),
+                                        None => span.muted title="not sampled yet" { "-" },
+                                    }
+                                }
+                            }
                             td.num.warn[g.held_keys > 0] { (g.held_keys) }
                             td.num { (g.parked) }
                             td {
@@ -157,6 +166,19 @@ fn overview_page(o: &Overview, samples: &[Sample]) -> Markup {
                 }
             }
         }
+    }
+}
+
+/// A group's pending count, saying where it comes from.
+fn pending(g: &GroupRow) -> Markup {
+    match (g.pending, g.pending_from) {
+        (Some(n), Some(PendingFrom::Broker)) => html! {
+            (n) " " abbr.muted title={ "counted on the broker " (age(g.counted_seconds_ago)) " ago" } { "broker" }
+        },
+        (Some(n), _) => html! { (n) },
+        (None, _) => html! {
+            span.muted title="not counted: the database log's groups are counted by the store, a broker's by the daemon's sampler (Pub/Sub counts a backlog only in Cloud Monitoring)" { "-" }
+        },
     }
 }
 

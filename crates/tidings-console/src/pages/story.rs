@@ -56,8 +56,8 @@ pub(super) async fn message<S: ConsoleStore>(
         "",
         &viewer,
         html! {
-            h1 { "Message " code { (id) } }
-            (story(&trace, count))
+            h1 { "Message " code { (id) } " " (trace.message_type.as_deref().unwrap_or("")) }
+            section.story data-message=(id) { (story(&trace, count)) }
         },
     ))
 }
@@ -218,6 +218,8 @@ impl<S: ConsoleStore> Console<S> {
         if let Some(n) = self.partitions {
             return Ok(n);
         }
-        Ok(crate::overview::held_partitions(&self.store.members().await?))
+        Ok(tidings_core::inspect::held_partitions(
+            &self.store.members().await?,
+        ))
     }
 }

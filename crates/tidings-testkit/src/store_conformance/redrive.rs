@@ -326,4 +326,14 @@ pub async fn an_edited_redrive_sends_the_edit_and_keeps_the_original<T: TestDb>(
     assert!(store.letter(held.id).await.unwrap().unwrap().is_pending());
     assert!(store.edits(held.id).await.unwrap().is_empty());
     assert_eq!(store.outbox_bodies().await.len(), 2, "nothing more was enqueued");
+
+    // Purging the settled letter deletes its edits, the original body
+    // with them; a pending letter stays.
+    assert_eq!(store.purge(&[dead.id, held.id]).await.unwrap(), 1);
+    assert!(store.letter(dead.id).await.unwrap().is_none());
+    assert!(
+        store.edits(dead.id).await.unwrap().is_empty(),
+        "the edits purged too"
+    );
+    assert!(store.letter(held.id).await.unwrap().is_some());
 }
