@@ -92,6 +92,8 @@ enum Command {
     Outbox {
         #[command(flatten)]
         database: DatabaseArg,
+        #[command(flatten)]
+        daemon: DaemonArg,
         #[command(subcommand)]
         command: outbox::OutboxCommand,
     },
@@ -311,11 +313,19 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             cdc::run(open_existing(&database.url()).await?, command).await?;
             Ok(ExitCode::SUCCESS)
         }
-        Command::Outbox { database, command } => {
-            with_store!(open_existing(&database.url()).await?, |s| outbox::run(
-                &s, command
-            )
-            .await?);
+        Command::Outbox {
+            database,
+            daemon,
+            command: outbox::OutboxCommand::Status(args),
+        } => {
+            let status = match daemon.url {
+                Some(url) => outbox::remote(&daemon_client::Daemon::new(&url)?, &args).await?,
+                None => with_store!(open_existing(&database.url()).await?, |s| outbox::local(
+                    &s, &args
+                )
+                .await?),
+            };
+            outbox::print(&status, args.json)?;
             Ok(ExitCode::SUCCESS)
         }
         Command::Doctor { database, args } => {

@@ -202,6 +202,41 @@ fn dead_letters_of_a_demo_run(db: &str) {
     );
     let (ok, text, stderr) = console.tidings(&["lag"], None);
     assert!(ok && text.contains("dead letters"), "{text}{stderr}");
+    // `tidings outbox status` too, measured by the console, ages and rates aside.
+    let backlog = |v: Value| -> Value {
+        serde_json::json!({
+            "pending": v["pending"],
+            "partitions": v["partitions"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|p| serde_json::json!([p["partition"], p["pending"], p["relay"]]))
+                .collect::<Vec<_>>(),
+            "relays": v["relays"].as_array().unwrap().len(),
+        })
+    };
+    let args = [
+        "outbox",
+        "status",
+        "--window",
+        "100ms",
+        "--partitions",
+        "2",
+        "--json",
+    ];
+    let (ok, text, stderr) = console.tidings(&args, None);
+    assert!(ok, "{stderr}");
+    let remote: Value = serde_json::from_str(text.trim()).unwrap();
+    assert_eq!(remote["window"]["secs"], 0, "{remote:#}");
+    assert_eq!(
+        backlog(remote),
+        backlog(json(&db, &args)),
+        "--daemon outbox status as --database"
+    );
+    let (ok, text, stderr) = console.tidings(&["outbox", "status", "--window", "100ms"], None);
+    assert!(ok && text.contains("relay (fence)"), "{text}{stderr}");
+    let (ok, _, stderr) = console.tidings(&["outbox", "status", "--window", "11s"], None);
+    assert!(!ok && stderr.contains("window_ms"), "{stderr}");
     let ids = |v: Value| -> Vec<String> {
         v.as_array()
             .unwrap()

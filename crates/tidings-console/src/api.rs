@@ -4,6 +4,8 @@
 //! purge and an edited redrive need an operator's, or are refused with 401
 //! (no valid token) or 403 (a reader's), changing nothing.
 
+use std::time::Duration;
+
 use axum::Json;
 use axum::extract::rejection::{JsonRejection, PathRejection, QueryRejection};
 use axum::extract::{FromRequest, FromRequestParts, Request, State};
@@ -19,6 +21,7 @@ use crate::actions::{
 };
 use crate::letter::LetterView;
 use crate::openapi::{Access, Endpoint, SchemaFn, schema_of};
+use crate::outbox::{OutboxQuery, OutboxStatus};
 use crate::overview::Overview;
 use crate::triage::{self, CauseGroup, Selection};
 use crate::{Console, ConsoleStore};
@@ -61,6 +64,7 @@ macro_rules! endpoints {
 
 endpoints! {
     get "/overview" overview, "The overview: outbox backlog per partition, relays, consumer groups, dead letters waiting, relay holds, replication slots.", Read, _, _, Overview;
+    get "/outbox" outbox, "The figures of `tidings outbox status`: the backlog per partition, its relays, and the rates over a window it watches.", Read, OutboxQuery, _, OutboxStatus;
     get "/lag" lag, "The figures of `tidings lag`, as its `--json` prints them.", Read, _, _, tidings_core::LagReport;
     get "/causes" causes, "Dead letters grouped by cause, as `tidings dlq list --json` prints them.", Read, Selection, _, Vec<CauseGroup>;
     get "/dead-letters" letters, "The dead letters of a selection, one by one, masked.", Read, Selection, _, Vec<LetterView>;
@@ -405,6 +409,24 @@ async fn purge<S: ConsoleStore>(
     JsonBody(request): JsonBody<PurgeRequest>,
 ) -> Result<Json<Purged>, ApiError> {
     Ok(Json(actions::purge(&*console.store, &caller, &request).await?))
+}
+
+async fn outbox<S: ConsoleStore>(
+    _: Reading,
+    State(console): State<Console<S>>,
+    Query(query): Query<OutboxQuery>,
+) -> Result<Json<OutboxStatus>, ApiError> {
+    let window = Duration::from_millis(query.window_ms.unwrap_or(2000));
+    if window.is_zero() || window > crate::outbox::MAX_WINDOW {
+        return Err(ApiError::new(
+            StatusCode::BAD_REQUEST,
+            "window_ms: between 1 and 10000 (the rates are measured while the request waits)",
+        ));
+    }
+    let partitions = query.partitions.or(console.partitions);
+    Ok(Json(
+        crate::outbox::measure(&*console.store, window, partitions).await?,
+    ))
 }
 
 /// Which audit entries.

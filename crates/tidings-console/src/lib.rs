@@ -29,6 +29,7 @@ mod api;
 pub mod history;
 pub mod letter;
 mod openapi;
+pub mod outbox;
 pub mod overview;
 mod pages;
 mod session;

@@ -1191,6 +1191,7 @@ async fn the_api_is_what_its_openapi_document_says() {
     for path in [
         "/api/overview",
         "/api/lag",
+        "/api/outbox",
         "/api/causes",
         "/api/dead-letters",
         "/api/dead-letters/{id}",

@@ -12,7 +12,7 @@ use uuid::Uuid;
 use crate::{LagSource, Partition, Result};
 
 /// A live member of a scope (a relay, or a member of a consumer group on a topic).
-#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize, schemars::JsonSchema)]
 pub struct MemberStatus {
     /// `relay`, or `group@topic` ([`crate::lease::scope`]).
     pub scope: String,
@@ -66,7 +66,7 @@ pub fn relay_holders(members: &[MemberStatus]) -> std::collections::BTreeMap<u32
 }
 
 /// Outbox records waiting in one partition.
-#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize, schemars::JsonSchema)]
 pub struct PartitionBacklog {
     /// The partition's index.
     pub partition: u32,
