@@ -6,6 +6,20 @@ use tidings_core::{AuditEntry, AuditStore};
 use crate::daemon_client::Daemon;
 use crate::dlq::shown;
 
+/// Who this command acts as in the audit trail when it changes the
+/// database directly: `cli:` and the user running it (the console writes
+/// its token's name).
+pub(crate) fn cli_actor() -> String {
+    let user = ["USER", "LOGNAME"]
+        .iter()
+        .find_map(|v| std::env::var(v).ok().filter(|u| !u.is_empty()))
+        .unwrap_or_else(|| "unknown".to_owned());
+    format!("cli:{user}")
+}
+
+/// The role written beside [`cli_actor`].
+pub(crate) const CLI_ROLE: &str = "cli";
+
 /// The newest `limit` entries (of `target` only, when given), from the database.
 pub(crate) async fn read(
     store: &impl AuditStore,

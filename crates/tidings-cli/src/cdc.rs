@@ -1,9 +1,13 @@
 //! `tidings cdc`: the replication slot and publication of a CDC relay group
-//! (`relay.mode = "cdc"`): their state, and dropping them.
+//! (`relay.mode = "cdc"`): their state, from the database or through a
+//! running daemon's console, and dropping them.
 
 use anyhow::Context as _;
 use tidings::AnyStore;
 use tidings_cdc_postgres::slot::{self, SlotName};
+use tidings_core::inspect::ReplicationSlot;
+
+use crate::daemon_client::Daemon;
 
 /// What to do with a CDC relay group's slot.
 #[derive(Debug, clap::Subcommand)]
@@ -33,18 +37,13 @@ pub(crate) async fn run(store: AnyStore, command: CdcCommand) -> anyhow::Result<
     match command {
         CdcCommand::Status(arg) => {
             let name = SlotName::of_group(&arg.group)?;
-            match slot::status(pg.pool(), &name).await? {
-                None => say!(
-                    "no slot {name}: no CDC relay of group {:?} has started here",
-                    arg.group
-                ),
-                Some(s) => {
-                    say!("slot              {name}");
-                    say!("streamed now      {}", if s.active { "yes" } else { "no" });
-                    say!("log retained      {} bytes", s.retained_bytes);
-                    say!("not confirmed     {} bytes", s.unconfirmed_bytes);
-                }
-            }
+            let status = slot::status(pg.pool(), &name).await?.map(|s| ReplicationSlot {
+                name: name.as_str().to_owned(),
+                active: s.active,
+                retained_bytes: s.retained_bytes.max(0).unsigned_abs(),
+                unconfirmed_bytes: s.unconfirmed_bytes.max(0).unsigned_abs(),
+            });
+            print_status(&arg.group, &name, status.as_ref())?;
         }
         CdcCommand::Drop(arg) => {
             let name = SlotName::of_group(&arg.group)?;
@@ -56,6 +55,36 @@ pub(crate) async fn run(store: AnyStore, command: CdcCommand) -> anyhow::Result<
             } else {
                 say!("no slot {name}; the publication {name} is dropped if it was there");
             }
+        }
+    }
+    Ok(())
+}
+
+/// The same, through a daemon's console: the status as it reads it;
+/// dropping stays with whoever holds the database's credentials.
+pub(crate) async fn remote(daemon: &Daemon, command: CdcCommand) -> anyhow::Result<()> {
+    match command {
+        CdcCommand::Status(arg) => {
+            let name = SlotName::of_group(&arg.group)?;
+            let slots: Vec<ReplicationSlot> = daemon.get("/slots", &()).await?;
+            let status = slots.into_iter().find(|s| s.name == name.as_str());
+            print_status(&arg.group, &name, status.as_ref())
+        }
+        CdcCommand::Drop(_) => anyhow::bail!(
+            "dropping a slot needs the database's replication rights, which the console does not lend: \
+             run `tidings cdc drop --database URL`"
+        ),
+    }
+}
+
+fn print_status(group: &str, name: &SlotName, status: Option<&ReplicationSlot>) -> anyhow::Result<()> {
+    match status {
+        None => say!("no slot {name}: no CDC relay of group {group:?} has started here"),
+        Some(s) => {
+            say!("slot              {name}");
+            say!("streamed now      {}", if s.active { "yes" } else { "no" });
+            say!("log retained      {} bytes", s.retained_bytes);
+            say!("not confirmed     {} bytes", s.unconfirmed_bytes);
         }
     }
     Ok(())

@@ -146,6 +146,7 @@ where
         + LagSource
         + LogBackend
         + Inspect
+        + tidings_core::replay::ReplayStore
         + Clone,
 {
     let Listeners {
@@ -185,6 +186,9 @@ where
             .broker_lag(broker_lag.clone());
         if let Some(schemas) = schemas {
             console = console.schemas(schemas);
+        }
+        if cdc.is_some() {
+            console = console.cdc_group(&config.relay_group);
         }
         tasks.spawn(
             console

@@ -290,11 +290,8 @@ async fn audit<S: AuditStore>(
     target: String,
     detail: serde_json::Value,
 ) -> anyhow::Result<()> {
-    let user = ["USER", "LOGNAME"]
-        .iter()
-        .find_map(|v| std::env::var(v).ok().filter(|u| !u.is_empty()))
-        .unwrap_or_else(|| "unknown".to_owned());
-    tidings_console::actions::record(store, &format!("cli:{user}"), "cli", action, target, detail)
+    let actor = crate::audit::cli_actor();
+    tidings_console::actions::record(store, &actor, crate::audit::CLI_ROLE, action, target, detail)
         .await
         .map_err(|e| anyhow::anyhow!("{}", e.message()))
 }

@@ -85,6 +85,8 @@ enum Command {
     Cdc {
         #[command(flatten)]
         database: DatabaseArg,
+        #[command(flatten)]
+        daemon: DaemonArg,
         #[command(subcommand)]
         command: cdc::CdcCommand,
     },
@@ -103,6 +105,8 @@ enum Command {
         #[command(flatten)]
         database: DatabaseArg,
         #[command(flatten)]
+        daemon: DaemonArg,
+        #[command(flatten)]
         args: doctor::DoctorArgs,
     },
     /// Re-delivers a time range of retained events to one consumer, at a
@@ -111,6 +115,8 @@ enum Command {
     Replay {
         #[command(flatten)]
         database: DatabaseArg,
+        #[command(flatten)]
+        daemon: DaemonArg,
         #[command(flatten)]
         args: replay::ReplayArgs,
     },
@@ -309,8 +315,15 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
                 .await?);
             Ok(ExitCode::SUCCESS)
         }
-        Command::Cdc { database, command } => {
-            cdc::run(open_existing(&database.url()).await?, command).await?;
+        Command::Cdc {
+            database,
+            daemon,
+            command,
+        } => {
+            match daemon.url {
+                Some(url) => cdc::remote(&daemon_client::Daemon::new(&url)?, command).await?,
+                None => cdc::run(open_existing(&database.url()).await?, command).await?,
+            }
             Ok(ExitCode::SUCCESS)
         }
         Command::Outbox {
@@ -328,19 +341,36 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             outbox::print(&status, args.json)?;
             Ok(ExitCode::SUCCESS)
         }
-        Command::Doctor { database, args } => {
-            let store = open_existing(&database.url()).await?;
-            let cdc = doctor::cdc(&store, &args).await?;
-            let healthy = with_store!(store, |s| doctor::run(&s, args, cdc).await?);
+        Command::Doctor {
+            database,
+            daemon,
+            args,
+        } => {
+            let checks = match daemon.url {
+                Some(url) => doctor::remote(&daemon_client::Daemon::new(&url)?, &args).await?,
+                None => {
+                    let store = open_existing(&database.url()).await?;
+                    let cdc = doctor::cdc(&store, &args).await?;
+                    with_store!(store, |s| doctor::local(&s, &args, cdc).await?)
+                }
+            };
+            let healthy = doctor::print(&checks, args.json)?;
             Ok(if healthy {
                 ExitCode::SUCCESS
             } else {
                 ExitCode::FAILURE
             })
         }
-        Command::Replay { database, args } => {
-            let done = with_store!(open_existing(&database.url()).await?, |s| replay::run(&s, args)
-                .await?);
+        Command::Replay {
+            database,
+            daemon,
+            args,
+        } => {
+            let done = match daemon.url {
+                Some(url) => replay::remote(&daemon_client::Daemon::new(&url)?, args).await?,
+                None => with_store!(open_existing(&database.url()).await?, |s| replay::local(&s, args)
+                    .await?),
+            };
             Ok(if done {
                 ExitCode::SUCCESS
             } else {

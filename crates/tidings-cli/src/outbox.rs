@@ -56,5 +56,3 @@ pub(crate) fn print(status: &OutboxStatus, json: bool) -> anyhow::Result<()> {
     }
     Ok(())
 }
-
-pub(crate) use tidings_console::outbox::age;

@@ -1,10 +1,11 @@
 //! `tidings replay`: re-deliver a time range of retained events to one
 //! consumer, at a bounded rate, with progress; or count what it would do.
 //!
-//! The command records the request; a running member of the consumer
-//! carries it out through its own stack (`tidings_core::replay`), so the
-//! handler that runs is the service's own and its processed markers
-//! suppress what it already did.
+//! The command records the request, on the database or through a running
+//! daemon (`--daemon`); a running member of the consumer carries it out
+//! through its own stack (`tidings_core::replay`), so the handler that runs
+//! is the service's own and its processed markers suppress what it already
+//! did.
 
 use std::io::IsTerminal;
 use std::time::{Duration, Instant};
@@ -14,9 +15,13 @@ use chrono::{DateTime, Utc};
 use clap::Args;
 use indicatif::{ProgressBar, ProgressStyle};
 use serde::Serialize;
-use tidings_core::replay::{Replay, ReplayRequest, ReplaySource, ReplayState, ReplayStore};
-use tidings_core::{ConsumerStore, Inspect};
+use tidings_console::ConsoleStore;
+use tidings_console::replay::{DryRun, ReplayAsk, Replayed};
+use tidings_core::replay::{Replay, ReplayRequest, ReplaySource, ReplayState};
 use uuid::Uuid;
+
+use crate::audit::{CLI_ROLE, cli_actor};
+use crate::daemon_client::Daemon;
 
 use tidings::duration::parse as parse_duration;
 
@@ -40,7 +45,7 @@ pub(crate) struct ReplayArgs {
     #[arg(long, value_parser = parse_source)]
     source: Option<ReplaySource>,
     /// Events per second at most.
-    #[arg(long, default_value_t = 500.0)]
+    #[arg(long, default_value_t = tidings_console::replay::DEFAULT_RATE)]
     rate: f64,
     /// Count what would be re-delivered and what the idempotency store
     /// would suppress, and change nothing.
@@ -80,24 +85,6 @@ fn parse_time(text: &str) -> Result<DateTime<Utc>, String> {
 
 fn parse_source(text: &str) -> Result<ReplaySource, String> {
     ReplaySource::parse(text).ok_or_else(|| format!("{text:?} is not a source: log or outbox"))
-}
-
-/// What a dry run found.
-#[derive(Debug, Serialize)]
-struct DryRun {
-    consumer: String,
-    topics: Vec<String>,
-    source: ReplaySource,
-    since: DateTime<Utc>,
-    until: DateTime<Utc>,
-    /// Events in the range: each would be re-delivered.
-    events: u64,
-    /// Of those, already processed: the idempotency store suppresses them.
-    suppressed: u64,
-    /// Of those, not processed yet: they would be handled.
-    to_handle: u64,
-    /// Events that do not decode (skipped).
-    undecodable: u64,
 }
 
 /// `--kafka`: rewinds the group's committed offsets to `--since` on each topic.
@@ -171,82 +158,80 @@ async fn rewind_kafka(
     Ok(true)
 }
 
-/// Runs the command; `Ok(false)` if the replay was cancelled.
-pub(crate) async fn run<S: Inspect + ReplayStore + ConsumerStore>(
-    store: &S,
-    args: ReplayArgs,
-) -> anyhow::Result<bool> {
-    let until = args.until.unwrap_or_else(Utc::now);
-    anyhow::ensure!(args.since < until, "--since must be before --until");
-    anyhow::ensure!(args.rate > 0.0, "--rate must be more than 0");
-    let what = format!("replaying to {} from {}", args.consumer, args.since);
-    crate::within_dedupe_horizon(store, args.since, &what, args.force || args.dry_run).await?;
-    let lag = store.lag().await?;
-    let members = store.members().await?;
-    let reads_log: Vec<String> = lag
-        .consumers
-        .iter()
-        .filter(|c| c.consumer == args.consumer)
-        .map(|c| c.topic.clone())
-        .collect();
-    let topics: Vec<String> = if args.topics.is_empty() {
-        let mut topics: Vec<String> = members
-            .iter()
-            .filter_map(|m| m.group_and_topic())
-            .filter(|(group, _)| *group == args.consumer)
-            .map(|(_, topic)| topic.to_owned())
-            .chain(reads_log.iter().cloned())
-            .collect();
-        topics.sort();
-        topics.dedup();
-        topics
-    } else {
-        args.topics.clone()
-    };
-    anyhow::ensure!(
-        !topics.is_empty(),
-        "cannot tell which topics {} reads: no member of it is running and it has no log offsets; give --topic",
-        args.consumer
-    );
-    let source = args.source.unwrap_or(if reads_log.is_empty() {
-        ReplaySource::Outbox
-    } else {
-        ReplaySource::Log
-    });
-    let total = store.count_retained(source, &topics, args.since, until).await?;
+impl ReplayArgs {
+    /// What this command asks.
+    fn ask(&self) -> ReplayAsk {
+        ReplayAsk {
+            consumer: self.consumer.clone(),
+            since: self.since,
+            until: self.until,
+            topics: self.topics.clone(),
+            source: self.source,
+            rate: Some(self.rate),
+            dry_run: self.dry_run,
+            force: self.force,
+        }
+    }
+}
+
+/// Runs the command on the database; `Ok(false)` if the replay was cancelled.
+pub(crate) async fn local<S: ConsoleStore>(store: &S, args: ReplayArgs) -> anyhow::Result<bool> {
     if let Some(url) = &args.kafka {
-        return rewind_kafka(url, &args, &topics, &members).await;
+        // Resolves the topics and checks the range as any replay, then
+        // rewinds the group on the cluster instead of recording a request.
+        let resolved = tidings_console::replay::resolve(store, &args.ask()).await?;
+        for note in &resolved.notes {
+            eprintln!("warning: {note}");
+        }
+        let members = store.members().await?;
+        return rewind_kafka(url, &args, &resolved.request.topics, &members).await;
     }
-    if total == 0 {
-        let hint = match source {
-            ReplaySource::Log => "",
-            ReplaySource::Outbox => {
-                " (the outbox keeps sent records only with a retention: database.outbox_retention)"
-            }
-        };
-        eprintln!(
-            "nothing retained for {} on {} between {} and {until} in the {}{hint}",
-            args.consumer,
-            topics.join(", "),
-            args.since,
-            source.as_str()
-        );
+    let answer = tidings_console::replay::ask(store, &args.ask(), &cli_actor(), CLI_ROLE).await?;
+    finish(&Local(store), answer, &args).await
+}
+
+/// Runs the command through a running daemon's console.
+pub(crate) async fn remote(daemon: &Daemon, args: ReplayArgs) -> anyhow::Result<bool> {
+    anyhow::ensure!(
+        args.kafka.is_none(),
+        "--kafka rewinds a group on the cluster from here: run it with --database, not --daemon"
+    );
+    let answer: Replayed = daemon.post("/replays", &args.ask()).await?;
+    finish(daemon, answer, &args).await
+}
+
+/// A dry run as `--json` prints it: the request as resolved, and what it found.
+#[derive(Debug, Serialize)]
+struct DryRunReport<'a> {
+    #[serde(flatten)]
+    request: &'a ReplayRequest,
+    #[serde(flatten)]
+    found: &'a DryRun,
+}
+
+/// Says what the answer found, then follows the replay it recorded.
+async fn finish(replays: &impl Replays, answer: Replayed, args: &ReplayArgs) -> anyhow::Result<bool> {
+    for note in &answer.notes {
+        eprintln!("warning: {note}");
     }
-    if args.dry_run {
-        let dry = dry_run(store, &args, topics, source, until, total).await?;
+    let request = &answer.request;
+    if let Some(dry) = &answer.dry_run {
         if args.json {
-            say!("{}", serde_json::to_string(&dry)?);
+            say!(
+                "{}",
+                serde_json::to_string(&DryRunReport { request, found: dry })?
+            );
         } else {
             say!(
                 "dry run: {} event(s) of {} on {} from {} to {} ({}) would be re-delivered: \
                  {} already processed (suppressed by the idempotency store), {} to handle{}; \
                  about {:.1} s at {}/s. Nothing was changed.",
                 dry.events,
-                dry.consumer,
-                dry.topics.join(", "),
-                dry.since,
-                dry.until,
-                dry.source.as_str(),
+                request.consumer,
+                request.topics.join(", "),
+                request.since,
+                request.until,
+                request.source.as_str(),
                 dry.suppressed,
                 dry.to_handle,
                 if dry.undecodable > 0 {
@@ -254,34 +239,19 @@ pub(crate) async fn run<S: Inspect + ReplayStore + ConsumerStore>(
                 } else {
                     String::new()
                 },
-                dry.events as f64 / args.rate,
-                args.rate
+                dry.events as f64 / request.rate,
+                request.rate
             );
         }
         return Ok(true);
     }
-    if total == 0 {
+    let Some(id) = answer.id else {
         return Ok(true);
-    }
-    if !members.iter().any(|m| m.is_in_group(&args.consumer)) {
-        eprintln!(
-            "no member of {} is running: the replay waits until one starts",
-            args.consumer
-        );
-    }
-    let request = ReplayRequest {
-        consumer: args.consumer.clone(),
-        topics,
-        source,
-        since: args.since,
-        until,
-        rate: args.rate,
-        total,
     };
-    let id = store.request_replay(&request).await?;
+    let total = request.total;
     eprintln!(
         "replay {id}: {total} event(s) to re-deliver to {} at {}/s at most",
-        args.consumer, args.rate
+        request.consumer, request.rate
     );
     if args.no_wait {
         if args.json {
@@ -289,7 +259,7 @@ pub(crate) async fn run<S: Inspect + ReplayStore + ConsumerStore>(
         }
         return Ok(true);
     }
-    let replay = follow(store, id, total).await?;
+    let replay = follow(replays, id, total).await?;
     if args.json {
         say!("{}", serde_json::to_string(&replay)?);
     } else {
@@ -298,7 +268,7 @@ pub(crate) async fn run<S: Inspect + ReplayStore + ConsumerStore>(
             "replay {id} {}: {} event(s) re-delivered to {}: {} suppressed (already processed), {} handled, {} failed",
             replay.state.as_str(),
             c.delivered,
-            args.consumer,
+            request.consumer,
             c.suppressed,
             c.handled,
             c.failed
@@ -307,45 +277,39 @@ pub(crate) async fn run<S: Inspect + ReplayStore + ConsumerStore>(
     Ok(replay.state == ReplayState::Done)
 }
 
-async fn dry_run<S: ReplayStore>(
-    store: &S,
-    args: &ReplayArgs,
-    topics: Vec<String>,
-    source: ReplaySource,
-    until: DateTime<Utc>,
-    total: u64,
-) -> anyhow::Result<DryRun> {
-    let (mut events, mut suppressed, mut undecodable, mut after) = (0, 0, 0, 0);
-    loop {
-        let page = store
-            .retained(source, &topics, args.since, until, after, 1000)
-            .await?;
-        let Some(last) = page.last() else { break };
-        after = last.position;
-        let ids: Vec<Uuid> = page
-            .iter()
-            .filter_map(|r| r.message.decode().ok().map(|e| e.id))
-            .collect();
-        undecodable += (page.len() - ids.len()) as u64;
-        events += page.len() as u64;
-        suppressed += store.count_processed(&args.consumer, &ids).await?;
+/// Where a recorded replay is followed: the database, or a daemon.
+trait Replays {
+    /// The replay `id` as it stands.
+    async fn get(&self, id: Uuid) -> anyhow::Result<Replay>;
+    /// Cancels it (audited).
+    async fn cancel(&self, id: Uuid) -> anyhow::Result<Replay>;
+}
+
+/// The database, directly.
+struct Local<'a, S>(&'a S);
+
+impl<S: ConsoleStore> Replays for Local<'_, S> {
+    async fn get(&self, id: Uuid) -> anyhow::Result<Replay> {
+        Ok(tidings_console::replay::get(self.0, id).await?)
     }
-    debug_assert!(events >= total);
-    Ok(DryRun {
-        consumer: args.consumer.clone(),
-        topics,
-        source,
-        since: args.since,
-        until,
-        events,
-        suppressed,
-        to_handle: events - suppressed - undecodable,
-        undecodable,
-    })
+
+    async fn cancel(&self, id: Uuid) -> anyhow::Result<Replay> {
+        Ok(tidings_console::replay::cancel(self.0, id, &cli_actor(), CLI_ROLE).await?)
+    }
+}
+
+impl Replays for Daemon {
+    async fn get(&self, id: Uuid) -> anyhow::Result<Replay> {
+        Daemon::get(self, &format!("/replays/{id}"), &()).await
+    }
+
+    async fn cancel(&self, id: Uuid) -> anyhow::Result<Replay> {
+        self.post(&format!("/replays/{id}/cancel"), &()).await
+    }
 }
 
 /// Shows the replay's progress until it ends; Ctrl-C cancels it.
-async fn follow<S: ReplayStore>(store: &S, id: Uuid, total: u64) -> anyhow::Result<Replay> {
+async fn follow(replays: &impl Replays, id: Uuid, total: u64) -> anyhow::Result<Replay> {
     let bar = if std::io::stderr().is_terminal() {
         let bar = ProgressBar::new(total);
         bar.set_style(
@@ -363,10 +327,7 @@ async fn follow<S: ReplayStore>(store: &S, id: Uuid, total: u64) -> anyhow::Resu
     let interrupted = tokio::signal::ctrl_c();
     tokio::pin!(interrupted);
     loop {
-        let replay = store
-            .replay(id)
-            .await?
-            .with_context(|| format!("replay {id} disappeared"))?;
+        let replay = replays.get(id).await?;
         let c = replay.counts;
         bar.set_position(c.delivered);
         bar.set_message(format!(
@@ -398,9 +359,13 @@ async fn follow<S: ReplayStore>(store: &S, id: Uuid, total: u64) -> anyhow::Resu
         tokio::select! {
             _ = &mut interrupted => {
                 bar.finish_and_clear();
-                store.cancel_replay(id).await?;
-                eprintln!("replay {id} cancelled at {}/{total}", c.delivered);
-                return Ok(store.replay(id).await?.unwrap_or(replay));
+                let cancelled = match replays.cancel(id).await {
+                    Ok(cancelled) => cancelled,
+                    // It ended between the two reads.
+                    Err(_) => replays.get(id).await?,
+                };
+                eprintln!("replay {id} {} at {}/{total}", cancelled.state.as_str(), cancelled.counts.delivered);
+                return Ok(cancelled);
             }
             _ = tokio::time::sleep(Duration::from_millis(200)) => {}
         }

@@ -2,7 +2,8 @@
 //! its slot and publication, relays what the checkout producer commits by
 //! reading the outbox's inserts from logical replication (to the database
 //! log, where the consumers read it), and stops cleanly; `tidings cdc
-//! status` shows the slot streamed, then `tidings cdc drop` removes it.
+//! status` shows the slot streamed (from the database, and through the
+//! daemon's console), then `tidings cdc drop` removes it.
 
 mod common;
 
@@ -19,10 +20,15 @@ async fn count(db: &PgTestDb, sql: &str) -> i64 {
 }
 
 fn cdc(db: &PgTestDb, args: &[&str]) -> String {
+    cdc_from(&["--database", &db.url], args)
+}
+
+/// `tidings cdc args`, reading from `source` (`--database URL`, `--daemon URL`).
+fn cdc_from(source: &[&str], args: &[&str]) -> String {
     let out = tidings()
         .arg("cdc")
         .args(args)
-        .args(["--database", &db.url])
+        .args(source)
         .output()
         .expect("running tidings cdc");
     let (stdout, stderr) = (
@@ -35,8 +41,14 @@ fn cdc(db: &PgTestDb, args: &[&str]) -> String {
 
 /// The line of `tidings doctor` about `item`, for a CDC relay of `group`.
 fn doctor(database: &str, item: &str, group: &str) -> String {
+    doctor_from(&["--database", database], item, group)
+}
+
+/// The same, reading from `source` (`--database URL`, `--daemon URL`).
+fn doctor_from(source: &[&str], item: &str, group: &str) -> String {
     let out = tidings()
-        .args(["doctor", "--database", database])
+        .arg("doctor")
+        .args(source)
         .env("TIDINGS_RELAY__MODE", "cdc")
         .env("TIDINGS_RELAY__GROUP", group)
         .output()
@@ -73,7 +85,7 @@ async fn the_doctor_fails_cdc_on_a_server_without_logical_decoding() {
 async fn the_daemon_relays_from_logical_replication_and_its_slot_is_dropped_by_command() {
     let db = PgTestDb::new().await;
     let group = format!("test_{}", uuid::Uuid::new_v4().simple());
-    let port = free_port();
+    let (port, console) = (free_port(), free_port());
     let mut daemon = start_daemon(
         &db.url,
         &[
@@ -81,6 +93,7 @@ async fn the_daemon_relays_from_logical_replication_and_its_slot_is_dropped_by_c
             ("TIDINGS_RELAY__GROUP", group.clone()),
             ("TIDINGS_RELAY__PARTITIONS", "1".to_owned()),
             ("TIDINGS_METRICS__LISTEN", format!("127.0.0.1:{port}")),
+            ("TIDINGS_CONSOLE__LISTEN", format!("127.0.0.1:{console}")),
         ],
     );
     wait_for_endpoint(port, &mut daemon);
@@ -112,6 +125,25 @@ async fn the_daemon_relays_from_logical_replication_and_its_slot_is_dropped_by_c
         "{status}"
     );
     assert!(status.contains("streamed now      yes"), "{status}");
+    // The daemon's console reads the same slot; dropping it is left to
+    // whoever holds the database's credentials.
+    let console = format!("http://127.0.0.1:{console}");
+    let remote = cdc_from(&["--daemon", &console], &["status", "--group", &group]);
+    assert_eq!(
+        remote.lines().take(2).collect::<Vec<_>>(),
+        status.lines().take(2).collect::<Vec<_>>(),
+        "{remote}"
+    );
+    assert!(remote.contains("not confirmed"), "{remote}");
+    let refused = tidings()
+        .args(["cdc", "drop", "--group", &group, "--daemon", &console])
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&refused.stderr);
+    assert!(
+        !refused.status.success() && stderr.contains("tidings cdc drop --database"),
+        "{stderr}"
+    );
 
     // The slot guard's figures, and every one the alert rules use.
     let slot = format!("{{slot=\"tidings_{group}\"}}");
@@ -150,6 +182,21 @@ async fn the_daemon_relays_from_logical_replication_and_its_slot_is_dropped_by_c
     assert!(
         line.contains(&format!("a relay streams tidings_{group}")),
         "{line}"
+    );
+    // The daemon's console answers the same checklist, its CDC slot included.
+    for item in ["cdc", "replication slots", "relay", "tables"] {
+        let remote = doctor_from(&["--daemon", &console], item, &group);
+        let local = doctor(&db.url, item, &group);
+        assert_eq!(
+            remote.get(..4),
+            local.get(..4),
+            "{item}: {remote} against {local}"
+        );
+    }
+    let remote = doctor_from(&["--daemon", &console], "cdc", &group);
+    assert!(
+        remote.contains(&format!("a relay streams tidings_{group}")),
+        "{remote}"
     );
 
     assert!(daemon.terminate().success(), "{}", daemon.stderr());

@@ -3,9 +3,12 @@
 //! one shows in full, a dry run changes nothing, a redrive by cause is
 //! recorded on each, a skip settles one.
 
+mod common;
+
 use std::path::PathBuf;
 use std::process::Command;
 
+use common::{ConsoleProcess, OPERATOR, READER};
 use serde_json::Value;
 use tidings_testkit::services::MySqlTestDb;
 
@@ -27,85 +30,6 @@ fn json(database: &str, args: &[&str]) -> Value {
     let (ok, stdout, stderr) = tidings(database, args);
     assert!(ok, "tidings {args:?} failed: {stderr}");
     serde_json::from_str(stdout.trim()).unwrap_or_else(|e| panic!("not JSON ({e}): {stdout}"))
-}
-
-const OPERATOR: &str = "ops-0123456789abcdef01234567";
-const READER: &str = "dash-0123456789abcdef0123456";
-
-/// `tidings console` over a database, killed when dropped.
-struct ConsoleProcess {
-    child: std::process::Child,
-    url: String,
-}
-
-impl ConsoleProcess {
-    fn start(database: &str) -> ConsoleProcess {
-        let port = std::net::TcpListener::bind("127.0.0.1:0")
-            .unwrap()
-            .local_addr()
-            .unwrap()
-            .port();
-        let mut child = Command::new(env!("CARGO_BIN_EXE_tidings"))
-            .args([
-                "console",
-                "--database",
-                database,
-                "--listen",
-                &format!("127.0.0.1:{port}"),
-            ])
-            .env(
-                "TIDINGS_CONSOLE_TOKENS",
-                format!("operator:ops:{OPERATOR},reader:dash:{READER}"),
-            )
-            .env("RUST_LOG", "warn")
-            .stdout(std::process::Stdio::null())
-            .stderr(std::process::Stdio::piped())
-            .spawn()
-            .expect("starting tidings console");
-        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
-        while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
-            if let Some(status) = child.try_wait().unwrap() {
-                let mut stderr = String::new();
-                std::io::Read::read_to_string(child.stderr.as_mut().unwrap(), &mut stderr).unwrap();
-                panic!("tidings console exited ({status}): {stderr}");
-            }
-            assert!(
-                std::time::Instant::now() < deadline,
-                "tidings console did not listen within 30 s"
-            );
-            std::thread::sleep(std::time::Duration::from_millis(50));
-        }
-        ConsoleProcess {
-            child,
-            url: format!("http://127.0.0.1:{port}"),
-        }
-    }
-
-    /// Runs `tidings args --daemon <this console>`, with `token` if given.
-    fn tidings(&self, args: &[&str], token: Option<&str>) -> (bool, String, String) {
-        let mut command = Command::new(env!("CARGO_BIN_EXE_tidings"));
-        command
-            .env("RUST_LOG", "error")
-            .env_remove("TIDINGS_CONSOLE_TOKEN")
-            .args(args)
-            .args(["--daemon", &self.url]);
-        if let Some(token) = token {
-            command.env("TIDINGS_CONSOLE_TOKEN", token);
-        }
-        let out = command.output().expect("running tidings");
-        (
-            out.status.success(),
-            String::from_utf8_lossy(&out.stdout).into_owned(),
-            String::from_utf8_lossy(&out.stderr).into_owned(),
-        )
-    }
-}
-
-impl Drop for ConsoleProcess {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
 }
 
 fn database() -> (PathBuf, String) {

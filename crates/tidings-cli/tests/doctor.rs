@@ -96,7 +96,15 @@ async fn doctor_passes_a_healthy_deployment_and_names_what_fails() {
     let db = PgTestDb::new().await;
     let (_prometheus, with_rules) = start_prometheus(Some(&rules_file()));
     let (_bare, without_rules) = start_prometheus(None);
-    let mut daemon = start_daemon(&db.url, &[("TIDINGS_METRICS__LISTEN", String::new())]);
+    let console = free_port();
+    let mut daemon = start_daemon(
+        &db.url,
+        &[
+            ("TIDINGS_METRICS__LISTEN", String::new()),
+            ("TIDINGS_CONSOLE__LISTEN", format!("127.0.0.1:{console}")),
+        ],
+    );
+    let console = format!("http://127.0.0.1:{console}");
     let mut consumers = start_consumers(&db.url, &[]);
     produce(&db.url, 100, 0.0);
     wait_drained(&db.url);
@@ -181,6 +189,31 @@ async fn doctor_passes_a_healthy_deployment_and_names_what_fails() {
         dead["evidence"].as_str().unwrap().starts_with("inventory: "),
         "{dead:#}"
     );
+    // The daemon's console answers the same checklist under the same
+    // thresholds; the schema registry is checked where the command runs.
+    let out = tidings()
+        .args(["doctor", "--json", "--daemon", &console])
+        .args(["--max-dead-letter-age", "1s", "--schemas", schemas])
+        .output()
+        .unwrap();
+    assert_eq!(
+        out.status.code(),
+        Some(1),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let remote: Vec<Value> = serde_json::from_slice(&out.stdout).unwrap();
+    for name in ["tables", "relay", "dead-letter path", "idempotency"] {
+        assert_eq!(item(&remote, name), item(&checks, name), "{name}");
+    }
+    // Its evidence says how old the oldest is, which has grown meanwhile.
+    let dead = item(&remote, "dead letters");
+    assert_eq!(dead["verdict"], "fail", "{dead:#}");
+    assert!(
+        dead["evidence"].as_str().unwrap().starts_with("inventory: "),
+        "{dead:#}"
+    );
+    assert_eq!(item(&remote, "schemas")["verdict"], "pass", "{remote:#?}");
 
     // The relay stopped, with a backlog.
     let status = daemon.terminate();

@@ -1,14 +1,18 @@
 //! `tidings replay` after a checkout run on PostgreSQL and on MariaDB: the
 //! dry run counts every event and changes nothing; the replay re-delivers
 //! every event to the consumer, through its running member, and changes no
-//! balance.
+//! balance; asked of a console (`--daemon`), the same, behind an operator's
+//! token, audited, and cancellable.
 
 mod common;
 
 use std::time::Duration;
 
 use chrono::{SecondsFormat, Utc};
-use common::{count, produce, start_consumers, start_daemon, texts, tidings, wait_drained};
+use common::{
+    ConsoleProcess, OPERATOR, READER, count, produce, start_consumers, start_daemon, texts, tidings,
+    wait_drained,
+};
 use serde_json::Value;
 use tidings::sql::{Dialect, SqlStore};
 use tidings_testkit::services::{MySqlTestDb, PgTestDb, TestDb};
@@ -42,15 +46,16 @@ fn replay(database: &str, args: &[&str]) -> (Value, String) {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn replay_redelivers_every_event_and_changes_no_balance() {
-    replay_changes_no_balance::<PgTestDb>().await;
+    replay_changes_no_balance::<PgTestDb>(true).await;
 }
 
 #[tokio::test(flavor = "multi_thread")]
 async fn replay_on_mysql_redelivers_every_event_and_changes_no_balance() {
-    replay_changes_no_balance::<MySqlTestDb>().await;
+    replay_changes_no_balance::<MySqlTestDb>(false).await;
 }
 
-async fn replay_changes_no_balance<T: TestDb>() {
+/// With `through_console`, the analytics replay is asked of a console.
+async fn replay_changes_no_balance<T: TestDb>(through_console: bool) {
     let db = T::create().await;
     let (url, store) = (db.url(), db.store());
     let since = (Utc::now() - chrono::Duration::seconds(1)).to_rfc3339_opts(SecondsFormat::Millis, true);
@@ -104,20 +109,139 @@ async fn replay_changes_no_balance<T: TestDb>() {
     );
 
     // Analytics counts every event it handles: a replay of it changes no count either.
-    let (done, _) = replay(
-        &url,
-        &["--consumer", "analytics", "--since", &since, "--rate", "5000"],
-    );
+    let analytics = ["--consumer", "analytics", "--since", &since, "--rate", "5000"];
+    let done = if through_console {
+        replay_through_console(&url, store, &analytics, events).await
+    } else {
+        replay(&url, &analytics).0
+    };
     assert_eq!(done["counts"]["suppressed"], events, "{done:#}");
     assert_eq!(
         business_state(store).await,
         before,
         "a replay changed business state"
     );
+    let actors = texts(
+        store,
+        "SELECT actor FROM tidings_audit WHERE action = 'replay' ORDER BY at",
+    )
+    .await;
+    assert!(
+        actors.len() >= 2 && actors[0].starts_with("cli:"),
+        "each replay asked is audited, by whoever asked: {actors:?}"
+    );
 
     assert!(daemon.terminate().success(), "{}", daemon.stderr());
     assert!(consumers.terminate().success(), "{}", consumers.stderr());
     db.teardown().await;
+}
+
+/// The analytics replay (`args`), asked of `tidings console` over `url`:
+/// refused without a token and to a reader, changing nothing; the console's
+/// dry run counts what the database's does; an operator's replay runs to
+/// the end through the running member; a slow one is cancelled. Returns the
+/// finished replay.
+async fn replay_through_console<D: Dialect>(
+    url: &str,
+    store: &SqlStore<D>,
+    args: &[&str],
+    events: i64,
+) -> Value {
+    let console = ConsoleProcess::start(url);
+    let asked = || async { count(store, "SELECT count(*) FROM tidings_replays").await };
+    let before = asked().await;
+    let replay_args: Vec<&str> = ["replay", "--json"]
+        .iter()
+        .copied()
+        .chain(args.iter().copied())
+        .collect();
+    for (token, status) in [(None, "401"), (Some(READER), "403")] {
+        let (ok, _, stderr) = console.tidings(&replay_args, token);
+        assert!(!ok && stderr.contains(status), "{token:?}: {stderr}");
+    }
+    assert_eq!(asked().await, before, "a refused replay recorded nothing");
+
+    let mut dry_args = replay_args.clone();
+    dry_args.push("--dry-run");
+    let (ok, remote, stderr) = console.tidings(&dry_args, Some(OPERATOR));
+    assert!(ok, "{stderr}");
+    let remote: Value = serde_json::from_str(&remote).unwrap();
+    let (local, _) = replay(url, &dry_args[2..]);
+    for field in [
+        "events",
+        "suppressed",
+        "to_handle",
+        "undecodable",
+        "source",
+        "topics",
+    ] {
+        assert_eq!(
+            remote[field], local[field],
+            "{field}: {remote:#} against {local:#}"
+        );
+    }
+    assert_eq!(remote["events"], events, "{remote:#}");
+    assert_eq!(asked().await, before, "a dry run records nothing");
+
+    let (ok, done, stderr) = console.tidings(&replay_args, Some(OPERATOR));
+    assert!(ok, "{stderr}");
+    let done: Value = serde_json::from_str(&done).unwrap();
+    assert_eq!(done["state"], "done", "{done:#}");
+    assert_eq!(done["counts"]["delivered"], events, "{done:#}");
+    let actor = texts(
+        store,
+        "SELECT actor FROM tidings_audit WHERE action = 'replay' ORDER BY at DESC LIMIT 1",
+    )
+    .await;
+    assert_eq!(
+        actor,
+        ["ops"],
+        "the console's replay is audited under its token's name"
+    );
+
+    // A replay at one event a second, cancelled through the API.
+    let mut slow: Vec<&str> = replay_args[..replay_args.len() - 1].to_vec();
+    slow.extend(["1", "--no-wait"]);
+    let (ok, started, stderr) = console.tidings(&slow, Some(OPERATOR));
+    assert!(ok, "{stderr}");
+    let id = serde_json::from_str::<Value>(&started).unwrap()["id"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let http = reqwest::Client::new();
+    let cancel = format!("{}/api/replays/{id}/cancel", console.url);
+    let refused = http.post(&cancel).bearer_auth(READER).send().await.unwrap();
+    assert_eq!(refused.status(), 403);
+    let cancelled: Value = http
+        .post(&cancel)
+        .bearer_auth(OPERATOR)
+        .send()
+        .await
+        .unwrap()
+        .error_for_status()
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(cancelled["state"], "cancelled", "{cancelled:#}");
+    let again = http.post(&cancel).bearer_auth(OPERATOR).send().await.unwrap();
+    assert_eq!(again.status(), 409, "an ended replay is not cancelled twice");
+    let shown: Value = http
+        .get(format!("{}/api/replays/{id}", console.url))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(shown["state"], "cancelled", "{shown:#}");
+    let cancels = count(
+        store,
+        "SELECT count(*) FROM tidings_audit WHERE action = 'replay-cancel'",
+    )
+    .await;
+    assert_eq!(cancels, 1);
+    done
 }
 
 /// `--kafka`: the consumer's Kafka group is rewound to `--since`; the dry

@@ -13,16 +13,20 @@ use axum::http::request::Parts;
 use axum::http::{HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
+use tidings_core::inspect::ReplicationSlot;
+use tidings_core::replay::Replay;
 use uuid::Uuid;
 
 use crate::access::{Caller, Role};
 use crate::actions::{
     self, EditRequest, Edited, PurgeRequest, Purged, RedriveReport, RedriveRequest, Skipped,
 };
+use crate::doctor::{Check, Limits};
 use crate::letter::LetterView;
 use crate::openapi::{Access, Endpoint, SchemaFn, schema_of};
 use crate::outbox::{OutboxQuery, OutboxStatus};
 use crate::overview::Overview;
+use crate::replay::{ReplayAsk, Replayed};
 use crate::triage::{self, CauseGroup, Selection};
 use crate::{Console, ConsoleStore};
 
@@ -76,6 +80,11 @@ endpoints! {
     get "/audit" audit, "The audit trail, newest first.", Read, AuditQuery, _, Vec<tidings_core::AuditEntry>;
     get "/messages/{id}" message, "A message's story: outbox, handled, effects, dead letters, parked.", Read, _, _, tidings_core::inspect::MessageTrace;
     get "/keys/{key}" key, "The stories of a key's messages, oldest first (200 at most).", Read, _, _, Vec<tidings_core::inspect::MessageTrace>;
+    post "/replays" replay_ask, "Asks for a replay of a consumer's retained events (or counts it, with dry_run); a running member carries it out; audited.", Operate, _, ReplayAsk, Replayed;
+    get "/replays/{id}" replay_get, "Where a replay stands: its state and counts so far.", Read, _, _, Replay;
+    post "/replays/{id}/cancel" replay_cancel, "Cancels a replay that has not ended; audited.", Operate, _, _, Replay;
+    get "/slots" slots, "The database's replication slots (CDC relays'), with the log each keeps and what its reader has not confirmed.", Read, _, _, Vec<ReplicationSlot>;
+    get "/doctor" doctor, "The checklist of `tidings doctor` that a store answers (and the CDC relay's slot, when one runs here), under the thresholds given.", Read, Limits, _, Vec<Check>;
     get "/history" history, "The last hour of the overview's figures, as sampled.", Read, _, _, Vec<crate::history::Sample>;
 }
 
@@ -112,6 +121,14 @@ impl ApiError {
         &self.message
     }
 }
+
+impl std::fmt::Display for ApiError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.message)
+    }
+}
+
+impl std::error::Error for ApiError {}
 
 impl From<tidings_core::Error> for ApiError {
     /// The cause goes to the log, not to the caller: a database's error
@@ -279,7 +296,7 @@ impl<S: ConsoleStore> FromRequestParts<Console<S>> for Operating {
         let (caller, csrf) = caller(parts, console)?.ok_or_else(|| {
             ApiError::new(
                 StatusCode::UNAUTHORIZED,
-                "changing dead letters needs an operator's bearer token (Authorization: Bearer <token>)",
+                "changing anything (dead letters, replays) needs an operator's bearer token (Authorization: Bearer <token>)",
             )
         })?;
         if let Some(expected) = csrf {
@@ -303,7 +320,7 @@ pub(crate) fn operator(caller: Caller) -> Result<Caller, ApiError> {
         Err(ApiError::new(
             StatusCode::FORBIDDEN,
             format!(
-                "`{}` is a reader: changing dead letters needs an operator's token",
+                "`{}` is a reader: changing anything (dead letters, replays) needs an operator's token",
                 caller.name
             ),
         ))
@@ -409,6 +426,58 @@ async fn purge<S: ConsoleStore>(
     JsonBody(request): JsonBody<PurgeRequest>,
 ) -> Result<Json<Purged>, ApiError> {
     Ok(Json(actions::purge(&*console.store, &caller, &request).await?))
+}
+
+async fn replay_ask<S: ConsoleStore>(
+    Operating(caller): Operating,
+    State(console): State<Console<S>>,
+    JsonBody(ask): JsonBody<ReplayAsk>,
+) -> Result<Json<Replayed>, ApiError> {
+    let role = caller.role.to_string();
+    Ok(Json(
+        crate::replay::ask(&*console.store, &ask, &caller.name, &role).await?,
+    ))
+}
+
+async fn replay_get<S: ConsoleStore>(
+    _: Reading,
+    State(console): State<Console<S>>,
+    Path(id): Path<Uuid>,
+) -> Result<Json<Replay>, ApiError> {
+    Ok(Json(crate::replay::get(&*console.store, id).await?))
+}
+
+async fn replay_cancel<S: ConsoleStore>(
+    Operating(caller): Operating,
+    State(console): State<Console<S>>,
+    Path(id): Path<Uuid>,
+) -> Result<Json<Replay>, ApiError> {
+    let role = caller.role.to_string();
+    Ok(Json(
+        crate::replay::cancel(&*console.store, id, &caller.name, &role).await?,
+    ))
+}
+
+async fn doctor<S: ConsoleStore>(
+    _: Reading,
+    State(console): State<Console<S>>,
+    Query(limits): Query<Limits>,
+) -> Result<Json<Vec<Check>>, ApiError> {
+    let mut checks = crate::doctor::checklist(&*console.store, &limits).await?;
+    if let Some(group) = &console.cdc_group
+        && !crate::doctor::stopped_at_tables(&checks)
+    {
+        let slots = console.store.replication_slots().await?;
+        checks.push(crate::doctor::cdc_slot(&slots, group));
+    }
+    Ok(Json(checks))
+}
+
+async fn slots<S: ConsoleStore>(
+    _: Reading,
+    State(console): State<Console<S>>,
+) -> Result<Json<Vec<ReplicationSlot>>, ApiError> {
+    Ok(Json(console.store.replication_slots().await?))
 }
 
 async fn outbox<S: ConsoleStore>(

@@ -26,12 +26,14 @@
 pub mod access;
 pub mod actions;
 mod api;
+pub mod doctor;
 pub mod history;
 pub mod letter;
 mod openapi;
 pub mod outbox;
 pub mod overview;
 mod pages;
+pub mod replay;
 mod session;
 pub mod triage;
 
@@ -42,6 +44,7 @@ use axum::Router;
 use axum::extract::DefaultBodyLimit;
 use tidings_core::inspect::Inspect;
 use tidings_core::metrics::BrokerLag;
+use tidings_core::replay::ReplayStore;
 use tidings_core::{AuditStore, ConsumerStore, FailureStore};
 use tokio::net::TcpListener;
 
@@ -73,6 +76,7 @@ pub struct Console<S> {
     sessions: session::Sessions,
     history: history::History,
     broker: BrokerLag,
+    cdc_group: Option<String>,
 }
 
 impl<S> std::fmt::Debug for Console<S> {
@@ -95,13 +99,14 @@ impl<S> Clone for Console<S> {
             sessions: self.sessions.clone(),
             history: self.history.clone(),
             broker: self.broker.clone(),
+            cdc_group: self.cdc_group.clone(),
         }
     }
 }
 
 /// What the console needs of a store.
-pub trait ConsoleStore: Inspect + FailureStore + ConsumerStore + AuditStore {}
-impl<S: Inspect + FailureStore + ConsumerStore + AuditStore> ConsoleStore for S {}
+pub trait ConsoleStore: Inspect + FailureStore + ConsumerStore + AuditStore + ReplayStore {}
+impl<S: Inspect + FailureStore + ConsumerStore + AuditStore + ReplayStore> ConsoleStore for S {}
 
 impl<S: ConsoleStore> Console<S> {
     /// A console over `store`, letting in whom `access` names.
@@ -114,6 +119,7 @@ impl<S: ConsoleStore> Console<S> {
             sessions: session::Sessions::default(),
             history: history::History::default(),
             broker: BrokerLag::default(),
+            cdc_group: None,
         }
     }
 
@@ -128,6 +134,13 @@ impl<S: ConsoleStore> Console<S> {
     /// The outbox's partition count (`outbox.partitions`).
     pub fn partitions(mut self, count: u32) -> Console<S> {
         self.partitions = Some(count);
+        self
+    }
+
+    /// The relay group whose CDC relay runs here (`relay.mode = "cdc"`):
+    /// the checklist (`GET /api/doctor`) then checks that it streams its slot.
+    pub fn cdc_group(mut self, group: impl Into<String>) -> Console<S> {
+        self.cdc_group = Some(group.into());
         self
     }
 

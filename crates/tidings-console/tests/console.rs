@@ -1202,6 +1202,11 @@ async fn the_api_is_what_its_openapi_document_says() {
         "/api/audit",
         "/api/messages/{id}",
         "/api/keys/{key}",
+        "/api/replays",
+        "/api/replays/{id}",
+        "/api/replays/{id}/cancel",
+        "/api/doctor",
+        "/api/slots",
         "/api/history",
     ] {
         assert!(paths.contains_key(path), "{path} is not in the document");

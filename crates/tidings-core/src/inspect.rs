@@ -152,6 +152,8 @@ pub struct ReplicationSlot {
     pub active: bool,
     /// Bytes of write-ahead log kept for it.
     pub retained_bytes: u64,
+    /// Bytes written since the position its reader last confirmed.
+    pub unconfirmed_bytes: u64,
 }
 
 /// Where one message stands, as far as the database knows.

@@ -22,7 +22,7 @@ use uuid::Uuid;
 use crate::{RawMessage, Result};
 
 /// Where retained events are read from.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "lowercase")]
 pub enum ReplaySource {
     /// The database log's entries.
@@ -51,7 +51,7 @@ impl ReplaySource {
 }
 
 /// What to replay.
-#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize, schemars::JsonSchema)]
 pub struct ReplayRequest {
     /// The consumer (group) to re-deliver to.
     pub consumer: String,
@@ -70,7 +70,7 @@ pub struct ReplayRequest {
 }
 
 /// Where a replay stands.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "lowercase")]
 pub enum ReplayState {
     /// Waiting for a member of the consumer to take it up.
@@ -111,7 +111,9 @@ impl ReplayState {
 }
 
 /// Counts of a replay so far.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize)]
+#[derive(
+    Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize, schemars::JsonSchema,
+)]
 pub struct ReplayCounts {
     /// Events re-delivered.
     pub delivered: u64,
@@ -124,7 +126,7 @@ pub struct ReplayCounts {
 }
 
 /// A replay as stored.
-#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize, schemars::JsonSchema)]
 pub struct Replay {
     /// Its id.
     pub id: Uuid,

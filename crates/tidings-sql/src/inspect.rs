@@ -142,6 +142,7 @@ impl<D: Dialect> Inspect for SqlStore<D> {
                     name: r.get(0)?,
                     active: r.get(1)?,
                     retained_bytes: count(r.get::<Option<i64>>(2)?.unwrap_or(0)),
+                    unconfirmed_bytes: count(r.get::<Option<i64>>(3)?.unwrap_or(0)),
                 })
             })
             .collect()

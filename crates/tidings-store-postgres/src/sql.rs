@@ -199,7 +199,8 @@ pub(crate) const SQL: Statements = Statements {
     migrations_table_exists: "SELECT to_regclass('tidings_migrations') IS NOT NULL",
     applied_migration: shared::APPLIED_MIGRATION,
     replication_slots: Some(
-        "SELECT slot_name::text, active, pg_wal_lsn_diff(pg_current_wal_lsn(), restart_lsn)::bigint
+        "SELECT slot_name::text, active, pg_wal_lsn_diff(pg_current_wal_lsn(), restart_lsn)::bigint,
+                pg_wal_lsn_diff(pg_current_wal_lsn(), confirmed_flush_lsn)::bigint
          FROM pg_replication_slots ORDER BY slot_name",
     ),
 
