@@ -36,6 +36,17 @@ pub(crate) struct ConsoleArgs {
     /// matches its type's schema there. Without it, nothing is edited.
     #[arg(long, value_name = "DIR")]
     schemas: Option<PathBuf>,
+    /// The broker the consumers read (`nats://`, `amqp://`, `kafka://`,
+    /// `sqs://`, `pubsub://`; else TIDINGS_BROKER__URL): the overview then
+    /// shows each group's count there, as the daemon does.
+    #[arg(long, value_name = "URL")]
+    broker: Option<String>,
+    /// With --broker: the prefix of its topics and groups (`broker.prefix`).
+    #[arg(long, value_name = "PREFIX", env = "TIDINGS_BROKER__PREFIX")]
+    broker_prefix: Option<String>,
+    /// With --broker: partitions per topic (`broker.partitions`).
+    #[arg(long, default_value_t = 4, env = "TIDINGS_BROKER__PARTITIONS")]
+    broker_partitions: u32,
 }
 
 /// The schema registry in `dir`, if one is named; `setting` names where,
@@ -83,6 +94,7 @@ pub(crate) async fn run(
     let access = access(args.listen, args.tokens_file.as_deref(), args.reads_need_token)?;
     let schemas = schemas(args.schemas.as_deref(), "--schemas")?;
     let listener = bind(args.listen, "--listen").await?;
+    let broker = crate::or_env(args.broker.as_deref(), "TIDINGS_BROKER__URL");
     eprintln!(
         "console on http://{} ({} token(s){})",
         listener.local_addr()?,
@@ -94,12 +106,34 @@ pub(crate) async fn run(
         }
     );
     with_store!(store, |s| {
-        let mut console = Console::new(s, access);
+        let mut console = Console::new(s.clone(), access);
         if let Some(schemas) = schemas {
             console = console.schemas(schemas);
         }
         if let Some(n) = args.partitions {
             console = console.partitions(n);
+        }
+        if let Some(url) = &broker {
+            let mut topology = tidings_core::Topology::default().partitions(args.broker_partitions);
+            if let Some(prefix) = &args.broker_prefix {
+                topology = topology.prefix(prefix);
+            }
+            let opened = tidings::open_transport(url, &topology, &s)
+                .await
+                .with_context(|| format!("--broker: opening {}", tidings::secret::redact_url(url)))?;
+            anyhow::ensure!(
+                opened.broker.is_broker(),
+                "--broker {url}: the database log's lag is read from the database already; name a broker"
+            );
+            let lag = tidings_core::metrics::BrokerLag::default();
+            console = console.broker_lag(lag.clone());
+            tokio::spawn(tidings_core::metrics::sample_broker_lag(
+                s.clone(),
+                opened.subscriber.clone(),
+                SAMPLE_EVERY,
+                lag,
+                shutdown.clone(),
+            ));
         }
         let sampler = tokio::spawn(console.sample(SAMPLE_EVERY, shutdown.clone().cancelled_owned()));
         tidings_console::serve(listener, console.router(), shutdown.cancelled_owned()).await;
