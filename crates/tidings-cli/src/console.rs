@@ -44,8 +44,8 @@ pub(crate) struct ConsoleArgs {
     /// With --broker: the prefix of its topics and groups (`broker.prefix`).
     #[arg(long, value_name = "PREFIX", env = "TIDINGS_BROKER__PREFIX")]
     broker_prefix: Option<String>,
-    /// With --broker: partitions per topic (`broker.partitions`).
-    #[arg(long, default_value_t = 4, env = "TIDINGS_BROKER__PARTITIONS")]
+    /// With --broker: partitions per topic (`broker.partitions`; 1, as there).
+    #[arg(long, default_value_t = 1, env = "TIDINGS_BROKER__PARTITIONS")]
     broker_partitions: u32,
 }
 
@@ -113,27 +113,33 @@ pub(crate) async fn run(
         if let Some(n) = args.partitions {
             console = console.partitions(n);
         }
-        if let Some(url) = &broker {
+        // The database log's lag is read from the store: `log` needs no sampler.
+        if let Some(url) = broker.as_deref().filter(|u| *u != "log") {
             let mut topology = tidings_core::Topology::default().partitions(args.broker_partitions);
             if let Some(prefix) = &args.broker_prefix {
                 topology = topology.prefix(prefix);
             }
-            let opened = tidings::open_transport(url, &topology, &s)
-                .await
-                .with_context(|| format!("--broker: opening {}", tidings::secret::redact_url(url)))?;
-            anyhow::ensure!(
-                opened.broker.is_broker(),
-                "--broker {url}: the database log's lag is read from the database already; name a broker"
-            );
-            let lag = tidings_core::metrics::BrokerLag::default();
-            console = console.broker_lag(lag.clone());
-            tokio::spawn(tidings_core::metrics::sample_broker_lag(
-                s.clone(),
-                opened.subscriber.clone(),
-                SAMPLE_EVERY,
-                lag,
-                shutdown.clone(),
-            ));
+            // A console is what one opens when things go wrong: a broker
+            // that does not answer leaves its lag unknown, not the page.
+            match tidings::open_transport(url, &topology, &s).await {
+                Ok(opened) if opened.broker.is_broker() => {
+                    let lag = tidings_core::metrics::BrokerLag::default();
+                    console = console.broker_lag(lag.clone());
+                    tokio::spawn(tidings_core::metrics::sample_broker_lag(
+                        s.clone(),
+                        opened.subscriber.clone(),
+                        SAMPLE_EVERY,
+                        lag,
+                        shutdown.clone(),
+                    ));
+                }
+                Ok(_) => {}
+                Err(e) => eprintln!(
+                    "warning: --broker: cannot open {} ({}): serving without the groups' lag on the broker",
+                    tidings::secret::redact_url(url),
+                    e.report()
+                ),
+            }
         }
         let sampler = tokio::spawn(console.sample(SAMPLE_EVERY, shutdown.clone().cancelled_owned()));
         tidings_console::serve(listener, console.router(), shutdown.cancelled_owned()).await;

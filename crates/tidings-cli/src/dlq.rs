@@ -291,9 +291,10 @@ async fn audit<S: AuditStore>(
     detail: serde_json::Value,
 ) -> anyhow::Result<()> {
     let actor = crate::audit::cli_actor();
-    tidings_console::actions::record(store, &actor, crate::audit::CLI_ROLE, action, target, detail)
-        .await
-        .map_err(|e| anyhow::anyhow!("{}", e.message()))
+    Ok(
+        tidings_console::actions::record(store, &actor, crate::audit::CLI_ROLE, action, target, detail)
+            .await?,
+    )
 }
 
 /// Runs one dead-letter command through a daemon's console.

@@ -361,8 +361,12 @@ async fn follow(replays: &impl Replays, id: Uuid, total: u64) -> anyhow::Result<
                 bar.finish_and_clear();
                 let cancelled = match replays.cancel(id).await {
                     Ok(cancelled) => cancelled,
-                    // It ended between the two reads.
-                    Err(_) => replays.get(id).await?,
+                    // It ended between the two reads (409), or the cancel
+                    // was refused: said, and the replay shown as it stands.
+                    Err(e) => {
+                        eprintln!("replay {id} was not cancelled: {e:#}");
+                        replays.get(id).await?
+                    }
                 };
                 eprintln!("replay {id} {} at {}/{total}", cancelled.state.as_str(), cancelled.counts.delivered);
                 return Ok(cancelled);

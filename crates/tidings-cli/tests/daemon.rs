@@ -368,6 +368,25 @@ async fn consumer_lag_on_the_broker(broker: &str, prefix: impl Fn(&str) -> Strin
     })
     .await;
 
+    // The console alone has counted the group on the broker (once its
+    // members are gone, it learns of no new group).
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let by_itself = get_json(&format!("{alone}/api/overview")).await;
+        let counted = by_itself["groups"].as_array().unwrap().iter().any(|g| {
+            g["group"] == "checkout" && g["topic"] == "checkout.commands" && g["pending_from"] == "broker"
+        });
+        if counted {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "tidings console --broker does not count checkout: {by_itself:#}\n{}",
+            alone_process.stderr()
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+
     // The consumers stop; orders keep coming: the checkout group's lag grows to every command.
     assert!(consumers.terminate().success(), "{}", consumers.stderr());
     produce(&db.url, 40, 0.0);

@@ -1,8 +1,9 @@
 //! The JSON API under `/api/`: what the pages show and what the `tidings`
 //! commands call against a running daemon. Reading needs a token only where
 //! the console was set so ([`Access::reads_need_token`]); redrive, skip,
-//! purge and an edited redrive need an operator's, or are refused with 401
-//! (no valid token) or 403 (a reader's), changing nothing.
+//! purge, an edited redrive, and asking for or cancelling a replay need an
+//! operator's, or are refused with 401 (no valid token) or 403 (a
+//! reader's), changing nothing.
 
 use std::time::Duration;
 

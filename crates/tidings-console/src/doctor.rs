@@ -297,9 +297,12 @@ async fn relay_holds<S: Inspect + FailureStore + ?Sized>(store: &S) -> tidings_c
         .iter()
         .map(|h| {
             let letter = letters.iter().find(|l| l.message_id == Some(h.message_id));
-            let reason = letter
-                .and_then(|l| l.errors.last())
-                .map_or("no dead letter", |f| f.error.as_str());
+            // An error may quote a value (a password in a URL): masked,
+            // as the console masks every error it shows.
+            let reason = letter.and_then(|l| l.errors.last()).map_or_else(
+                || "no dead letter".to_owned(),
+                |f| crate::letter::mask_words(&f.error).0,
+            );
             let key = if h.aggregate_key.is_empty() {
                 "no key".to_owned()
             } else {
@@ -501,7 +504,7 @@ async fn replication_slots<S: Inspect + ?Sized>(
             "none (nothing retains write-ahead log)",
         ));
     }
-    let limit = limits.max_retained_wal_mib * 1024 * 1024;
+    let limit = limits.max_retained_wal_mib.saturating_mul(1024 * 1024);
     let relays = members.iter().filter(|m| m.is_relay()).count();
     let mib = |bytes: u64| bytes / (1024 * 1024);
     let mut wrong: Vec<String> = Vec::new();

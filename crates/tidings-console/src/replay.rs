@@ -129,13 +129,14 @@ pub async fn cancel<S: ConsoleStore + ?Sized>(
     actor: &str,
     role: &str,
 ) -> Result<Replay, ApiError> {
-    let before = get(store, id).await?;
+    get(store, id).await?;
     if !store.cancel_replay(id).await? {
+        let ended = get(store, id).await?;
         return Err(ApiError::new(
             StatusCode::CONFLICT,
             format!(
                 "replay {id} is {} already: nothing to cancel",
-                before.state.as_str()
+                ended.state.as_str()
             ),
         ));
     }

@@ -1264,3 +1264,92 @@ async fn the_api_is_what_its_openapi_document_says() {
     assert!(said.contains("OK"), "{said}");
     std::fs::remove_file(&file).unwrap();
 }
+
+/// `POST /api/replays` refuses what it cannot do, saying why, and records
+/// nothing: a rate that is not one, a range that ends before it starts, a
+/// consumer whose topics it cannot tell, a range past the dedupe horizon
+/// (unless forced); an empty range is answered with a note and no replay.
+#[tokio::test]
+async fn a_replay_asked_of_the_api_is_refused_with_its_reason_and_records_nothing() {
+    use tidings_core::AuditStore;
+    let db = SqliteTestDb::new().await;
+    let store = db.store.clone();
+    let base = serve(store.clone(), access()).await;
+    let http = reqwest::Client::new();
+    let ask = |body: Value| {
+        http.post(format!("{base}/api/replays"))
+            .bearer_auth(OPERATOR)
+            .json(&body)
+            .send()
+    };
+    let since = (Utc::now() - chrono::Duration::minutes(10)).to_rfc3339();
+    let until = (Utc::now() - chrono::Duration::minutes(20)).to_rfc3339();
+    for (body, status, says) in [
+        (
+            json!({"consumer": "loyalty", "since": since, "topics": ["orders"], "rate": -1.0}),
+            StatusCode::BAD_REQUEST,
+            "rate",
+        ),
+        (
+            json!({"consumer": "loyalty", "since": since, "until": until, "topics": ["orders"]}),
+            StatusCode::BAD_REQUEST,
+            "must be before",
+        ),
+        (
+            json!({"consumer": "", "since": since, "topics": ["orders"]}),
+            StatusCode::BAD_REQUEST,
+            "consumer",
+        ),
+        (
+            json!({"consumer": "loyalty", "since": since}),
+            StatusCode::UNPROCESSABLE_ENTITY,
+            "cannot tell which topics",
+        ),
+    ] {
+        let response = ask(body.clone()).await.unwrap();
+        assert_eq!(response.status(), status, "{body}");
+        let said: Value = response.json().await.unwrap();
+        assert!(said["error"].as_str().unwrap().contains(says), "{body}: {said}");
+    }
+
+    // Nothing retained: answered, with a note, and no replay.
+    let empty = json!({"consumer": "loyalty", "since": since, "topics": ["orders"], "source": "log"});
+    let answer: Value = ask(empty.clone()).await.unwrap().json().await.unwrap();
+    assert_eq!(answer["id"], Value::Null, "{answer:#}");
+    assert_eq!(answer["request"]["total"], 0, "{answer:#}");
+    assert!(
+        answer["notes"][0].as_str().unwrap().contains("nothing retained"),
+        "{answer:#}"
+    );
+
+    // Past the dedupe horizon: 409 unless forced.
+    store
+        .forget_processed(std::time::Duration::from_secs(60), 100)
+        .await
+        .unwrap();
+    let refused = ask(empty.clone()).await.unwrap();
+    assert_eq!(refused.status(), StatusCode::CONFLICT);
+    let said: Value = refused.json().await.unwrap();
+    assert!(
+        said["error"]
+            .as_str()
+            .unwrap()
+            .contains("past the dedupe horizon"),
+        "{said}"
+    );
+    let mut forced = empty;
+    forced["force"] = json!(true);
+    let answer: Value = ask(forced).await.unwrap().json().await.unwrap();
+    assert!(
+        answer["notes"][0]
+            .as_str()
+            .unwrap()
+            .contains("will be handled again"),
+        "{answer:#}"
+    );
+    let trail = store.audit_trail(None, 100).await.unwrap();
+    assert!(
+        trail.is_empty(),
+        "nothing was recorded, nothing audited: {trail:?}"
+    );
+}
