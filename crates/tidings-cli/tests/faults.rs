@@ -68,7 +68,7 @@ fn orders(broker: &str) -> (usize, Option<u32>) {
     } else if broker.starts_with("sqs:") {
         (200, Some(30))
     } else {
-        (3400, None)
+        (1500, None)
     };
     let n = std::env::var("TIDINGS_FAULT_ORDERS")
         .ok()

@@ -620,6 +620,26 @@ impl Loaded {
             tidings_core::Error::Config { key, reason } => (format!("relay.{key}"), reason),
             other => ("relay".to_owned(), other.to_string()),
         })?;
+        // Each batch in flight holds a connection until it ends, and over
+        // the database log its publish appends on a second one; the
+        // wake-up listener, the leases and the cleanup need three more.
+        let window = c.relay.window();
+        if window > 1 {
+            let log = self.broker_url.expose() == "log";
+            let each = if log { 2 } else { 1 };
+            let needed = window * each + 3;
+            if (c.database.max_connections as usize) < needed {
+                return Err((
+                    "relay.max_in_flight_batches".into(),
+                    format!(
+                        "{window} batches in flight need {needed} connections of the pool ({each} each{}, and 3 for the wake-ups, \
+                         the leases and the cleanup), and database.max_connections is {}: raise it to {needed}, or lower relay.max_in_flight_batches",
+                        if log { " over the database log" } else { "" },
+                        c.database.max_connections
+                    ),
+                ));
+            }
+        }
         range("broker.partitions", c.broker.partitions.into(), 1, 1024)?;
         positive("log.cleanup_interval", c.log.cleanup_interval)?;
         positive("consumer.cleanup_interval", c.consumer.cleanup_interval)?;
@@ -1053,6 +1073,44 @@ mod tests {
         let (path, reason) = refused("", &[]);
         assert_eq!(path, "database.url");
         assert!(reason.contains("TIDINGS_DATABASE__URL"), "{reason}");
+    }
+
+    #[test]
+    fn a_window_of_batches_needs_its_connections_in_the_pool() {
+        let db = "[database]\nurl = \"postgres://u@db/app\"\nmax_connections = 8\n";
+        let nats = "[broker]\nurl = \"nats://n:4222\"\n";
+        let (path, reason) = refused(
+            &format!("{db}{nats}[relay]\npartitions = 8\nmax_in_flight_batches = 6\n"),
+            &[],
+        );
+        assert_eq!(path, "relay.max_in_flight_batches");
+        assert!(
+            reason.contains("6 batches in flight need 9 connections of the pool (1 each,")
+                && reason.contains("database.max_connections is 8: raise it to 9"),
+            "{reason}"
+        );
+        let fits = load(
+            &format!("{db}{nats}[relay]\npartitions = 8\nmax_in_flight_batches = 5\n"),
+            &[],
+        )
+        .unwrap();
+        assert_eq!(fits.config.relay.window(), 5);
+        let (_, reason) = refused(
+            &format!("{db}[relay]\npartitions = 8\nmax_in_flight_batches = 3\n"),
+            &[],
+        );
+        assert!(
+            reason.contains(
+                "3 batches in flight need 9 connections of the pool (2 each over the database log,"
+            ),
+            "{reason}"
+        );
+        let one_partition = load(&format!("{db}[relay]\nmax_in_flight_batches = 64\n"), &[]).unwrap();
+        assert_eq!(
+            one_partition.config.relay.window(),
+            1,
+            "one partition: one batch at a time"
+        );
     }
 
     #[test]

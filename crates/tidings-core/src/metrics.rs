@@ -77,6 +77,8 @@ catalog! {
         "Relay rounds that failed in the database (retried).";
     RELAY_SET_ASIDE = "tidings_relay_set_aside_total", Counter, [],
         "Outbox records the relay set aside as dead letters (undecodable, or refused by the transport), each holding its key.";
+    RELAY_BATCHES_IN_FLIGHT = "tidings_relay_batches_in_flight", Gauge, [],
+        "Relay batches claimed and not yet ended (confirmed and marked, or given back).";
     CONSUMER_RECEIVED = "tidings_consumer_received_total", Counter, ["consumer"],
         "Deliveries received, duplicates included.";
     CONSUMER_HANDLED = "tidings_consumer_handled_total", Counter, ["consumer"],

@@ -203,8 +203,17 @@ impl RelayConfig {
         self
     }
 
-    /// No further batch is claimed while the batches in flight hold about
-    /// this many bytes of records or more.
+    /// How many batches this relay may have in flight at once:
+    /// [`max_in_flight_batches`](RelayConfig::max_in_flight_batches), at
+    /// most one per outbox partition.
+    pub fn window(&self) -> usize {
+        self.max_in_flight_batches.min(self.partitions as usize)
+    }
+
+    /// No further batch is claimed while the batches in flight, and the
+    /// claims under way (each counted as large as the last batch), hold
+    /// this many bytes of records or more: the window exceeds it by about
+    /// one batch at most.
     pub fn max_in_flight_bytes(mut self, n: usize) -> Self {
         self.max_in_flight_bytes = n.max(1);
         self
@@ -271,6 +280,9 @@ pub struct RelayStats {
     set_aside: Count,
     batch_size: metrics::Histogram,
     publish_duration: metrics::Histogram,
+    in_flight: AtomicUsize,
+    most_in_flight: AtomicUsize,
+    in_flight_gauge: metrics::Gauge,
 }
 
 impl Default for RelayStats {
@@ -283,6 +295,9 @@ impl Default for RelayStats {
             set_aside: Count::new(metrics::counter!(m::RELAY_SET_ASIDE)),
             batch_size: metrics::histogram!(m::RELAY_BATCH_SIZE),
             publish_duration: metrics::histogram!(m::RELAY_PUBLISH_DURATION),
+            in_flight: AtomicUsize::new(0),
+            most_in_flight: AtomicUsize::new(0),
+            in_flight_gauge: metrics::gauge!(m::RELAY_BATCHES_IN_FLIGHT),
         }
     }
 }
@@ -311,6 +326,34 @@ impl RelayStats {
     /// Records set aside as dead letters ([`tidings_core::set_aside`]).
     pub fn set_aside(&self) -> u64 {
         self.set_aside.get()
+    }
+
+    /// Batches claimed and not yet ended, now.
+    pub fn in_flight(&self) -> usize {
+        self.in_flight.load(Ordering::Relaxed)
+    }
+
+    /// The most batches that were in flight at once since the relay started.
+    pub fn most_in_flight(&self) -> usize {
+        self.most_in_flight.load(Ordering::Relaxed)
+    }
+
+    /// Counts a batch in flight until the guard is dropped.
+    fn batch_in_flight(&self) -> InFlight<'_> {
+        let now = self.in_flight.fetch_add(1, Ordering::Relaxed) + 1;
+        self.most_in_flight.fetch_max(now, Ordering::Relaxed);
+        self.in_flight_gauge.increment(1.0);
+        InFlight(self)
+    }
+}
+
+/// A batch in flight, counted in [`RelayStats`] while it lives.
+struct InFlight<'a>(&'a RelayStats);
+
+impl Drop for InFlight<'_> {
+    fn drop(&mut self) {
+        self.0.in_flight.fetch_sub(1, Ordering::Relaxed);
+        self.0.in_flight_gauge.decrement(1.0);
     }
 }
 
@@ -514,6 +557,7 @@ impl<S: RelayStore + LeaseStore + Clone, P: Publisher> Relay<S, P> {
 
     /// Publishes a claimed batch and ends it, in its trace spans.
     async fn send(&self, batch: S::Batch) -> Result<Round> {
+        let _in_flight = self.stats.batch_in_flight();
         let n = batch.messages().len() + batch.undecodable().len();
         let span = tracing::info_span!("tidings.relay.batch", records = n, member = %self.member);
         let _sends = send_spans(batch.messages());
@@ -725,6 +769,12 @@ impl<S: RelayStore + LeaseStore + Clone, P: Publisher> Relay<S, P> {
             return;
         }
         *last = Instant::now();
+        self.cleanup().await;
+    }
+
+    /// Deletes sent records past retention; a failure is logged, and tried
+    /// again at the next interval.
+    async fn cleanup(&self) {
         match self.store.cleanup().await {
             Ok(0) => {}
             Ok(n) => tracing::debug!(deleted = n, "deleted sent outbox records past retention"),

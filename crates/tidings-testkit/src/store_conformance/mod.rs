@@ -75,6 +75,7 @@ macro_rules! store_conformance {
                 a_relay_whose_lease_was_taken_publishes_nothing,
                 a_relay_stalled_mid_batch_marks_nothing_it_no_longer_holds,
                 one_relay_keeps_several_partitions_in_flight_and_each_key_in_order,
+                a_pipelined_relay_frozen_past_its_leases_keeps_each_key_in_order,
                 a_refusal_that_fails_every_lane_blames_only_its_record,
             ],
             consumer: [

@@ -270,6 +270,88 @@ pub async fn a_relay_stalled_mid_batch_marks_nothing_it_no_longer_holds<T: TestD
     }
 }
 
+/// The database log, freezing the whole relay once, in its third publish,
+/// as a SIGSTOP would: the relay's lanes and its lease renewals run in one
+/// task, which a blocking sleep stops with its thread.
+struct Freezing<S> {
+    inner: Recorded<S>,
+    calls: Arc<AtomicUsize>,
+    freeze: Duration,
+}
+
+#[async_trait]
+impl<B: LogBackend> Publisher for Freezing<B> {
+    async fn publish(&self, batch: &[OutgoingMessage]) -> tidings_core::Result<()> {
+        if self.calls.fetch_add(1, Ordering::SeqCst) + 1 == 3 {
+            std::thread::sleep(self.freeze);
+        }
+        self.inner.publish(batch).await
+    }
+}
+
+/// A relay with several batches in flight, frozen past its leases while
+/// another relay takes over: whatever it had in flight either ends before
+/// the partitions change hands or is marked by nobody but their new
+/// holder, its lanes claim nothing they no longer hold, and every key's
+/// records still go out, first in commit order.
+pub async fn a_pipelined_relay_frozen_past_its_leases_keeps_each_key_in_order<T: TestDb>(db: &T) {
+    let store = setup(db).await;
+    const KEYS: usize = 8;
+    const LAST: i64 = 30;
+    let log: PublishLog = Arc::default();
+    produce(&store, KEYS, 1..=LAST).await;
+    let calls = Arc::new(AtomicUsize::new(0));
+    let frozen = Relay::new(
+        store.clone(),
+        Freezing {
+            inner: Recorded {
+                relay: "frozen",
+                inner: LogPublisher::new(Arc::new(store.clone())),
+                log: log.clone(),
+            },
+            calls: calls.clone(),
+            freeze: Duration::from_millis(1500),
+        },
+    )
+    .config(
+        config("frozen")
+            .lease_ttl(Duration::from_millis(300))
+            .max_in_flight_batches(PARTITIONS as usize),
+    );
+    let stats = frozen.stats();
+    let stop = CancellationToken::new();
+    let task = tokio::spawn(frozen.run(stop.clone()));
+    eventually(WAIT, "the relay froze in its third publish", || async {
+        calls.load(Ordering::SeqCst) >= 3
+    })
+    .await;
+    let successor = start(&store, "successor", &log);
+    eventually(WAIT, "every record marked sent", || async {
+        store.lag().await.unwrap().outbox_pending == 0
+    })
+    .await;
+    stop.cancel();
+    task.await.unwrap().unwrap();
+    successor.stop.cancel();
+    successor.task.await.unwrap().unwrap();
+
+    assert!(
+        stats.most_in_flight() >= 2,
+        "the frozen relay had several batches in flight: {}",
+        stats.most_in_flight()
+    );
+    let log = log.lock().unwrap().clone();
+    let mut by_relay: BTreeMap<&str, usize> = BTreeMap::new();
+    let mut per_key: BTreeMap<String, Vec<i64>> = BTreeMap::new();
+    for (relay, key, seq) in &log {
+        *by_relay.entry(relay).or_default() += 1;
+        per_key.entry(key.clone()).or_default().push(*seq);
+    }
+    println!("published by relay: {by_relay:?}");
+    assert_eq!(per_key.len(), KEYS, "every key published");
+    in_commit_order(per_key, LAST);
+}
+
 /// The database log, counting the batches in flight at once, and refusing
 /// the first batches of one partition as a broker that lost that
 /// partition's leader would.
