@@ -436,7 +436,11 @@ impl RelayChild {
     }
 
     async fn run_on<D: BenchDialect>(self) -> anyhow::Result<RelayProcessRun> {
-        let store = Scratch::<D>::open(&self.database, &self.scratch, 4).await?;
+        // A connection per batch in flight (two over the database log,
+        // whose publish appends beside the claim), and three for the
+        // wake-ups, the leases and the cleanup, as the daemon asks.
+        let connections = self.window * 2 + 3;
+        let store = Scratch::<D>::open(&self.database, &self.scratch, connections).await?;
         let transport =
             Transport::open(&store, self.broker.as_deref(), self.partitions, &self.system).await?;
         let stop = CancellationToken::new();
